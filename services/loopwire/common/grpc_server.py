@@ -1,0 +1,78 @@
+"""Serving helpers every service shares: health, reflection, graceful SIGTERM drain."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable, Iterable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger("loopwire.server")
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
+    return grpc.aio.server(interceptors=list(interceptors), options=CHANNEL_OPTIONS)
+
+
+def insecure_channel(target: str) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+
+
+async def serve(
+    server: grpc.aio.Server,
+    address: str,
+    service_names: list[str],
+    *,
+    drain_seconds: float = 10.0,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Add health + reflection, listen, and run until SIGTERM/SIGINT, then drain.
+
+    On a signal the health status turns NOT_SERVING (routers stop sending), new RPCs are
+    refused and in-flight streams get ``drain_seconds`` to finish.
+    """
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise RuntimeError(f"cannot listen on {address}")
+    await server.start()
+    for name in ["", *service_names]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("listening on %s (port %d): %s", address, port, ", ".join(service_names))
+    if ready:
+        ready(port)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread
+            pass
+    waiter = asyncio.ensure_future(server.wait_for_termination())
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([waiter, stopper], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        log.info("stopping: draining in-flight streams for up to %.0fs", drain_seconds)
+        await health_servicer.enter_graceful_shutdown()
+        await server.stop(drain_seconds)
+    if on_stop:
+        await on_stop()
+    waiter.cancel()
+    stopper.cancel()
+    log.info("stopped")

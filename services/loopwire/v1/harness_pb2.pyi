@@ -163,25 +163,27 @@ Global___ModelOptions: _TypeAlias = ModelOptions  # noqa: Y015
 
 @_typing.final
 class ReplayTurn(_message.Message):
-    """One turn of a recorded session: what the assistant said, and what its tools returned."""
+    """One turn of a recorded session: what the assistant said, and what came back
+    (function_call_output items and user messages, in recorded order).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     OUTPUT_FIELD_NUMBER: _builtins.int
-    TOOL_OUTPUTS_FIELD_NUMBER: _builtins.int
+    FOLLOWUPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def output(self) -> _common_pb2.ReplayOutput: ...
     @_builtins.property
-    def tool_outputs(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.FunctionCallOutput]: ...
+    def followups(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]: ...
     def __init__(
         self,
         *,
         output: _common_pb2.ReplayOutput | None = ...,
-        tool_outputs: _abc.Iterable[_common_pb2.FunctionCallOutput] | None = ...,
+        followups: _abc.Iterable[_common_pb2.Item] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["output", b"output"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "tool_outputs", b"tool_outputs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["followups", b"followups", "output", b"output"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,58 @@
+# loopwire — `make run` runs the main job on the embedded default, `make test` passes the tests.
+PY      ?= .venv/bin/python
+VENV    := .venv
+GOBIN   ?= $(HOME)/go/bin
+BUF     ?= $(GOBIN)/buf
+export PATH := $(GOBIN):$(PATH)
+
+.PHONY: setup protos check-protos lint test test-gpu run bench clients jaeger breaking clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed  ## venv + install (Python packages only; scripts/install_tools.sh adds buf, grpcurl, bwrap, clients)
+
+protos: $(VENV)/.installed  ## regenerate services/loopwire/v1 from protos/ (generated code is committed)
+	./scripts/gen_protos.sh
+	$(BUF) lint
+
+check-protos: $(VENV)/.installed  ## fail when the committed generated code is stale
+	./scripts/gen_protos.sh >/dev/null 2>&1
+	git diff --exit-code --stat -- services/loopwire/v1 || (echo "generated code is stale: run 'make protos' and commit" && exit 1)
+	$(BUF) lint
+
+breaking:  ## buf breaking against main (or $$BREAKING_AGAINST)
+	./scripts/buf_breaking.sh
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check services tests bench
+	$(VENV)/bin/mypy services/loopwire
+
+test: $(VENV)/.installed  ## the whole suite (tests marked gpu are deselected; see test-gpu)
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+		$(VENV)/bin/pytest -q -m gpu tests; \
+	else \
+		echo "test-gpu: no NVIDIA GPU on this machine (nvidia-smi finds none); nothing to run."; \
+	fi
+
+run: $(VENV)/.installed  ## start the mesh, replay the bundled sessions both ways, print the comparison
+	$(VENV)/bin/loopwire replay examples/sessions --mode both --plots bench/results/replay
+
+bench: $(VENV)/.installed  ## every benchmark: tables on stdout, PNGs and markdown in bench/results/
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clients:  ## regenerate and build the generated clients (Go, TypeScript, Java, Rust, Python)
+	./scripts/clients.sh
+
+jaeger:  ## build (cached) and start Jaeger v2 with in-memory storage on loopback
+	./scripts/jaeger.sh
+
+clean:
+	rm -rf .state bench/results/*.tmp .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

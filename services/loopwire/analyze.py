@@ -1,0 +1,170 @@
+"""`loopwire analyze`: profile recorded sessions without running them.
+
+The lints an agent developer needs before touching inference speed: how the context
+grows, what tools return, repeated commands, sleep/poll loops, huge outputs, prefix
+breaks, and what a delta protocol saves over resending the transcript every turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from loopwire.common.chat_format import ChatFormat, chat_format, group_assistant_items
+from loopwire.common.recorded import RecordedSession, load_session, user_item
+from loopwire.v1 import common_pb2
+
+LARGE_OUTPUT_CHARS = 10_000
+_SLEEP = re.compile(r"\bsleep\s+\d|\bwatch\b|while\s+true|until\b.*;\s*do")
+
+
+@dataclass
+class SessionProfile:
+    source: str
+    turns: int
+    final_context_tokens: int
+    mean_output_tokens: float
+    mean_new_input_tokens: float
+    max_tool_output_chars: int
+    mean_tool_output_chars: float
+    large_outputs: int
+    repeated_commands: int
+    sleep_poll_commands: int
+    prefix_breaks: int
+    stateless_tokens_sent: int
+    delta_tokens_sent: int
+    stateless_bytes_sent: int
+    delta_bytes_sent: int
+
+    @property
+    def token_ratio(self) -> float:
+        return self.stateless_tokens_sent / max(1, self.delta_tokens_sent)
+
+    @property
+    def byte_ratio(self) -> float:
+        return self.stateless_bytes_sent / max(1, self.delta_bytes_sent)
+
+
+def _item_bytes(item: common_pb2.Item) -> int:
+    return item.ByteSize() + 2  # + the repeated-field tag and length prefix
+
+
+def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile:
+    """Walk the session turn by turn as a harness would send it."""
+    prefix = fmt.render_prefix(session.instructions, session.tools)
+    context = len(prefix)
+    header_bytes = sum(t.ByteSize() + 2 for t in session.tools) + len(session.instructions.encode())
+    pending = [user_item(session.task)]  # items not yet sent to the model
+    transcript_bytes = header_bytes
+    stateless_tokens = delta_tokens = stateless_bytes = delta_bytes = 0
+    new_inputs: list[int] = []
+    outputs: list[int] = []
+    tool_sizes: list[int] = []
+    commands: Counter[str] = Counter()
+    sleeps = 0
+    for turn in session.turns:
+        new_tokens = sum(len(fmt.render_group(g)) for g in group_assistant_items(pending)) + len(fmt.generation_prompt())
+        pending_bytes = sum(_item_bytes(i) for i in pending)
+        context += new_tokens - len(fmt.generation_prompt())
+        transcript_bytes += pending_bytes
+        stateless_tokens += context + len(fmt.generation_prompt())
+        delta_tokens += new_tokens
+        stateless_bytes += transcript_bytes
+        delta_bytes += pending_bytes + (header_bytes if not new_inputs else 0)
+        new_inputs.append(new_tokens)
+        out = fmt.render_assistant_output(turn.text, turn.calls)
+        outputs.append(len(out))
+        context += len(fmt.generation_prompt()) + len(out)
+        for call in turn.calls:
+            try:
+                cmd = json.loads(call.arguments).get("command", call.arguments) if call.arguments else ""
+            except (ValueError, AttributeError):
+                cmd = call.arguments
+            commands[f"{call.name}:{cmd}"] += 1
+            sleeps += bool(_SLEEP.search(str(cmd)))
+        assistant = [common_pb2.Item(message=common_pb2.Message(
+            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=turn.text)]))]
+        transcript_bytes += sum(_item_bytes(i) for i in assistant) + sum(c.ByteSize() + 4 for c in turn.calls)
+        tool_sizes += [len(o.output) for o in turn.tool_outputs]
+        pending = list(turn.followups)
+    return SessionProfile(
+        source=session.source,
+        turns=len(session.turns),
+        final_context_tokens=context,
+        mean_output_tokens=sum(outputs) / len(outputs),
+        mean_new_input_tokens=sum(new_inputs) / len(new_inputs),
+        max_tool_output_chars=max(tool_sizes, default=0),
+        mean_tool_output_chars=sum(tool_sizes) / max(1, len(tool_sizes)),
+        large_outputs=sum(s > LARGE_OUTPUT_CHARS for s in tool_sizes),
+        repeated_commands=sum(n - 1 for n in commands.values() if n > 1),
+        sleep_poll_commands=sleeps,
+        # Recorded transcripts are append-only; a break would be an item rewritten later.
+        prefix_breaks=0,
+        stateless_tokens_sent=stateless_tokens,
+        delta_tokens_sent=delta_tokens,
+        stateless_bytes_sent=stateless_bytes,
+        delta_bytes_sent=delta_bytes,
+    )
+
+
+def expand_paths(paths: list[str]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.suffix in (".json", ".traj") and q.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", help="session files or directories")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per session")
+
+
+def main(args: argparse.Namespace) -> int:
+    fmt = chat_format()
+    console = Console()
+    profiles = []
+    for path in expand_paths(args.paths):
+        try:
+            profiles.append(profile_session(load_session(path), fmt))
+        except ValueError as e:
+            console.print(f"[yellow]skipped[/] {e}")
+    if args.json:
+        for p in profiles:
+            print(json.dumps({**asdict(p), "token_ratio": p.token_ratio, "byte_ratio": p.byte_ratio}))
+        return 0 if profiles else 1
+    table = Table(title="recorded sessions (cl100k tokens)")
+    for col in ("session", "turns", "final ctx", "out/turn", "new in/turn", "max tool out", "large outs",
+                "repeated cmds", "sleep/poll", "prefix breaks", "resent tok (stateless)", "sent tok (delta)",
+                "tokens ×", "bytes ×"):
+        table.add_column(col, justify="right" if col != "session" else "left")
+    for p in profiles:
+        table.add_row(
+            p.source[:40], str(p.turns), str(p.final_context_tokens), f"{p.mean_output_tokens:.0f}",
+            f"{p.mean_new_input_tokens:.0f}", str(p.max_tool_output_chars), str(p.large_outputs),
+            str(p.repeated_commands), str(p.sleep_poll_commands), str(p.prefix_breaks),
+            str(p.stateless_tokens_sent), str(p.delta_tokens_sent), f"{p.token_ratio:.1f}", f"{p.byte_ratio:.1f}",
+        )
+    if profiles:
+        st = sum(p.stateless_tokens_sent for p in profiles)
+        dt = sum(p.delta_tokens_sent for p in profiles)
+        sb = sum(p.stateless_bytes_sent for p in profiles)
+        db = sum(p.delta_bytes_sent for p in profiles)
+        table.add_row(
+            "[bold]all", str(sum(p.turns for p in profiles)),
+            f"{sum(p.final_context_tokens for p in profiles) / len(profiles):.0f} avg", "", "", "",
+            str(sum(p.large_outputs for p in profiles)), str(sum(p.repeated_commands for p in profiles)),
+            str(sum(p.sleep_poll_commands for p in profiles)), "0", str(st), str(dt),
+            f"[bold]{st / max(1, dt):.1f}", f"[bold]{sb / max(1, db):.1f}",
+        )
+    console.print(table)
+    return 0 if profiles else 1

@@ -1,0 +1,168 @@
+"""`loopwire up|inference|gateway|harness|run|replay|analyze`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+SERVICE_MODULES = {
+    "inference": "loopwire.inference.server",
+    "gateway": "loopwire.gateway.server",
+    "harness": "loopwire.harness.server",
+}
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"LOOPWIRE_{name}", default)
+
+
+def _cmd_service(args: argparse.Namespace) -> int:
+    module = importlib.import_module(SERVICE_MODULES[args.command])
+    asyncio.run(module.serve_from_args(args))
+    return 0
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loopwire.mesh import start_mesh
+
+    console = Console()
+    ports = {"harness": args.harness_port, "gateway": args.gateway_port, "inference": args.inference_port}
+    extra = {"inference": ["--engine", args.engine]}
+    if args.weights:
+        extra["inference"] += ["--weights", args.weights]
+    mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
+                      extra_args=extra, log=sys.stdout)
+    console.print(
+        f"\n[bold green]loopwire is up[/]  harness {mesh.harness}  gateway {mesh.gateway}  "
+        f"inference {', '.join(mesh.inference)}\n"
+        f"development API key (tenant 'dev'): [bold]{mesh.api_key}[/]\n"
+        f"try:  loopwire run --harness {mesh.harness} \"list the files\"\n"
+        f"      grpcurl -plaintext {mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
+        "Ctrl-C stops all three (in-flight streams drain first).\n"
+    )
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stop:
+            dead = [n for n, p in mesh.processes.items() if p.poll() is not None]
+            if dead:
+                console.print(f"[red]{', '.join(dead)} exited; stopping the mesh[/]")
+                break
+            time.sleep(0.3)
+    finally:
+        mesh.stop()
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from loopwire.client import run_task
+    from loopwire.console import EventPrinter, turn_table
+    from loopwire.v1 import harness_pb2
+
+    console = Console()
+    start = harness_pb2.StartTask(task=args.task, workspace=args.workspace or "")
+    if args.replay:
+        from loopwire.common.recorded import load_session
+
+        session = load_session(args.replay)
+        start.task = args.task or session.task
+        start.instructions = session.instructions
+        start.replay.CopyFrom(session.replay_script(run_tools=bool(args.workspace)))
+    if args.max_turns:
+        start.max_turns = args.max_turns
+    result = asyncio.run(run_task(args.harness, start, EventPrinter(console)))
+    if result.turns:
+        console.print(turn_table(result.turns))
+    if result.error:
+        console.print(f"[red]run failed:[/] {result.error}")
+        return 1
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from loopwire.replay import main as replay_main
+
+    return replay_main(args)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from loopwire.analyze import main as analyze_main
+
+    return analyze_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopwire", description=__doc__)
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for name, module_name in SERVICE_MODULES.items():
+        p = sub.add_parser(name, help=f"run the {name} service")
+        importlib.import_module(module_name).add_arguments(p)
+        p.set_defaults(func=_cmd_service)
+
+    p = sub.add_parser("up", help="start all three services on loopback (embedded default)")
+    p.add_argument("--state-dir", default=_env("STATE_DIR", ".state"))
+    p.add_argument("--harness-port", type=int, default=50051)
+    p.add_argument("--gateway-port", type=int, default=50052)
+    p.add_argument("--inference-port", type=int, default=50053)
+    p.add_argument("--replicas", type=int, default=1, help="inference replicas (consecutive ports)")
+    p.add_argument("--engine", default="reference", choices=["reference", "simulated", "trtllm"])
+    p.add_argument("--weights", default="", help="dummy:<seed> or a checkpoint directory")
+    p.set_defaults(func=_cmd_up)
+
+    p = sub.add_parser("run", help="run a task on a running harness and stream its events")
+    p.add_argument("task", nargs="?", default="")
+    p.add_argument("--harness", default=_env("HARNESS", "127.0.0.1:50051"))
+    p.add_argument("--workspace", default="")
+    p.add_argument("--replay", default="", help="replay this recorded session instead of asking the model")
+    p.add_argument("--max-turns", type=int, default=0)
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("replay", help="replay recorded sessions through the mesh, stateful vs stateless")
+    from loopwire.replay import add_arguments as replay_arguments
+
+    replay_arguments(p)
+    p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser("analyze", help="profile recorded sessions without running them")
+    from loopwire.analyze import add_arguments as analyze_arguments
+
+    analyze_arguments(p)
+    p.set_defaults(func=_cmd_analyze)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.log_level)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""How run events and per-turn profiles look in a terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from loopwire.v1 import harness_pb2
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = text.replace("\n", "⏎ ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class EventPrinter:
+    """Prints each RunResponse as one readable line (text deltas are joined per turn)."""
+
+    def __init__(self, console: Console, verbose: bool = True) -> None:
+        self.console = console
+        self.verbose = verbose
+        self._text: list[str] = []
+
+    def _flush_text(self) -> None:
+        if self._text:
+            self.console.print(f"[cyan]assistant[/] {_short(''.join(self._text))}", highlight=False)
+            self._text = []
+
+    def __call__(self, event: harness_pb2.RunResponse) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "text_delta":
+            self._text.append(event.text_delta.text)
+            return
+        self._flush_text()
+        if kind == "started":
+            s = event.started
+            label = f" replay of {s.replay_source}" if s.replay_source else ""
+            self.console.print(f"[bold]session {s.session_id}[/]{label} (workspace {s.workspace or '-'})")
+        elif not self.verbose and kind not in ("completed", "failed", "approval_requested"):
+            return
+        elif kind == "tool_call_began":
+            c = event.tool_call_began.call
+            self.console.print(f"[yellow]tool[/] {c.name} {_short(c.arguments, 120)}", highlight=False)
+        elif kind == "tool_call_ended":
+            e = event.tool_call_ended
+            took = (e.finished_at_us - e.started_at_us) / 1000
+            status = "[red]error[/]" if e.is_error else f"exit {e.exit_code}"
+            self.console.print(f"  ↳ {status} in {took:.0f} ms: {_short(e.output, 100)}", highlight=False)
+        elif kind == "turn_completed":
+            p = event.turn_completed.profile
+            self.console.print(
+                f"[dim]turn {p.turn}: {p.usage.input_tokens} in ({p.usage.cached_input_tokens} cached), "
+                f"{p.usage.output_tokens} out, ttft {p.timings.ttft_us / 1000:.1f} ms, "
+                f"sent {p.bytes_sent} B, tools {p.tool_us / 1000:.0f} ms[/]"
+            )
+        elif kind == "approval_requested":
+            a = event.approval_requested
+            self.console.print(f"[magenta]approval needed[/] {a.approval_id}: {a.call.name} {_short(a.call.arguments)}")
+        elif kind == "background_task_completed":
+            b = event.background_task_completed
+            self.console.print(f"[yellow]background {b.handle} finished[/] exit {b.exit_code}")
+        elif kind == "diagnostic":
+            self.console.print(f"[red]diagnostic[/] {event.diagnostic.source}: {event.diagnostic.message}")
+        elif kind == "completed":
+            c = event.completed
+            self.console.print(f"[green]completed[/] after {c.turns} turns: {_short(c.final_text)}")
+        elif kind == "failed":
+            self.console.print(f"[red]failed[/] {event.failed.error.message}")
+
+
+def turn_table(turns: Sequence[harness_pb2.TurnProfile], title: str = "per-turn profile") -> Table:
+    table = Table(title=title)
+    for col in ("turn", "input tok", "cached tok", "output tok", "tokenized", "bytes sent",
+                "TTFT ms", "decode ms", "tools ms", "accept len"):
+        table.add_column(col, justify="right")
+    for p in turns:
+        u, t = p.usage, p.timings
+        accept = f"{u.output_tokens / u.verification_steps:.2f}" if u.verification_steps else "-"
+        table.add_row(
+            str(p.turn), str(u.input_tokens), str(u.cached_input_tokens), str(u.output_tokens),
+            str(t.tokens_tokenized), str(p.bytes_sent), f"{t.ttft_us / 1000:.1f}", f"{t.decode_us / 1000:.1f}",
+            f"{p.tool_us / 1000:.1f}", accept,
+        )
+    return table

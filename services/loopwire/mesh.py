@@ -1,0 +1,153 @@
+"""Start the three services as real subprocesses on loopback — for `loopwire up`,
+embedded replays and the end-to-end tests alike.
+
+Each service is its own process (`python -m loopwire.cli <service>`), so what runs here
+is what runs in production; the mesh waits until every one answers its health check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICES = ("inference", "gateway", "harness")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Mesh:
+    """Addresses of a running mesh and the processes behind it."""
+
+    harness: str
+    gateway: str
+    inference: list[str]
+    api_key: str
+    state_dir: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM in reverse start order (harness first), so streams drain top-down."""
+        for name in reversed(list(self.processes)):
+            proc = self.processes[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for proc in self.processes.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {address} exited with code {proc.returncode}")
+        try:
+            with grpc.insecure_channel(address) as channel:
+                reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+        except grpc.RpcError as e:
+            last = e.code().name
+        time.sleep(0.1)
+    raise TimeoutError(f"{address} not healthy after {timeout:.0f}s ({last})")
+
+
+def _pump(stream: IO[bytes], prefix: str, sink: IO[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        sink.write(f"{prefix} {raw.decode(errors='replace').rstrip()}\n")
+        sink.flush()
+
+
+def start_mesh(
+    state_dir: Path,
+    *,
+    ports: dict[str, int] | None = None,
+    inference_replicas: int = 1,
+    extra_args: dict[str, list[str]] | None = None,
+    log: IO[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Mesh:
+    """Start inference replica(s), gateway and harness; return when all are healthy.
+
+    ``log`` receives every line the services print, prefixed with the service name;
+    without it their output goes to files in ``state_dir/logs``.
+    """
+    from loopwire.gateway.auth import create_dev_config
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ports = dict(ports or {})
+    extra_args = extra_args or {}
+    auth_path = state_dir / "auth.json"
+    api_key = create_dev_config(str(auth_path))
+    inference_addrs = []
+    for i in range(inference_replicas):
+        port = ports.get("inference", 0) + i if ports.get("inference") else free_port()
+        inference_addrs.append(f"127.0.0.1:{port}")
+    gateway = f"127.0.0.1:{ports.get('gateway') or free_port()}"
+    harness = f"127.0.0.1:{ports.get('harness') or free_port()}"
+    commands: dict[str, list[str]] = {}
+    for i, addr in enumerate(inference_addrs):
+        name = "inference" if inference_replicas == 1 else f"inference-{i}"
+        commands[name] = ["inference", "--listen", addr, "--replica-id", name, *extra_args.get("inference", [])]
+    commands["gateway"] = [
+        "gateway", "--listen", gateway, "--inference", ",".join(inference_addrs),
+        "--auth-config", str(auth_path), *extra_args.get("gateway", []),
+    ]
+    commands["harness"] = [
+        "harness", "--listen", harness, "--gateway", gateway, "--state-dir", str(state_dir),
+        *extra_args.get("harness", []),
+    ]
+    proc_env = {**os.environ, **(env or {}), "LOOPWIRE_API_KEY": api_key, "PYTHONUNBUFFERED": "1"}
+    mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir)
+    (state_dir / "logs").mkdir(exist_ok=True)
+    try:
+        for name, args in commands.items():
+            out: IO[bytes] | int
+            if log is None:
+                out = open(state_dir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+            else:
+                out = subprocess.PIPE
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "loopwire.cli", *args],
+                stdout=out, stderr=subprocess.STDOUT, env=proc_env, start_new_session=True,
+            )
+            mesh.processes[name] = proc
+            if log is not None and proc.stdout is not None:
+                threading.Thread(target=_pump, args=(proc.stdout, f"[{name:>11}]", log), daemon=True).start()
+            address = args[args.index("--listen") + 1]
+            wait_healthy(address, proc=proc)
+    except BaseException:
+        mesh.stop()
+        raise
+    return mesh
+
+
+@contextlib.contextmanager
+def running_mesh(state_dir: Path, **kwargs):  # type: ignore[no-untyped-def]
+    mesh = start_mesh(state_dir, **kwargs)
+    try:
+        yield mesh
+    finally:
+        mesh.stop()

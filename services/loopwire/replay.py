@@ -1,0 +1,211 @@
+"""`loopwire replay`: recorded agent sessions through harness → gateway → inference,
+the stateful way and the naive stateless way, measured per layer side by side.
+
+Stateful: one Converse stream per session, deltas via previous_response_id, append-only
+prompts to the replica that holds the session's KV (prefix cache on).
+Stateless (the naive way, same binaries): the full transcript on a fresh connection
+every turn, tokenized in full, no session affinity, no prefix cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from loopwire.analyze import expand_paths
+from loopwire.client import RunResult, run_task
+from loopwire.common.recorded import RecordedSession, load_session
+from loopwire.v1 import harness_pb2
+
+MODES = {
+    "stateful": harness_pb2.CONVERSATION_MODE_STATEFUL,
+    "stateless": harness_pb2.CONVERSATION_MODE_STATELESS,
+}
+# What the naive way turns off below the harness (same binaries, flags only).
+STATELESS_SERVICE_ARGS = {"inference": ["--no-prefix-cache"], "gateway": ["--routing", "round-robin"]}
+
+
+@dataclass
+class ModeResult:
+    mode: str
+    runs: list[RunResult] = field(default_factory=list)
+
+    def total(self, getter) -> float:  # type: ignore[no-untyped-def]
+        return float(sum(getter(p) for r in self.runs for p in r.turns))
+
+    @property
+    def wall_s(self) -> float:
+        return sum(r.wall_s for r in self.runs)
+
+
+METRICS = [
+    ("bytes harness→gateway", lambda p: p.bytes_sent),
+    ("bytes received by gateway", lambda p: p.timings.bytes_received),
+    ("tokens tokenized", lambda p: p.timings.tokens_tokenized),
+    ("tokens gateway→inference", lambda p: p.timings.tokens_forwarded),
+    ("prefill tokens computed", lambda p: p.usage.input_tokens - p.usage.cached_input_tokens),
+    ("prefill tokens cached", lambda p: p.usage.cached_input_tokens),
+    ("output tokens", lambda p: p.usage.output_tokens),
+    ("queue ms", lambda p: p.timings.queue_us / 1000),
+    ("TTFT ms", lambda p: p.timings.ttft_us / 1000),
+    ("decode ms", lambda p: p.timings.decode_us / 1000),
+    ("gateway overhead ms", lambda p: p.timings.gateway_overhead_us / 1000),
+    ("tokenize ms", lambda p: p.timings.tokenize_us / 1000),
+    ("safety ms", lambda p: p.timings.safety_us / 1000),
+    ("tool ms", lambda p: p.tool_us / 1000),
+]
+
+
+def start_for(session: RecordedSession, mode: str, workspace: str = "") -> harness_pb2.StartTask:
+    return harness_pb2.StartTask(
+        task=session.task,
+        instructions=session.instructions,
+        workspace=workspace,
+        replay=session.replay_script(run_tools=bool(workspace)),
+        model=harness_pb2.ModelOptions(conversation_mode=MODES[mode]),
+    )
+
+
+async def replay_sessions(
+    harness: str, sessions: list[RecordedSession], mode: str, concurrency: int, progress: Progress | None = None
+) -> ModeResult:
+    result = ModeResult(mode)
+    total_turns = sum(len(s.turns) for s in sessions)
+    task = progress.add_task(f"{mode:>9}", total=total_turns) if progress else None
+    gate = asyncio.Semaphore(concurrency)
+
+    def on_event(event: harness_pb2.RunResponse) -> None:
+        if progress is not None and task is not None and event.WhichOneof("event") == "turn_completed":
+            progress.advance(task)
+
+    async def one(session: RecordedSession) -> RunResult:
+        async with gate:
+            return await run_task(harness, start_for(session, mode), on_event)
+
+    result.runs = list(await asyncio.gather(*(one(s) for s in sessions)))
+    return result
+
+
+def comparison_table(results: list[ModeResult], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("per layer (sum over sessions)")
+    for r in results:
+        table.add_column(r.mode, justify="right")
+    if len(results) == 2:
+        table.add_column(f"{results[1].mode}/{results[0].mode}", justify="right")
+    rows = [*METRICS, ("mean TTFT ms", None), ("session wall s", None)]
+    for name, getter in rows:
+        if getter is not None:
+            values = [r.total(getter) for r in results]
+        elif name == "mean TTFT ms":
+            values = [r.total(lambda p: p.timings.ttft_us / 1000) / max(1, sum(len(x.turns) for x in r.runs))
+                      for r in results]
+        else:
+            values = [r.wall_s for r in results]
+        cells = [f"{v:,.0f}" if v >= 100 else f"{v:,.2f}" for v in values]
+        if len(values) == 2:
+            cells.append(f"{values[1] / values[0]:.1f}×" if values[0] else "-")
+        table.add_row(name, *cells)
+    return table
+
+
+def plot(results: list[ModeResult], prefix: str) -> list[str]:
+    """TTFT and tokens tokenized per turn against turn index (mean over sessions), both modes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for name, getter, ylabel in (
+        ("ttft", lambda p: p.timings.ttft_us / 1000, "TTFT (ms)"),
+        ("tokenized", lambda p: p.timings.tokens_tokenized, "tokens tokenized by the gateway"),
+        ("bytes", lambda p: p.bytes_sent, "bytes sent harness → gateway"),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in results:
+            by_turn: dict[int, list[float]] = {}
+            for run in r.runs:
+                for i, p in enumerate(run.turns):
+                    by_turn.setdefault(i, []).append(getter(p))
+            xs = sorted(by_turn)
+            ax.plot(xs, [sum(by_turn[x]) / len(by_turn[x]) for x in xs], label=r.mode, marker=".")
+        ax.set_xlabel("turn index")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"replayed sessions: {ylabel} per turn")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        path = f"{prefix}_{name}.png"
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", help="recorded sessions (.traj.json, .traj, OpenAI chat JSON) or directories")
+    parser.add_argument("--mode", choices=["stateful", "stateless", "both"], default="both")
+    parser.add_argument("--harness", default="", help="a running harness; default: start an embedded mesh")
+    parser.add_argument("--concurrency", type=int, default=1, help="sessions replayed at once")
+    parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
+    parser.add_argument("--plots", default="", help="write PNG plots with this path prefix")
+    parser.add_argument("--engine", default="reference", choices=["reference", "simulated"])
+
+
+def main(args: argparse.Namespace) -> int:
+    console = Console()
+    sessions = []
+    for path in expand_paths(args.paths):
+        try:
+            s = load_session(path)
+        except ValueError as e:
+            console.print(f"[yellow]skipped[/] {e}")
+            continue
+        if args.max_turns:
+            s.turns = s.turns[: args.max_turns]
+        sessions.append(s)
+    if not sessions:
+        console.print("[red]no sessions to replay[/]")
+        return 1
+    modes = ["stateful", "stateless"] if args.mode == "both" else [args.mode]
+    console.print(
+        f"replaying {len(sessions)} recorded session(s), {sum(len(s.turns) for s in sessions)} turns, "
+        f"modes: {', '.join(modes)} (the engine emits the recorded assistant turns: labelled replay)"
+    )
+    results = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        for mode in modes:
+            results.append(asyncio.run(_replay_mode(args, sessions, mode, progress)))
+    failed = [(r.mode, run.error) for r in results for run in r.runs if not run.completed]
+    console.print(comparison_table(results, f"{len(sessions)} sessions, concurrency {args.concurrency}"))
+    if args.plots:
+        for path in plot(results, args.plots):
+            console.print(f"wrote {path}")
+    for mode, error in failed:
+        console.print(f"[red]{mode} session failed:[/] {error}")
+    return 1 if failed else 0
+
+
+async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession], mode: str,
+                       progress: Progress) -> ModeResult:
+    if args.harness:
+        return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress)
+    from loopwire.mesh import start_mesh
+
+    extra = {k: list(v) for k, v in (STATELESS_SERVICE_ARGS if mode == "stateless" else {}).items()}
+    extra.setdefault("inference", []).extend(["--engine", args.engine])
+    with tempfile.TemporaryDirectory(prefix="loopwire-replay-") as state:
+        mesh = await asyncio.to_thread(start_mesh, Path(state), extra_args=extra)
+        try:
+            return await replay_sessions(mesh.harness, sessions, mode, args.concurrency, progress)
+        finally:
+            await asyncio.to_thread(mesh.stop)

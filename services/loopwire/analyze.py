@@ -70,9 +70,10 @@ def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile
     commands: Counter[str] = Counter()
     sleeps = 0
     for turn in session.turns:
-        new_tokens = sum(len(fmt.render_group(g)) for g in group_assistant_items(pending)) + len(fmt.generation_prompt())
+        pending_tokens = sum(len(fmt.render_group(g)) for g in group_assistant_items(pending))
+        new_tokens = pending_tokens + len(fmt.generation_prompt()) + (0 if new_inputs else len(prefix))
         pending_bytes = sum(_item_bytes(i) for i in pending)
-        context += new_tokens - len(fmt.generation_prompt())
+        context += pending_tokens
         transcript_bytes += pending_bytes
         stateless_tokens += context + len(fmt.generation_prompt())
         delta_tokens += new_tokens

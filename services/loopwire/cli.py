@@ -32,8 +32,12 @@ def _env(name: str, default: str) -> str:
 
 
 def _cmd_service(args: argparse.Namespace) -> int:
+    """Service flags belong to the service module, imported only when that service starts."""
     module = importlib.import_module(SERVICE_MODULES[args.command])
-    asyncio.run(module.serve_from_args(args))
+    parser = argparse.ArgumentParser(prog=f"loopwire {args.command}")
+    module.add_arguments(parser)
+    service_args = parser.parse_args(args.service_args)
+    asyncio.run(module.serve_from_args(service_args))
     return 0
 
 
@@ -121,9 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
     sub = parser.add_subparsers(dest="command", required=True)
 
-    for name, module_name in SERVICE_MODULES.items():
-        p = sub.add_parser(name, help=f"run the {name} service")
-        importlib.import_module(module_name).add_arguments(p)
+    for name in SERVICE_MODULES:
+        p = sub.add_parser(name, help=f"run the {name} service (--help after the name lists its flags)",
+                           add_help=False)
+        p.add_argument("service_args", nargs=argparse.REMAINDER)
         p.set_defaults(func=_cmd_service)
 
     p = sub.add_parser("up", help="start all three services on loopback (embedded default)")

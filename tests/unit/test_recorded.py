@@ -1,0 +1,85 @@
+"""Importers of recorded sessions: every shared trace loads, round-trips to a replay
+script, and renders to the size DESIGN §8 reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import session_paths, trace_paths
+
+from loopwire.common.chat_format import chat_format
+from loopwire.common.recorded import load_session
+
+
+@pytest.mark.parametrize("path", trace_paths(), ids=lambda p: p.name)
+def test_every_trace_imports(path):
+    s = load_session(path)
+    assert s.task and s.turns
+    assert [t.name for t in s.tools] == sorted(t.name for t in s.tools)
+    called = {c.name for t in s.turns for c in t.calls}
+    assert called <= {t.name for t in s.tools}
+    script = s.replay_script()
+    assert len(script.turns) == len(s.turns)
+    # Every tool output answers a call of its own turn.
+    for turn in s.turns:
+        ids = {c.call_id for c in turn.calls}
+        for out in turn.tool_outputs:
+            assert out.call_id in ids
+
+
+def test_mini_swe_agent_fields_match_the_raw_file():
+    path = next(p for p in session_paths() if p.name.endswith(".traj.json"))
+    raw = json.loads(path.read_text())["messages"]
+    s = load_session(path)
+    assistants = [m for m in raw if m["role"] == "assistant"]
+    assert len(s.turns) == len(assistants)
+    assert s.turns[0].text == assistants[0]["content"]
+    assert s.turns[0].calls[0].arguments == assistants[0]["tool_calls"][0]["function"]["arguments"]
+    assert s.instructions == raw[0]["content"]
+
+
+def test_openai_chat_format(tmp_path):
+    doc = {
+        "tools": [{"type": "function", "function": {"name": "zeta", "parameters": {"type": "object"}}},
+                  {"type": "function", "function": {"name": "alpha", "description": "a"}}],
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "alpha", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "done"},
+            {"role": "user", "content": "and now?"},
+            {"role": "assistant", "content": "finished"},
+        ],
+    }
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(doc))
+    s = load_session(path)
+    assert s.format == "openai-chat" and s.instructions == "be brief" and s.task == "hi"
+    assert [t.name for t in s.tools] == ["alpha", "zeta"]
+    assert s.turns[0].calls[0].call_id == "c1"
+    kinds = [i.WhichOneof("item") for i in s.turns[0].followups]
+    assert kinds == ["function_call_output", "message"]
+    assert s.turns[1].text == "finished" and not s.turns[1].calls
+
+
+@pytest.mark.parametrize("content", ["", "[1, 2", '{"nothing": 1}', "[]"])
+def test_bad_files_raise_value_error(tmp_path, content):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError):
+        load_session(path)
+
+
+def test_full_render_matches_item_by_item_render():
+    """A render of the whole transcript equals the concatenated renders of its units."""
+    fmt = chat_format()
+    s = load_session(session_paths()[0])
+    items = s.items()
+    from loopwire.common.chat_format import group_assistant_items
+
+    pieces = fmt.render_prefix(s.instructions, s.tools)
+    for g in group_assistant_items(items):
+        pieces += fmt.render_group(g)
+    assert pieces == fmt.render_conversation(s.instructions, s.tools, items)

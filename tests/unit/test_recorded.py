@@ -7,7 +7,6 @@ import json
 
 import pytest
 from conftest import session_paths, trace_paths
-
 from loopwire.common.chat_format import chat_format
 from loopwire.common.recorded import load_session
 

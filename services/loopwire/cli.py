@@ -128,7 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SERVICE_MODULES:
         p = sub.add_parser(name, help=f"run the {name} service (--help after the name lists its flags)",
                            add_help=False)
-        p.add_argument("service_args", nargs=argparse.REMAINDER)
         p.set_defaults(func=_cmd_service)
 
     p = sub.add_parser("up", help="start all three services on loopback (embedded default)")
@@ -164,7 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.command in SERVICE_MODULES:
+        args.service_args = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     _setup_logging(args.log_level)
     return int(args.func(args) or 0)
 

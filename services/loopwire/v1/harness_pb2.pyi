@@ -611,11 +611,23 @@ class TurnProfile(_message.Message):
     BYTES_SENT_FIELD_NUMBER: _builtins.int
     WALL_US_FIELD_NUMBER: _builtins.int
     TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    HARNESS_TTFT_US_FIELD_NUMBER: _builtins.int
+    ITEMS_SENT_FIELD_NUMBER: _builtins.int
+    FULL_REQUEST_FIELD_NUMBER: _builtins.int
+    RESENDS_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
     tool_us: _builtins.int
     bytes_sent: _builtins.int
     wall_us: _builtins.int
     tool_calls: _builtins.int
+    harness_ttft_us: _builtins.int
+    """Time from sending the request to the first streamed output, measured by the harness."""
+    items_sent: _builtins.int
+    """Transcript items carried by this turn's request(s)."""
+    full_request: _builtins.bool
+    """The request carried the whole transcript (first turn, stateless mode or a resend)."""
+    resends: _builtins.int
+    """Full resends after PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream)."""
     @_builtins.property
     def usage(self) -> _common_pb2.Usage: ...
     @_builtins.property
@@ -630,10 +642,14 @@ class TurnProfile(_message.Message):
         bytes_sent: _builtins.int = ...,
         wall_us: _builtins.int = ...,
         tool_calls: _builtins.int = ...,
+        harness_ttft_us: _builtins.int = ...,
+        items_sent: _builtins.int = ...,
+        full_request: _builtins.bool = ...,
+        resends: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_sent", b"bytes_sent", "timings", b"timings", "tool_calls", b"tool_calls", "tool_us", b"tool_us", "turn", b"turn", "usage", b"usage", "wall_us", b"wall_us"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_sent", b"bytes_sent", "full_request", b"full_request", "harness_ttft_us", b"harness_ttft_us", "items_sent", b"items_sent", "resends", b"resends", "timings", b"timings", "tool_calls", b"tool_calls", "tool_us", b"tool_us", "turn", b"turn", "usage", b"usage", "wall_us", b"wall_us"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,174 @@
+"""The harness's side of `GatewayService.Converse`.
+
+Stateful (default): one stream per session; after the first request only the new items go
+up with `previous_response_id`, and PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream) gets
+one full resend. Stateless: the naive way, kept to measure against: the whole transcript,
+`no_store`, on a fresh channel and stream every turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from loopwire.common import telemetry
+from loopwire.common.errors import Code
+from loopwire.common.grpc_server import insecure_channel
+from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+
+class GatewayError(Exception):
+    """The model call failed; ``error`` says why, in the shared Error vocabulary."""
+
+    def __init__(self, error: common_pb2.Error) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class ModelTurn:
+    response_id: str = ""
+    output: list[common_pb2.Item] = field(default_factory=list)
+    finish_reason: int = 0
+    usage: common_pb2.Usage = field(default_factory=common_pb2.Usage)
+    timings: common_pb2.Timings = field(default_factory=common_pb2.Timings)
+    bytes_sent: int = 0
+    items_sent: int = 0
+    full_request: bool = False
+    resends: int = 0
+    ttft_us: int = 0
+    diagnostics: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for i in self.output if i.WhichOneof("item") == "message" for p in i.message.content)
+
+    @property
+    def calls(self) -> list[common_pb2.FunctionCall]:
+        return [i.function_call for i in self.output if i.WhichOneof("item") == "function_call"]
+
+
+EventHandler = Callable[[gateway_pb2.ConverseResponse], None]
+_OUTPUT_EVENTS = ("text_delta", "tool_call_started", "tool_call_done")
+
+
+class Conversation:
+    """One session's link to the gateway; remembers what the gateway already holds."""
+
+    def __init__(self, target: str, api_key: str, *, stateful: bool, last_response_id: str = "",
+                 held_items: int = 0) -> None:
+        self.target = target
+        self.metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        self.stateful = stateful
+        # The gateway holds the transcript up to `held_items` under `last_response_id`.
+        self.last_response_id = last_response_id if stateful else ""
+        self.held_items = held_items if stateful else 0
+        self._channel: grpc.aio.Channel | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+
+    async def respond(self, base: gateway_pb2.CreateResponse, transcript: Sequence[common_pb2.Item],
+                      on_event: EventHandler) -> ModelTurn:
+        """Ask for one response to ``transcript``; ``on_event`` sees every streamed event."""
+        turn = ModelTurn()
+        use_delta = bool(self.last_response_id) and self.held_items <= len(transcript)
+        for attempt in range(2):
+            request = gateway_pb2.CreateResponse()
+            request.CopyFrom(base)
+            if use_delta:
+                # Only what is new: the gateway inherits model, instructions and tools.
+                request.previous_response_id = self.last_response_id
+                for name in ("model", "instructions", "tools"):
+                    request.ClearField(name)
+                request.input.extend(transcript[self.held_items:])
+            else:
+                request.input.extend(transcript)
+                request.no_store = not self.stateful
+            turn.full_request = not use_delta
+            turn.items_sent += len(request.input)
+            try:
+                await self._exchange(request, turn, on_event)
+                break
+            except GatewayError as e:
+                code = e.error.code
+                lost_state = code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND and use_delta
+                # Resend only while nothing streamed yet: tools may already run on streamed calls.
+                broken = code == Code.ERROR_CODE_UNAVAILABLE and not turn.ttft_us
+                if attempt or not (lost_state or broken):
+                    raise
+                turn.diagnostics.append(f"{Code.Name(e.error.code)}: {e.error.message}; resending in full")
+                turn.resends += 1
+                use_delta = False
+        if self.stateful:
+            self.last_response_id = turn.response_id
+            self.held_items = len(transcript) + len(turn.output)
+        return turn
+
+    async def _exchange(self, request: gateway_pb2.CreateResponse, turn: ModelTurn, on_event: EventHandler) -> None:
+        message = gateway_pb2.ConverseRequest(create_response=request)
+        call = await self._stream()
+        sent_at = time.perf_counter_ns()
+        try:
+            await call.write(message)
+            turn.bytes_sent += message.ByteSize()
+            if not self.stateful:
+                await call.done_writing()
+            while True:
+                event = await call.read()
+                if event is grpc.aio.EOF:
+                    await self.close()
+                    raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE, retryable=True,
+                                                        message="the gateway closed the stream mid-response"))
+                kind = event.WhichOneof("event")
+                if kind in _OUTPUT_EVENTS and not turn.ttft_us:
+                    turn.ttft_us = (time.perf_counter_ns() - sent_at) // 1000
+                if kind == "created":
+                    turn.response_id = event.created.response_id
+                elif kind == "cache_break":
+                    cb = event.cache_break
+                    turn.diagnostics.append(f"cache break at item {cb.first_differing_item}: {cb.reason}")
+                elif kind == "failed":
+                    raise GatewayError(event.failed.error)
+                on_event(event)
+                if kind == "completed":
+                    done = event.completed
+                    turn.output = list(done.output)
+                    turn.finish_reason, turn.usage, turn.timings = done.finish_reason, done.usage, done.timings
+                    turn.response_id = turn.response_id or event.response_id
+                    return
+        except grpc.aio.AioRpcError as e:
+            await self.close()
+            code = e.code()
+            ours = {grpc.StatusCode.UNAUTHENTICATED: Code.ERROR_CODE_PERMISSION_DENIED,
+                    grpc.StatusCode.PERMISSION_DENIED: Code.ERROR_CODE_PERMISSION_DENIED,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED: Code.ERROR_CODE_RESOURCE_EXHAUSTED,
+                    grpc.StatusCode.INVALID_ARGUMENT: Code.ERROR_CODE_INVALID_ARGUMENT}
+            raise GatewayError(common_pb2.Error(code=ours.get(code, Code.ERROR_CODE_UNAVAILABLE),
+                                                message=f"gateway {code.name}: {e.details()}")) from None
+        except GatewayError:
+            raise  # an in-stream error: the stream stays usable
+        except BaseException:
+            await self.close()  # cancelled mid-response: dropping the stream stops the generation
+            raise
+        finally:
+            if not self.stateful:
+                await self.close()
+
+    async def _stream(self) -> grpc.aio.StreamStreamCall:
+        if self._call is None:
+            self._channel = insecure_channel(self.target)
+            trace_context: dict[str, str] = {}
+            telemetry.inject(trace_context)  # the gateway's stream span joins the turn that opened it
+            self._call = gateway_pb2_grpc.GatewayServiceStub(self._channel).Converse(
+                metadata=(*self.metadata, *trace_context.items()))
+        return self._call
+
+    async def close(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None

@@ -1,0 +1,423 @@
+"""The agent loop of one session: model call, tools as their calls stream in, repeat.
+
+Durability first: the task, each response's output and each tool output (in call order) are
+committed before the next model call, so a restart resumes with the same transcript. A call
+that needs approval suspends the turn into `pending_calls`; an answer resumes it, in this
+process or a later one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+
+from loopwire.common import telemetry
+from loopwire.common.errors import Code
+from loopwire.harness import approvals, tools
+from loopwire.harness.approvals import Verdict
+from loopwire.harness.background import BackgroundTasks
+from loopwire.harness.config import HarnessConfig
+from loopwire.harness.conversation import Conversation, EventHandler, GatewayError, ModelTurn
+from loopwire.harness.replay import ReplayPlan
+from loopwire.harness.sandbox import Sandbox, now_us
+from loopwire.harness.store import Decision, PendingCall, SessionStore, Status, StoredSession
+from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2
+
+log = logging.getLogger("loopwire.harness")
+
+Emit = Callable[[harness_pb2.RunResponse], None]
+
+
+class Step(Enum):
+    CONTINUE = "continue"
+    FINAL = "final"
+    SUSPENDED = "suspended"
+
+
+def user_message(text: str) -> common_pb2.Item:
+    return common_pb2.Item(message=common_pb2.Message(
+        role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=text)]))
+
+
+def output_item(out: common_pb2.FunctionCallOutput) -> common_pb2.Item:
+    return common_pb2.Item(function_call_output=out)
+
+
+def add_usage(total: common_pb2.Usage, more: common_pb2.Usage) -> None:
+    for f in ("input_tokens", "cached_input_tokens", "output_tokens", "draft_tokens_proposed",
+              "draft_tokens_accepted", "verification_steps"):
+        setattr(total, f, getattr(total, f) + getattr(more, f))
+
+
+def busy_us(intervals: list[tuple[int, int]]) -> int:
+    """Time during which at least one tool ran (parallel calls are not double counted)."""
+    total, end = 0, 0
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+class SessionRun:
+    """Runs one session until it completes, fails, is cancelled or waits for approval."""
+
+    def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox, stored: StoredSession,
+                 emit: Emit) -> None:
+        self.config, self.store, self.sandbox = config, store, sandbox
+        self.stored = stored
+        self.session_id = stored.session.session_id
+        self.start = stored.start
+        self.items = list(stored.items)
+        self.turn_count = stored.session.turn_count
+        self.workspace = Path(stored.session.workspace)
+        self.replay = ReplayPlan(self.start.replay) if self.start.replay.turns else None
+        self.background = BackgroundTasks()
+        self.tool_context = tools.ToolContext(self.workspace, sandbox, self.background, config.shell_timeout,
+                                              config.background_after)
+        self.conversation = Conversation(
+            config.gateway, config.api_key,
+            stateful=self.start.model.conversation_mode != harness_pb2.CONVERSATION_MODE_STATELESS,
+            last_response_id=stored.last_response_id, held_items=stored.held_items)
+        self.inbox: list[str] = []
+        self.usage = common_pb2.Usage()
+        self.final_text = ""
+        self.cancel_status: int = Status.SESSION_STATUS_CANCELLED
+        self._emit = emit
+        self._started_ns = time.perf_counter_ns()
+        self._path_locks: dict[str, asyncio.Lock] = {}
+
+    def emit(self, **event: object) -> None:
+        self._emit(harness_pb2.RunResponse(session_id=self.session_id, **event))  # type: ignore[arg-type]
+
+    async def _store(self, fn: Callable[..., object], *args: object, **kwargs: object) -> None:
+        await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def append(self, items: list[common_pb2.Item], *, new_turn: bool = False) -> None:
+        if not items:
+            return
+        await self._store(self.store.append, self.session_id, items, first_seq=len(self.items), new_turn=new_turn)
+        self.items.extend(items)
+
+    # -- the run ---------------------------------------------------------------------
+
+    async def run(self, *, resumed: bool) -> None:
+        self.emit(started=harness_pb2.RunStarted(
+            session_id=self.session_id, resumed=resumed, items=len(self.items), workspace=str(self.workspace),
+            replay_source=self.start.replay.source if self.replay else ""))
+        if self.sandbox.unavailable_reason and (not self.replay or self.replay.run_tools):
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="sandbox", message=self.sandbox.unavailable_reason))
+        try:
+            await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_RUNNING)
+            if await self._settle_open_turn() is Step.SUSPENDED:
+                return
+            await self._loop()
+        except asyncio.CancelledError:
+            self.store.set_status(self.session_id, self.cancel_status)
+            self.emit(failed=harness_pb2.RunFailed(error=common_pb2.Error(
+                code=Code.ERROR_CODE_CANCELLED, message="run cancelled; resume the session to continue")))
+            raise
+        except GatewayError as e:
+            await self._fail(e.error)
+        except Exception as e:  # the harness must outlive any one session's bug
+            log.exception("session %s failed", self.session_id)
+            await self._fail(common_pb2.Error(code=Code.ERROR_CODE_INTERNAL, message=f"{type(e).__name__}: {e}"))
+        finally:
+            self.background.kill_all()
+            await self.conversation.close()
+
+    async def _fail(self, error: common_pb2.Error) -> None:
+        await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_FAILED, error.message)
+        self.emit(failed=harness_pb2.RunFailed(error=error))
+
+    async def _loop(self) -> None:
+        max_turns = self.start.max_turns or self.config.max_turns
+        while True:
+            await self._deliver_pushed_items()
+            if self.turn_count >= max_turns or (self.replay and self.turn_count >= len(self.replay.turns)):
+                reason = "max_turns reached" if self.turn_count >= max_turns else "the replay script ran out of turns"
+                self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=f"stopped: {reason}"))
+                return await self._complete()
+            step = await self._turn()
+            if step is Step.SUSPENDED:
+                return
+            if step is Step.FINAL and not self.inbox:
+                if not self.background.running:
+                    return await self._complete()
+                await self.background.next_completion()  # the model is told when it finishes
+
+    async def _complete(self) -> None:
+        await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_COMPLETED)
+        self.emit(completed=harness_pb2.RunCompleted(
+            final_text=self.final_text, turns=self.turn_count, usage=self.usage,
+            wall_us=(time.perf_counter_ns() - self._started_ns) // 1000))
+
+    async def _deliver_pushed_items(self) -> None:
+        """Append finished background commands and queued user messages before the next call."""
+        items = []
+        for task in self.background.undelivered():
+            r = task.result
+            exit_code, text = (r.exit_code, r.output.text) if r else (-1, "(no result: the command was stopped)")
+            self.emit(background_task_completed=harness_pb2.BackgroundTaskCompleted(
+                handle=task.handle, exit_code=exit_code, output=text))
+            items.append(user_message(f"[background command {task.handle} finished with exit code {exit_code}]\n"
+                                      f"$ {task.command}\n{text}"))
+        items += [user_message(text) for text in self.inbox]
+        self.inbox.clear()
+        await self.append(items)
+
+    # -- one turn --------------------------------------------------------------------
+
+    def _request(self) -> gateway_pb2.CreateResponse:
+        opts = self.start.model
+        tool_names = [t.name for t in self.stored.tools]
+        if self.replay:
+            tool_names = [self.replay.map_name(n) for n in tool_names]
+        request = gateway_pb2.CreateResponse(
+            model=opts.model, instructions=self.stored.instructions, tools=self.stored.tools, sampling=opts.sampling,
+            retention_seconds=self.config.approval_retention
+            if approvals.may_ask(self.start.approval_policy, tool_names) else 0)
+        if self.replay:
+            request.replay.CopyFrom(self.replay.turns[self.turn_count].output)
+        return request
+
+    async def _turn(self) -> Step:
+        turn_no = self.turn_count + 1
+        started = time.perf_counter_ns()
+        running = TurnTools(self, turn_no)
+
+        def on_event(event: gateway_pb2.ConverseResponse) -> None:
+            kind = event.WhichOneof("event")
+            if kind == "text_delta":
+                self.emit(text_delta=harness_pb2.RunTextDelta(turn=turn_no, text=event.text_delta.text))
+            elif kind == "tool_call_done":
+                running.start(event.tool_call_done.call)
+            elif kind == "safety" and not event.safety.allowed:
+                verdict = event.safety
+                self.emit(diagnostic=harness_pb2.RunDiagnostic(
+                    source="gateway safety", message=f"{verdict.category} {verdict.detail}".strip()))
+
+        with telemetry.turn_span(self.session_id, turn_no, self.start.model.model) as span:
+            try:
+                step, model = await self._turn_body(turn_no, running, on_event, started)
+            except BaseException:
+                running.cancel()  # kills the turn's processes when the run is cancelled
+                raise
+            span.set_usage(model.usage)
+            span.finish(model.finish_reason)
+            return step
+
+    async def _turn_body(self, turn_no: int, running: TurnTools, on_event: EventHandler,
+                         started: int) -> tuple[Step, ModelTurn]:
+        model = await self.conversation.respond(self._request(), self.items, on_event)
+        for note in model.diagnostics:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=note))
+        await self.append(model.output, new_turn=True)
+        self.turn_count += 1
+        await self._store(self.store.set_conversation, self.session_id, self.conversation.last_response_id,
+                          self.conversation.held_items)
+        add_usage(self.usage, model.usage)
+        calls = model.calls
+        step = Step.FINAL
+        if calls:
+            step = await running.finish(calls)
+        else:
+            self.final_text = model.text
+        profile = harness_pb2.TurnProfile(
+            turn=turn_no, usage=model.usage, timings=model.timings, tool_us=busy_us(running.intervals),
+            bytes_sent=model.bytes_sent, wall_us=(time.perf_counter_ns() - started) // 1000, tool_calls=len(calls),
+            harness_ttft_us=model.ttft_us, items_sent=model.items_sent, full_request=model.full_request,
+            resends=model.resends)
+        await self._store(self.store.add_turn, self.session_id, profile)
+        self.emit(turn_completed=harness_pb2.TurnCompleted(profile=profile))
+        for request in running.requested:  # last: the stream of a suspended run ends here
+            self.emit(approval_requested=request)
+        return step, model
+
+    # -- resuming --------------------------------------------------------------------
+
+    async def _settle_open_turn(self) -> Step:
+        """Finish a turn a previous run left open: approvals, or tools a crash interrupted."""
+        pending = self.stored.pending
+        if pending:
+            waiting = [p for p in pending if p.decision == Decision.PENDING]
+            if waiting:
+                await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_AWAITING_APPROVAL)
+                for p in waiting:
+                    self.emit(approval_requested=harness_pb2.ApprovalRequested(approval_id=p.approval_id, call=p.call))
+                return Step.SUSPENDED
+            running = TurnTools(self, self.turn_count)
+            running.calls = self.last_turn_calls()
+            for p in pending:
+                if p.result is None:
+                    running.start(p.call, verdict=Verdict.RUN)
+            outputs = [p.result if p.result is not None else await running.result(p.call) for p in pending]
+            for out in outputs:
+                await self.append([output_item(out)])
+            await self.append(running.recorded_messages())
+            await self._store(self.store.clear_pending, self.session_id)
+            return Step.CONTINUE
+        answered = {i.function_call_output.call_id for i in self.items if i.WhichOneof("item") == "function_call_output"}
+        open_calls = [i.function_call for i in self.items
+                      if i.WhichOneof("item") == "function_call" and i.function_call.call_id not in answered]
+        if open_calls:
+            if self.replay and not self.replay.run_tools:
+                await self.append(self.replay.followups(self.turn_count - 1, self.last_turn_calls()))
+            else:
+                await self.append([output_item(common_pb2.FunctionCallOutput(
+                    call_id=c.call_id, is_error=True,
+                    output="error: the harness restarted while this call ran; its result is lost "
+                           "(it may or may not have taken effect)")) for c in open_calls])
+        return Step.CONTINUE
+
+    def last_turn_calls(self) -> list[common_pb2.FunctionCall]:
+        calls: list[common_pb2.FunctionCall] = []
+        for item in reversed(self.items):
+            kind = item.WhichOneof("item")
+            if kind == "function_call":
+                calls.insert(0, item.function_call)
+            elif kind != "function_call_output":
+                break
+        return calls
+
+    def new_approval_id(self) -> str:
+        return f"appr_{uuid.uuid4().hex[:16]}"
+
+    def path_lock(self, call: common_pb2.FunctionCall) -> contextlib.AbstractAsyncContextManager[object]:
+        """Edits of one file run in call order; everything else runs in parallel."""
+        if call.name != "edit_file":
+            return contextlib.nullcontext()
+        try:
+            path = str(json.loads(call.arguments).get("path", ""))
+        except (ValueError, AttributeError):
+            return contextlib.nullcontext()
+        return self._path_locks.setdefault(path, asyncio.Lock())
+
+
+class TurnTools:
+    """The tool calls of one turn: started as soon as each call is complete in the stream,
+    run in parallel, their outputs appended in call order."""
+
+    def __init__(self, run: SessionRun, turn_no: int) -> None:
+        self.run = run
+        self.turn_no = turn_no
+        self.tasks: dict[str, asyncio.Task[common_pb2.FunctionCallOutput]] = {}
+        self.awaiting: dict[str, str] = {}  # call_id -> approval_id
+        self.intervals: list[tuple[int, int]] = []
+        self.calls: list[common_pb2.FunctionCall] = []  # all calls of the turn, once known
+        self.requested: list[harness_pb2.ApprovalRequested] = []  # stored; announced after the profile
+        self._followup_turn = turn_no - 1  # the replay turn whose recorded followups apply
+
+    @property
+    def recorded_only(self) -> bool:
+        return bool(self.run.replay and not self.run.replay.run_tools)
+
+    def start(self, call: common_pb2.FunctionCall, verdict: Verdict | None = None) -> None:
+        if call.call_id in self.tasks or call.call_id in self.awaiting or self.recorded_only:
+            return
+        replay = self.run.replay
+        mapped = replay.map_call(call) if replay else call
+        if replay and mapped.name not in tools.TOOLS:
+            return  # a recorded tool the harness does not have: its recorded output is used
+        verdict = verdict or approvals.verdict(self.run.start.approval_policy, mapped)
+        if verdict is Verdict.ASK:
+            self.awaiting[call.call_id] = self.run.new_approval_id()
+            return
+        self.tasks[call.call_id] = asyncio.ensure_future(self._execute(call, mapped, verdict))
+
+    async def _execute(self, call: common_pb2.FunctionCall, mapped: common_pb2.FunctionCall,
+                       verdict: Verdict) -> common_pb2.FunctionCallOutput:
+        began = now_us()
+        self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=began))
+        if verdict is Verdict.REFUSE:
+            outcome = tools.ToolOutcome("error: refused by the approval policy (this call needs more than the "
+                                        "sandbox allows)", is_error=True, exit_code=126)
+        else:
+            with telemetry.tool_span(mapped.name, call.call_id):
+                async with self.run.path_lock(mapped):
+                    outcome = await tools.execute(mapped, self.run.tool_context)
+        ended = now_us()
+        self.intervals.append((began, ended))
+        self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
+            turn=self.turn_no, call_id=call.call_id, name=call.name, output=outcome.output,
+            exit_code=outcome.exit_code, is_error=outcome.is_error, truncated=outcome.truncated,
+            started_at_us=began, finished_at_us=ended, handle=outcome.handle))
+        return common_pb2.FunctionCallOutput(call_id=call.call_id, output=outcome.output, is_error=outcome.is_error)
+
+    async def result(self, call: common_pb2.FunctionCall) -> common_pb2.FunctionCallOutput:
+        task = self.tasks.get(call.call_id)
+        if task is not None:
+            return await task
+        recorded = self._recorded_outputs().get(call.call_id)
+        if recorded is None:
+            recorded = common_pb2.FunctionCallOutput(call_id=call.call_id, is_error=True,
+                                                     output=f"error: unknown tool `{call.name}`")
+        now = now_us()
+        self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=now))
+        self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
+            turn=self.turn_no, call_id=call.call_id, name=call.name, output=recorded.output,
+            is_error=recorded.is_error, started_at_us=now, finished_at_us=now))
+        return recorded
+
+    def _recorded_outputs(self) -> dict[str, common_pb2.FunctionCallOutput]:
+        replay = self.run.replay
+        if not replay:
+            return {}
+        items = replay.followups(self._followup_turn, self.calls)
+        return {i.function_call_output.call_id: i.function_call_output
+                for i in items if i.WhichOneof("item") == "function_call_output"}
+
+    def recorded_messages(self) -> list[common_pb2.Item]:
+        """The recorded user messages that followed this turn's tool outputs (replay)."""
+        if not self.run.replay:
+            return []
+        return [i for i in self.run.replay.followups(self._followup_turn, []) if i.WhichOneof("item") == "message"]
+
+    async def finish(self, calls: list[common_pb2.FunctionCall]) -> Step:
+        """Append the outputs in call order; suspend the turn if a call waits for approval."""
+        self.calls = calls
+        if self.recorded_only:
+            assert self.run.replay
+            for item in self.run.replay.followups(self._followup_turn, calls):
+                if item.WhichOneof("item") == "function_call_output":
+                    out = item.function_call_output
+                    call = next((c for c in calls if c.call_id == out.call_id), common_pb2.FunctionCall())
+                    now = now_us()
+                    self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call,
+                                                                             started_at_us=now))
+                    self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
+                        turn=self.turn_no, call_id=out.call_id, name=call.name, output=out.output,
+                        is_error=out.is_error, started_at_us=now, finished_at_us=now))
+            await self.run.append(self.run.replay.followups(self._followup_turn, calls))
+            return Step.CONTINUE
+        for call in calls:
+            self.start(call)  # calls the gateway did not stream as ToolCallDone
+        for n, call in enumerate(calls):
+            if call.call_id in self.awaiting:
+                return await self._suspend(calls[n:])
+            await self.run.append([output_item(await self.result(call))])
+        await self.run.append(self.recorded_messages())
+        return Step.CONTINUE
+
+    async def _suspend(self, rest: list[common_pb2.FunctionCall]) -> Step:
+        pending = []
+        for offset, call in enumerate(rest):
+            approval_id = self.awaiting.get(call.call_id, "")
+            result = None if approval_id else await self.result(call)
+            decision = Decision.PENDING if approval_id else Decision.NONE
+            pending.append(PendingCall(offset, call, approval_id, decision, result))
+        await self.run._store(self.run.store.save_pending, self.run.session_id, pending)
+        self.requested = [harness_pb2.ApprovalRequested(approval_id=p.approval_id, call=p.call)
+                          for p in pending if p.approval_id]
+        return Step.SUSPENDED
+
+    def cancel(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()

@@ -1,0 +1,77 @@
+"""`loopwire harness`: flags and startup of the harness service."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from loopwire.common import grpc_server, telemetry
+from loopwire.harness.config import HarnessConfig
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.service import HarnessService
+from loopwire.harness.store import SessionStore
+from loopwire.v1 import harness_pb2, harness_pb2_grpc
+
+log = logging.getLogger("loopwire.harness")
+
+
+def _env(flag: str, default: str) -> str:
+    return os.environ.get(f"LOOPWIRE_{flag.upper().replace('-', '_')}", default)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50051"), help="host:port (port 0 = any)")
+    parser.add_argument("--gateway", default=_env("gateway", "127.0.0.1:50052"), help="gateway host:port")
+    parser.add_argument("--api-key", default=_env("api-key", ""), help="sent as `authorization: Bearer <key>`")
+    parser.add_argument("--state-dir", default=_env("state-dir", ".state"))
+    parser.add_argument("--db", default=_env("db", ""), help="SQLite file (default <state-dir>/harness.db)")
+    parser.add_argument("--workspace-root", default=_env("workspace-root", ""),
+                        help="where fresh workspaces go (default <state-dir>/workspaces)")
+    parser.add_argument("--shell-timeout", type=float, default=float(_env("shell-timeout", "120")),
+                        help="seconds before a shell command is killed (a call may ask for another limit)")
+    parser.add_argument("--background-after", type=float, default=float(_env("background-after", "30")),
+                        help="seconds after which a running command detaches into a handle")
+    parser.add_argument("--output-limit", type=int, default=int(_env("output-limit", "16384")),
+                        help="bytes of tool output kept (head + tail)")
+    parser.add_argument("--approval-retention", type=int, default=int(_env("approval-retention", "900")),
+                        help="seconds of KV retention asked for while a call may wait for approval")
+    parser.add_argument("--max-turns", type=int, default=int(_env("max-turns", "200")),
+                        help="turns per run when the task does not say")
+
+
+def config_from_args(args: argparse.Namespace) -> HarnessConfig:
+    state = Path(args.state_dir)
+    return HarnessConfig(
+        gateway=args.gateway, api_key=args.api_key,
+        workspace_root=Path(args.workspace_root) if args.workspace_root else state / "workspaces",
+        shell_timeout=args.shell_timeout, background_after=args.background_after, output_limit=args.output_limit,
+        approval_retention=args.approval_retention, max_turns=args.max_turns)
+
+
+def build(config: HarnessConfig, db: Path) -> tuple[HarnessService, SessionStore]:
+    """The servicer with its store and a probed sandbox (shared by the server and in-process tests)."""
+    store = SessionStore(db)
+    interrupted = store.mark_interrupted()
+    if interrupted:
+        log.info("%d session(s) were running when the harness stopped; resume them with ResumeSession", interrupted)
+    sandbox = Sandbox(output_limit=config.output_limit)
+    config.workspace_root.mkdir(parents=True, exist_ok=True)
+    if reason := sandbox.probe(config.workspace_root / ".sandbox-probe"):
+        log.error("SANDBOX UNAVAILABLE: %s", reason)
+    return HarnessService(config, store, sandbox), store
+
+
+async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
+    config = config_from_args(args)
+    service, store = build(config, Path(args.db) if args.db else Path(args.state_dir) / "harness.db")
+    server = grpc_server.make_server(telemetry.server_interceptors())
+    harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, server)
+    name = harness_pb2.DESCRIPTOR.services_by_name["HarnessService"].full_name
+
+    async def on_stop() -> None:
+        store.close()
+
+    await grpc_server.serve(server, args.listen, [name], ready=ready, on_stop=on_stop)

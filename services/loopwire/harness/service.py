@@ -1,0 +1,239 @@
+"""HarnessService: Run streams, GetSession, ListSessions.
+
+Runs belong to the harness, not to a stream: a stream starts or resumes sessions and
+receives their events; when the client goes away its runs stop as INTERRUPTED (resumable).
+A half-closed stream stays open until every run it drives has completed, failed or suspended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from loopwire.common.errors import RequestError, invalid
+from loopwire.harness import tools, validation
+from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
+from loopwire.harness.loop import SessionRun, user_message
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.store import Decision, SessionStore, Status
+from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
+
+log = logging.getLogger("loopwire.harness")
+
+_REQUESTS_DONE = object()
+_RUN_ENDED = object()
+_RESUMABLE = {Status.SESSION_STATUS_INTERRUPTED, Status.SESSION_STATUS_FAILED, Status.SESSION_STATUS_CANCELLED,
+              Status.SESSION_STATUS_RUNNING, Status.SESSION_STATUS_AWAITING_APPROVAL}
+
+
+@dataclass
+class ActiveRun:
+    run: SessionRun
+    task: asyncio.Task[None]
+
+
+class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
+    def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox) -> None:
+        self.config, self.store, self.sandbox = config, store, sandbox
+        self.active: dict[str, ActiveRun] = {}
+        self.sequences: dict[str, int] = {}
+
+    async def Run(  # noqa: N802 - gRPC method name
+        self, request_iterator: AsyncIterator[harness_pb2.RunRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[harness_pb2.RunResponse]:
+        stream = RunStream(self)
+        async for event in stream.serve(request_iterator):
+            yield event
+
+    async def GetSession(  # noqa: N802
+        self, request: harness_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> harness_pb2.GetSessionResponse:
+        if not request.session_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
+        stored = await asyncio.to_thread(self.store.load, request.session_id)
+        if stored is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"session_id: no session {request.session_id!r}")
+        assert stored is not None
+        return harness_pb2.GetSessionResponse(session=stored.session, instructions=stored.instructions,
+                                              tools=stored.tools, items=stored.items, turns=stored.turns)
+
+    async def ListSessions(  # noqa: N802
+        self, request: harness_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> harness_pb2.ListSessionsResponse:
+        page_size = min(request.page_size or 50, 1000)
+        try:
+            sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token)
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_token: {e}")
+        return harness_pb2.ListSessionsResponse(sessions=sessions, next_page_token=token)
+
+    def cancel(self, session_id: str, status: int) -> bool:
+        active = self.active.get(session_id)
+        if active is None:
+            return False
+        active.run.cancel_status = status
+        active.task.cancel()
+        return True
+
+
+class RunStream:
+    """One Run call: dispatches its requests and merges the events of the runs it drives."""
+
+    def __init__(self, service: HarnessService) -> None:
+        self.service = service
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.runs: set[str] = set()
+
+    async def serve(self, requests: AsyncIterator[harness_pb2.RunRequest]) -> AsyncIterator[harness_pb2.RunResponse]:
+        reader = asyncio.ensure_future(self._read(requests))
+        requests_done = False
+        try:
+            while True:
+                event = await self.queue.get()
+                if event is _REQUESTS_DONE:
+                    requests_done = True
+                elif event is not _RUN_ENDED:
+                    yield event  # type: ignore[misc]
+                if requests_done and not self.runs and self.queue.empty():
+                    return
+        finally:
+            reader.cancel()
+            for session_id in list(self.runs):
+                self.service.cancel(session_id, Status.SESSION_STATUS_INTERRUPTED)
+
+    async def _read(self, requests: AsyncIterator[harness_pb2.RunRequest]) -> None:
+        try:
+            async for request in requests:
+                try:
+                    await self._handle(request)
+                except RequestError as e:
+                    self._emit(harness_pb2.RunResponse(session_id=_session_of(request),
+                                                       failed=harness_pb2.RunFailed(error=e.to_proto())))
+        finally:
+            self.queue.put_nowait(_REQUESTS_DONE)
+
+    def _emit(self, event: harness_pb2.RunResponse) -> None:
+        if event.session_id:
+            seq = self.service.sequences.get(event.session_id, 0) + 1
+            self.service.sequences[event.session_id] = seq
+            event.sequence = seq
+        self.queue.put_nowait(event)
+
+    async def _handle(self, request: harness_pb2.RunRequest) -> None:
+        kind = validation.action(request)
+        if kind == "start":
+            await self._start(request.start)
+        elif kind == "resume":
+            sid = validation.session_id(request.resume.session_id, "resume.session_id")
+            session = await self._load_idle(sid, "resume.session_id")
+            if session.status not in _RESUMABLE:
+                raise invalid("resume.session_id", f"session is {Status.Name(session.status)}; "
+                                         "add a user message to continue it")
+            await self._launch(sid, resumed=True)
+        elif kind == "approval":
+            await self._decide(request.approval)
+        elif kind == "user_message":
+            msg = request.user_message
+            sid = validation.session_id(msg.session_id, "user_message.session_id")
+            if not msg.text.strip():
+                raise invalid("user_message.text", "required")
+            if sid in self.service.active:
+                self.service.active[sid].run.inbox.append(msg.text)
+                return
+            session = await self._load_idle(sid, "user_message.session_id")
+            if session.status == Status.SESSION_STATUS_AWAITING_APPROVAL:
+                raise invalid("user_message.session_id", "session waits for an approval decision")
+            await asyncio.to_thread(self.service.store.append, sid, [user_message(msg.text)],
+                                    first_seq=session.item_count)
+            await self._launch(sid, resumed=True)
+        else:
+            sid = validation.session_id(request.cancel.session_id, "cancel.session_id")
+            if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED):
+                raise invalid("cancel.session_id", "no run of this session is in progress")
+
+    async def _load_idle(self, sid: str, field: str) -> harness_pb2.Session:
+        if sid in self.service.active:
+            raise invalid(field, "session is already running")
+        stored = await asyncio.to_thread(self.service.store.load, sid)
+        if stored is None:
+            raise validation.not_found(field, f"session {sid!r}")
+        return stored.session
+
+    async def _start(self, start: harness_pb2.StartTask) -> None:
+        validation.start_task(start)
+        config, store = self.service.config, self.service.store
+        sid = start.session_id or f"s_{uuid.uuid4().hex[:20]}"
+        if await asyncio.to_thread(store.exists, sid):
+            raise invalid("start.session_id", f"session {sid!r} already exists")
+        workspace = Path(start.workspace) if start.workspace else Path(sid)
+        if not workspace.is_absolute():
+            workspace = config.workspace_root / workspace
+        try:
+            workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise invalid("start.workspace", f"cannot create it: {e}") from None
+        replay = start.HasField("replay")
+        session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list()
+        await asyncio.to_thread(store.create, sid, start, start.instructions or DEFAULT_INSTRUCTIONS,
+                                session_tools, str(workspace.resolve()),
+                                start.replay.source or "recorded session" if replay else "")
+        await asyncio.to_thread(store.append, sid, [user_message(start.task)], first_seq=0)
+        await self._launch(sid, resumed=False)
+
+    async def _decide(self, decision: harness_pb2.ApprovalDecision) -> None:
+        store = self.service.store
+        if not decision.approval_id:
+            raise invalid("approval.approval_id", "required")
+        sid = await asyncio.to_thread(store.session_of_approval, decision.approval_id)
+        if sid is None or (decision.session_id and decision.session_id != sid):
+            raise validation.not_found("approval.approval_id", "pending approval")
+        stored = await asyncio.to_thread(store.load, sid)
+        assert stored is not None
+        pending = next(p for p in stored.pending if p.approval_id == decision.approval_id)
+        if pending.decision != Decision.PENDING:
+            raise invalid("approval.approval_id", "already decided")
+        denial = None
+        if not decision.approved:
+            reason = f": {decision.reason}" if decision.reason else ""
+            denial = common_pb2.FunctionCallOutput(call_id=pending.call.call_id, is_error=True,
+                                                   output=f"error: the user denied this call{reason}")
+        await asyncio.to_thread(store.decide, decision.approval_id, decision.approved, denial)
+        undecided = [p for p in stored.pending if p.decision == Decision.PENDING and p is not pending]
+        if undecided:
+            return
+        if active := self.service.active.get(sid):  # the run is still winding down after suspending
+            await asyncio.wait([active.task])
+        await self._launch(sid, resumed=True)
+
+    async def _launch(self, sid: str, *, resumed: bool) -> None:
+        service = self.service
+        stored = await asyncio.to_thread(service.store.load, sid)
+        assert stored is not None
+        run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit)
+        task = asyncio.ensure_future(run.run(resumed=resumed))
+        service.active[sid] = ActiveRun(run, task)
+        self.runs.add(sid)
+
+        def ended(t: asyncio.Task[None]) -> None:
+            if service.active.get(sid) is not None and service.active[sid].task is t:
+                del service.active[sid]
+            self.runs.discard(sid)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("run of %s ended with %r", sid, t.exception())
+            self.queue.put_nowait(_RUN_ENDED)
+
+        task.add_done_callback(ended)
+
+
+def _session_of(request: harness_pb2.RunRequest) -> str:
+    kind = request.WhichOneof("action")
+    if kind in ("resume", "approval", "user_message", "cancel"):
+        return getattr(request, kind).session_id
+    return request.start.session_id if kind == "start" else ""
+

@@ -1,0 +1,210 @@
+"""The harness's own tools: schemas (sorted by name, fixed per session) and their execution.
+
+Every failure becomes an error result the model can read (bad JSON, unknown tool, a path
+outside the workspace, a missing sandbox); nothing a model sends can crash the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopwire.harness import file_edit, workspace_files
+from loopwire.harness.background import BackgroundTasks
+from loopwire.harness.output import cap, to_text
+from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
+from loopwire.harness.workspace_files import ToolInputError
+from loopwire.v1 import common_pb2
+
+
+def _schema(properties: dict, required: list[str]) -> str:
+    return json.dumps({"type": "object", "properties": properties, "required": required,
+                       "additionalProperties": False}, sort_keys=True)
+
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+TOOLS = {
+    t.name: t
+    for t in [
+        common_pb2.Tool(
+            name="shell",
+            description="Run a bash command in the workspace (sandboxed; no network unless `network` is true). "
+            "Long commands return a handle; their result arrives later by itself, or use `wait`.",
+            parameters=_schema({"command": _STR, "timeout_seconds": {"type": "number"},
+                                "network": {"type": "boolean"}}, ["command"]),
+        ),
+        common_pb2.Tool(
+            name="read_file",
+            description="Read a text file of the workspace with line numbers.",
+            parameters=_schema({"path": _STR, "offset": _INT, "limit": _INT}, ["path"]),
+        ),
+        common_pb2.Tool(
+            name="edit_file",
+            description="Edit a file: replace the unique `search` text with `replace` (empty `search` creates "
+            "the file), or apply a unified `diff`.",
+            parameters=_schema({"path": _STR, "search": _STR, "replace": _STR, "replace_all": {"type": "boolean"},
+                                "diff": _STR}, ["path"]),
+        ),
+        common_pb2.Tool(
+            name="list",
+            description="List files and directories of the workspace.",
+            parameters=_schema({"path": _STR, "depth": _INT}, []),
+        ),
+        common_pb2.Tool(
+            name="grep",
+            description="Search workspace files for a regular expression; prints path:line:text.",
+            parameters=_schema({"pattern": _STR, "path": _STR, "glob": _STR}, ["pattern"]),
+        ),
+        common_pb2.Tool(
+            name="wait",
+            description="Block until a background command (by handle) finishes or the timeout passes.",
+            parameters=_schema({"handle": _STR, "timeout_seconds": {"type": "number"}}, ["handle"]),
+        ),
+    ]
+}
+
+
+def tool_list() -> list[common_pb2.Tool]:
+    """The tool list of a new session: sorted by name so the prompt prefix never varies."""
+    return [TOOLS[name] for name in sorted(TOOLS)]
+
+
+@dataclass
+class ToolOutcome:
+    output: str
+    is_error: bool = False
+    exit_code: int = 0
+    truncated: bool = False
+    handle: str = ""
+
+
+@dataclass
+class ToolContext:
+    workspace: Path
+    sandbox: Sandbox
+    background: BackgroundTasks
+    shell_timeout: float
+    background_after: float
+    max_shell_timeout: float = 3600.0
+
+
+def _args(call: common_pb2.FunctionCall) -> dict:
+    try:
+        args = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError as e:
+        raise ToolInputError(f"arguments are not valid JSON: {e}") from None
+    if not isinstance(args, dict):
+        raise ToolInputError("arguments must be a JSON object")
+    return args
+
+
+_MISSING = object()
+
+
+def _get(args: dict, key: str, kind: type | tuple[type, ...], default: object = _MISSING) -> object:
+    value = args.get(key, default)
+    if value is _MISSING or value is None:
+        raise ToolInputError(f"missing required argument `{key}`")
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ToolInputError(f"argument `{key}` has the wrong type ({type(value).__name__})")
+    return value
+
+
+def _str(args: dict, key: str, default: object = _MISSING) -> str:
+    return str(_get(args, key, str, default))
+
+
+def _int(args: dict, key: str, default: object = _MISSING) -> int:
+    return int(_get(args, key, int, default))  # type: ignore[call-overload]
+
+
+def _number(args: dict, key: str, default: object = _MISSING) -> float:
+    return float(_get(args, key, (int, float), default))  # type: ignore[arg-type]
+
+
+def _bool(args: dict, key: str, default: object = _MISSING) -> bool:
+    return bool(_get(args, key, bool, default))
+
+
+async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcome:
+    """Run one call to completion (or to a background handle); never raises for bad input."""
+    try:
+        args = _args(call)
+        if call.name == "shell":
+            return await _shell(args, ctx)
+        if call.name == "wait":
+            return await _wait(args, ctx)
+        ws = ctx.workspace
+        if call.name == "read_file":
+            text = await asyncio.to_thread(workspace_files.read_file, ws, _str(args, "path"),
+                                           _int(args, "offset", 1), _int(args, "limit", 400))
+        elif call.name == "list":
+            text = await asyncio.to_thread(workspace_files.list_dir, ws, _str(args, "path", "."),
+                                           _int(args, "depth", 2))
+        elif call.name == "grep":
+            text = await asyncio.to_thread(workspace_files.grep, ws, _str(args, "pattern"),
+                                           _str(args, "path", "."), _str(args, "glob", ""))
+        elif call.name == "edit_file":
+            text = await asyncio.to_thread(_edit, ws, args)
+        else:
+            raise ToolInputError(f"unknown tool `{to_text(call.name)}`; available: {', '.join(sorted(TOOLS))}")
+    except ToolInputError as e:
+        return ToolOutcome(f"error: {to_text(str(e))}", is_error=True, exit_code=1)
+    except OSError as e:
+        return ToolOutcome(f"error: {to_text(str(e))}", is_error=True, exit_code=1)
+    capped = cap(text, ctx.sandbox.output_limit)
+    return ToolOutcome(capped.text, truncated=capped.truncated)
+
+
+def _edit(ws: Path, args: dict) -> str:
+    path = _str(args, "path")
+    if "diff" in args:
+        return file_edit.apply_diff(ws, path, _str(args, "diff"))
+    return file_edit.search_replace(ws, path, _str(args, "search", ""), _str(args, "replace", ""),
+                                    _bool(args, "replace_all", False))
+
+
+async def _shell(args: dict, ctx: ToolContext) -> ToolOutcome:
+    command = _str(args, "command")
+    timeout = min(max(_number(args, "timeout_seconds", ctx.shell_timeout), 0.1), ctx.max_shell_timeout)
+    network = _bool(args, "network", False)
+    try:
+        process = await ctx.sandbox.start(ctx.workspace, command, network=network)
+    except SandboxUnavailable as e:
+        return ToolOutcome(f"error: {e}", is_error=True, exit_code=126)
+    try:
+        if timeout > ctx.background_after and not await process.wait(ctx.background_after):
+            handle = ctx.background.detach(process, command, timeout - ctx.background_after)
+            return ToolOutcome(
+                f"still running after {ctx.background_after:g}s; detached as handle {handle}. Its result will be "
+                f"added to the conversation when it finishes, or call wait with handle {handle}.",
+                handle=handle,
+            )
+        result = await process.result(timeout)
+    except BaseException:
+        process.kill()
+        raise
+    return shell_outcome(result.output.text, result.exit_code, result.timed_out, timeout, result.output.truncated)
+
+
+def shell_outcome(text: str, exit_code: int, timed_out: bool, timeout: float, truncated: bool) -> ToolOutcome:
+    if timed_out:
+        text += f"\n[killed: timed out after {timeout:g}s]"
+    else:
+        text += f"\n[exit code {exit_code}]"
+    return ToolOutcome(text, is_error=timed_out or exit_code != 0, exit_code=exit_code, truncated=truncated)
+
+
+async def _wait(args: dict, ctx: ToolContext) -> ToolOutcome:
+    handle = _str(args, "handle")
+    timeout = min(max(_number(args, "timeout_seconds", ctx.shell_timeout), 0.0), ctx.max_shell_timeout)
+    task = await ctx.background.wait(handle, timeout)
+    if task is None:
+        raise ToolInputError(f"no background command with handle {handle!r}")
+    if task.result is None:
+        return ToolOutcome(f"{handle} is still running after waiting {timeout:g}s", handle=handle)
+    r = task.result
+    return shell_outcome(f"{handle} finished:\n{r.output.text}", r.exit_code, r.timed_out, 0, r.output.truncated)

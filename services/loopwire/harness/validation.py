@@ -1,0 +1,61 @@
+"""Checks of RunRequest actions; a bad one fails in-stream with the offending field named."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from loopwire.common.errors import RequestError, invalid
+from loopwire.v1 import harness_pb2
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_TURNS_LIMIT = 100_000
+
+
+def session_id(value: str, field: str) -> str:
+    if not value:
+        raise invalid(field, "required")
+    if not _SESSION_ID.match(value):
+        raise invalid(field, "must be 1-128 characters of letters, digits, '.', '_' or '-'")
+    return value
+
+
+def start_task(start: harness_pb2.StartTask) -> None:
+    if not start.task.strip():
+        raise invalid("start.task", "required")
+    if start.session_id:
+        session_id(start.session_id, "start.session_id")
+    if "\0" in start.workspace:
+        raise invalid("start.workspace", "contains a NUL byte")
+    if start.max_turns > MAX_TURNS_LIMIT:
+        raise invalid("start.max_turns", f"at most {MAX_TURNS_LIMIT}")
+    if start.model.conversation_mode not in harness_pb2.ConversationMode.values():
+        raise invalid("start.model.conversation_mode", f"unknown value {start.model.conversation_mode}")
+    sampling = start.model.sampling
+    if not math.isfinite(sampling.temperature) or sampling.temperature < 0:
+        raise invalid("start.model.sampling.temperature", "must be a finite number >= 0")
+    if not math.isfinite(sampling.top_p) or not 0 <= sampling.top_p <= 1:
+        raise invalid("start.model.sampling.top_p", "must be in [0, 1]")
+    policy = start.approval_policy
+    if policy.default_mode not in harness_pb2.ApprovalMode.values():
+        raise invalid("start.approval_policy.default_mode", f"unknown value {policy.default_mode}")
+    for tool, mode in policy.per_tool.items():
+        if mode not in harness_pb2.ApprovalMode.values():
+            raise invalid(f"start.approval_policy.per_tool[{tool}]", f"unknown value {mode}")
+    if start.HasField("replay"):
+        if not start.replay.turns:
+            raise invalid("start.replay.turns", "a replay needs at least one recorded turn")
+        for n, replay_tool in enumerate(start.replay.tools):
+            if not replay_tool.name:
+                raise invalid(f"start.replay.tools[{n}].name", "required")
+
+
+def action(request: harness_pb2.RunRequest) -> str:
+    kind = request.WhichOneof("action")
+    if kind is None:
+        raise invalid("action", "set one of start, resume, approval, user_message, cancel")
+    return kind
+
+
+def not_found(field: str, what: str) -> RequestError:
+    return invalid(field, f"{what} not found")

@@ -1,0 +1,142 @@
+"""Invariant 7 across real process deaths: a harness SIGKILLed mid-run, restarted on the same
+database, resumes the session with the same transcript; an approval outlives a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
+
+from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server  # noqa: E402
+
+from loopwire.common.grpc_server import insecure_channel  # noqa: E402
+from loopwire.common.recorded import load_session  # noqa: E402
+from loopwire.v1 import gateway_pb2_grpc, harness_pb2, harness_pb2_grpc  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
+R = harness_pb2.RunRequest
+
+
+@pytest.fixture
+async def gateway():
+    fake = FakeGateway()
+    server, address = await start_server(gateway_pb2_grpc.add_GatewayServiceServicer_to_server, fake)
+    yield fake, address
+    await server.stop(0)
+
+
+async def events_until(address: str, request: R, stop_when, then=None) -> list[harness_pb2.RunResponse]:  # noqa: ANN001
+    """Stream events of ``request`` until ``stop_when(events)`` holds (then call ``then`` with
+    the stream still open) or the stream ends."""
+    events: list[harness_pb2.RunResponse] = []
+    async with insecure_channel(address) as channel:
+        stub = harness_pb2_grpc.HarnessServiceStub(channel)
+        async for event in stub.Run(iter([request]), timeout=120):
+            events.append(event)
+            if stop_when(events):
+                if then:
+                    then()
+                break
+    return events
+
+
+async def get_session(address: str, sid: str) -> harness_pb2.GetSessionResponse:
+    async with insecure_channel(address) as channel:
+        return await harness_pb2_grpc.HarnessServiceStub(channel).GetSession(
+            harness_pb2.GetSessionRequest(session_id=sid))
+
+
+async def test_sigkill_mid_replay_then_resume_gives_the_recorded_transcript(tmp_path, gateway):
+    fake, gw = gateway
+    fake.first_token_delay_s = 0.02
+    recorded = load_session(REPO / "examples/sessions/sqlfluff__sqlfluff-2419.traj.json")
+    start = harness_pb2.StartTask(task=recorded.task, instructions=recorded.instructions,
+                                  replay=recorded.replay_script())
+    first = HarnessProcess(tmp_path, gw)
+    await first.wait_ready()
+    # SIGKILL mid-run, while the client still listens: no drain, no cleanup.
+    events = await events_until(first.address, R(start=start), lambda ev: len(of(ev, "turn_completed")) >= 12,
+                                then=first.kill)
+    sid = of(events, "started")[0].session_id
+    recorded_items = recorded.items()
+
+    second = HarnessProcess(tmp_path, gw)
+    try:
+        await second.wait_ready()
+        before = await get_session(second.address, sid)
+        assert before.session.status == harness_pb2.SESSION_STATUS_INTERRUPTED
+        n = len(before.items)
+        assert 12 * 2 < n < len(recorded_items) and list(before.items) == recorded_items[:n]
+
+        events = await events_until(second.address, R(resume=harness_pb2.ResumeSession(session_id=sid)),
+                                    lambda ev: False)
+        assert of(events, "started")[0].resumed and of(events, "started")[0].items == n
+        assert kinds(events)[-1] == "completed"
+        after = await get_session(second.address, sid)
+        assert list(after.items) == recorded_items
+        assert after.session.turn_count == len(recorded.turns)
+    finally:
+        second.kill()
+
+
+async def test_sigkill_during_a_tool_then_resume_reports_the_lost_call(tmp_path, gateway):
+    fake, gw = gateway
+    fake.script = [answer("", call("shell", json.dumps({"command": "sleep 30"}))), answer("recovered")]
+    first = HarnessProcess(tmp_path, gw)
+    await first.wait_ready()
+    async with insecure_channel(first.address) as channel:
+        stub = harness_pb2_grpc.HarnessServiceStub(channel)
+        async for event in stub.Run(iter([R(start=harness_pb2.StartTask(task="long"))]), timeout=120):
+            if event.WhichOneof("event") == "tool_call_began":
+                break
+        sid = event.session_id
+        # Tools start before the response is complete; kill once the call itself is committed
+        # (with the stream still open: a client that goes away interrupts its runs).
+        while not any(i.WhichOneof("item") == "function_call" for i in (await get_session(first.address, sid)).items):
+            await asyncio.sleep(0.05)
+        first.kill()
+    second = HarnessProcess(tmp_path, gw)
+    try:
+        await second.wait_ready()
+        before = list((await get_session(second.address, sid)).items)
+        events = await events_until(second.address, R(resume=harness_pb2.ResumeSession(session_id=sid)),
+                                    lambda ev: False)
+        assert of(events, "completed")[0].final_text == "recovered"
+        after = list((await get_session(second.address, sid)).items)
+        assert after[: len(before)] == before  # nothing rewritten, only appended
+        lost = after[len(before)].function_call_output
+        assert lost.is_error and "restarted while this call ran" in lost.output
+    finally:
+        second.kill()
+
+
+async def test_approval_is_answered_after_a_restart(tmp_path, gateway):
+    fake, gw = gateway
+    fake.script = [answer("", call("shell", json.dumps({"command": "echo yes > approved.txt"}))), answer("done")]
+    policy = harness_pb2.ApprovalPolicy(default_mode=harness_pb2.APPROVAL_MODE_ALWAYS)
+    first = HarnessProcess(tmp_path, gw)
+    await first.wait_ready()
+    events = await events_until(first.address, R(start=harness_pb2.StartTask(task="ask", approval_policy=policy)),
+                                lambda ev: False)
+    assert kinds(events)[-1] == "approval_requested"
+    approval = of(events, "approval_requested")[0]
+    workspace = Path(of(events, "started")[0].workspace)
+    first.kill()
+    assert fake.requests[0].retention_seconds > 0  # the gateway was asked to keep the KV meanwhile
+
+    second = HarnessProcess(tmp_path, gw)
+    try:
+        await second.wait_ready()
+        decision = harness_pb2.ApprovalDecision(approval_id=approval.approval_id, approved=True)
+        events = await events_until(second.address, R(approval=decision), lambda ev: False)
+        assert of(events, "started")[0].resumed and kinds(events)[-1] == "completed"
+        assert (workspace / "approved.txt").read_text() == "yes\n"
+        # The resumed turn continued the gateway's stored response: a delta, not a resend.
+        assert fake.requests[1].previous_response_id and len(fake.requests[1].input) == 1
+    finally:
+        second.kill()

@@ -1,0 +1,231 @@
+"""Test kit of the harness tests: a fake gateway on a real grpc.aio server, an in-process
+harness on another, and helpers to drive Run streams and harness subprocesses.
+
+The fake gateway keeps real Responses-style state (transcripts by response id), emits the
+requested replay output as streamed events, and records every request it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from loopwire.common.grpc_server import insecure_channel, make_server
+from loopwire.harness.config import HarnessConfig
+from loopwire.harness.server import build
+from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def call(name: str, args: str, call_id: str = "") -> common_pb2.FunctionCall:
+    return common_pb2.FunctionCall(call_id=call_id, name=name, arguments=args)
+
+
+def answer(text: str = "", *calls: common_pb2.FunctionCall) -> common_pb2.ReplayOutput:
+    return common_pb2.ReplayOutput(text=text, function_calls=list(calls))
+
+
+class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
+    """Plays the model: emits each request's `replay` output (or the next of `script`)."""
+
+    def __init__(self) -> None:
+        self.script: list[common_pb2.ReplayOutput] = []
+        self.requests: list[gateway_pb2.CreateResponse] = []
+        self.metadata: list[dict[str, str]] = []
+        self.streams = 0
+        self.cancelled_streams = 0
+        self.forget_next_delta = False
+        self.call_gap_s = 0.0  # generation time between two tool calls of one response
+        self.first_token_delay_s = 0.0
+        self.unsafe_output = False  # cut every response with a safety verdict
+        self.transcripts: dict[str, list[common_pb2.Item]] = {}
+        self.last_transcript: list[common_pb2.Item] = []
+        self.call_done_us: dict[str, int] = {}
+        self.completed_us: list[int] = []
+        self._responses = 0
+
+    async def Converse(self, request_iterator, context):  # noqa: N802
+        self.streams += 1
+        self.metadata.append(dict(context.invocation_metadata()))
+        try:
+            async for request in request_iterator:
+                if request.WhichOneof("request") != "create_response":
+                    continue
+                async for event in self._respond(request.create_response):
+                    yield event
+        except asyncio.CancelledError:
+            self.cancelled_streams += 1
+            raise
+
+    async def _respond(self, req: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        self.requests.append(req)
+        if req.previous_response_id:
+            if self.forget_next_delta or req.previous_response_id not in self.transcripts:
+                self.forget_next_delta = False
+                self.transcripts.clear()
+                yield gateway_pb2.ConverseResponse(failed=gateway_pb2.ResponseFailed(error=common_pb2.Error(
+                    code=common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND, message="unknown response id",
+                    field="create_response.previous_response_id")))
+                return
+            held = self.transcripts[req.previous_response_id]
+        else:
+            held = []
+        transcript = [*held, *req.input]
+        self.last_transcript = transcript
+        self._responses += 1
+        rid = f"resp_{self._responses}"
+        yield gateway_pb2.ConverseResponse(response_id=rid, created=gateway_pb2.ResponseCreated(response_id=rid))
+        out = req.replay if req.HasField("replay") else self.script.pop(0)
+        await asyncio.sleep(self.first_token_delay_s)
+        for i in range(0, len(out.text), 7):
+            yield gateway_pb2.ConverseResponse(response_id=rid, text_delta=gateway_pb2.TextDelta(text=out.text[i:i + 7]))
+        output: list[common_pb2.Item] = []
+        if out.text or not out.function_calls:
+            output.append(common_pb2.Item(message=common_pb2.Message(
+                role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=out.text)])))
+        for i, c in enumerate(out.function_calls):
+            if i and self.call_gap_s:
+                await asyncio.sleep(self.call_gap_s)
+            fc = common_pb2.FunctionCall(call_id=c.call_id or f"call_{rid}_{i}", name=c.name, arguments=c.arguments)
+            yield gateway_pb2.ConverseResponse(response_id=rid, tool_call_started=gateway_pb2.ToolCallStarted(
+                call_id=fc.call_id, name=fc.name, index=i))
+            self.call_done_us[fc.call_id] = time.time_ns() // 1000
+            yield gateway_pb2.ConverseResponse(response_id=rid, tool_call_done=gateway_pb2.ToolCallDone(call=fc, index=i))
+            output.append(common_pb2.Item(function_call=fc))
+        if self.unsafe_output:
+            yield gateway_pb2.ConverseResponse(response_id=rid, safety=gateway_pb2.SafetyVerdict(
+                stage=gateway_pb2.SAFETY_STAGE_OUTPUT, allowed=False, category="S2", detail="non-violent crime"))
+        if not req.no_store:
+            self.transcripts[rid] = [*transcript, *output]
+        self.completed_us.append(time.time_ns() // 1000)
+        yield gateway_pb2.ConverseResponse(response_id=rid, completed=gateway_pb2.ResponseCompleted(
+            finish_reason=common_pb2.FINISH_REASON_TOOL_CALLS if out.function_calls else common_pb2.FINISH_REASON_STOP,
+            usage=common_pb2.Usage(input_tokens=10 * len(transcript), cached_input_tokens=10 * len(held),
+                                   output_tokens=len(out.text) + 1),
+            timings=common_pb2.Timings(ttft_us=100, tokens_tokenized=10 * len(req.input)),
+            output=output))
+
+
+async def start_server(add, servicer) -> tuple[grpc.aio.Server, str]:  # noqa: ANN001
+    server = make_server()
+    add(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@dataclass
+class Harness:
+    """An in-process harness on a real gRPC server, with its fake gateway."""
+
+    stub: harness_pb2_grpc.HarnessServiceStub
+    gateway: FakeGateway
+    config: HarnessConfig
+    service: object
+    tmp: Path
+    closers: list = field(default_factory=list)
+
+    async def run(self, *requests: harness_pb2.RunRequest, timeout: float = 60) -> list[harness_pb2.RunResponse]:
+        """Send the requests, half-close, and collect events until the harness ends the stream."""
+        return [e async for e in self.stub.Run(iter(requests), timeout=timeout)]
+
+    async def start(self, task: str = "do the task", **kwargs) -> list[harness_pb2.RunResponse]:  # noqa: ANN003
+        return await self.run(harness_pb2.RunRequest(start=harness_pb2.StartTask(task=task, **kwargs)))
+
+    async def session(self, session_id: str) -> harness_pb2.GetSessionResponse:
+        return await self.stub.GetSession(harness_pb2.GetSessionRequest(session_id=session_id))
+
+
+@contextlib.asynccontextmanager
+async def harness_env(tmp: Path, **config: object) -> AsyncIterator[Harness]:
+    gateway = FakeGateway()
+    gw_server, gw_addr = await start_server(gateway_pb2_grpc.add_GatewayServiceServicer_to_server, gateway)
+    cfg = HarnessConfig(gateway=gw_addr, api_key="test-key", workspace_root=tmp / "workspaces",
+                        shell_timeout=20, background_after=15)
+    for k, v in config.items():
+        setattr(cfg, k, v)
+    service, store = build(cfg, tmp / "harness.db")
+    server, addr = await start_server(harness_pb2_grpc.add_HarnessServiceServicer_to_server, service)
+    channel = insecure_channel(addr)
+    try:
+        yield Harness(harness_pb2_grpc.HarnessServiceStub(channel), gateway, cfg, service, tmp)
+    finally:
+        await channel.close()
+        await server.stop(0)
+        await gw_server.stop(0)
+        store.close()
+
+
+def kinds(events: list[harness_pb2.RunResponse]) -> list[str]:
+    return [e.WhichOneof("event") for e in events]
+
+
+def of(events: list[harness_pb2.RunResponse], kind: str) -> list:
+    return [getattr(e, kind) for e in events if e.WhichOneof("event") == kind]
+
+
+# -- harness subprocesses (crash and restart tests) ----------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# What the CLI does for `loopwire harness`: the server module's own flags and entry point.
+_BOOT = (
+    "import argparse, asyncio, logging, sys\n"
+    "from loopwire.harness import server\n"
+    "logging.basicConfig(level=logging.INFO)\n"
+    "parser = argparse.ArgumentParser()\n"
+    "server.add_arguments(parser)\n"
+    "asyncio.run(server.serve_from_args(parser.parse_args(sys.argv[1:])))\n"
+)
+
+
+class HarnessProcess:
+    """The harness server as a child process, so a test can SIGKILL it mid-run."""
+
+    def __init__(self, state_dir: Path, gateway: str, *extra: str) -> None:
+        self.address = f"127.0.0.1:{free_port()}"
+        self.log = (state_dir / "harness.log").open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, "--listen", self.address, "--gateway", gateway,
+             "--state-dir", str(state_dir), *extra],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    async def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        async with insecure_channel(self.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while True:
+                assert self.proc.poll() is None, "harness exited during startup"
+                try:
+                    r = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                assert time.monotonic() < deadline, "harness did not become healthy"
+                await asyncio.sleep(0.1)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()

@@ -1,0 +1,142 @@
+"""Model shapes and engine settings, one place for every engine.
+
+Model presets are Llama-architecture shapes. ``tiny`` is the default of the reference
+engine: small enough that a 48-turn replayed session (~14k-token context, ~7k output
+tokens) runs in seconds on two CPU cores; the named sizes (``1b``, ``3b``, ``8b``, ``70b``)
+are the real Llama 3 shapes the simulated engine prices.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from loopwire.common.chat_format import chat_format
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Llama-architecture shape (the fields of a Hugging Face ``config.json``)."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    tie_word_embeddings: bool = False
+    name: str = "custom"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_params(self) -> int:
+        h, i, layers = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        kv = self.num_key_value_heads * self.head_dim
+        per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return layers * per_layer + embeddings + h
+
+    def validate(self) -> None:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be a multiple of num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.head_dim % 2:
+            raise ValueError("head_dim must be even (RoPE rotates pairs)")
+
+    @classmethod
+    def from_hf(cls, data: dict, name: str = "checkpoint") -> ModelConfig:
+        heads = int(data["num_attention_heads"])
+        return cls(
+            vocab_size=int(data["vocab_size"]),
+            hidden_size=int(data["hidden_size"]),
+            intermediate_size=int(data["intermediate_size"]),
+            num_hidden_layers=int(data["num_hidden_layers"]),
+            num_attention_heads=heads,
+            num_key_value_heads=int(data.get("num_key_value_heads", heads)),
+            rms_norm_eps=float(data.get("rms_norm_eps", 1e-5)),
+            rope_theta=float(data.get("rope_theta", 10000.0)),
+            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
+            name=name,
+        )
+
+    def to_hf(self) -> dict:
+        return {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        }
+
+
+def model_preset(size: str) -> ModelConfig:
+    """A named shape with the loopwire vocabulary."""
+    try:
+        layers, hidden, inter, heads, kv_heads, theta = _PRESETS[size]
+    except KeyError:
+        raise ValueError(f"unknown model size {size!r}; choose one of {', '.join(_PRESETS)}") from None
+    return ModelConfig(
+        vocab_size=chat_format().vocab_size,
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        rope_theta=theta,
+        name=size,
+    )
+
+
+# layers, hidden, intermediate, heads, kv heads, rope theta. The named Llama 3 sizes come from
+# the published config.json of Llama-3.2-1B/3B and Llama-3.1-8B/70B.
+_PRESETS: dict[str, tuple[int, int, int, int, int, float]] = {
+    "tiny": (2, 64, 128, 4, 2, 10000.0),
+    "small": (4, 128, 256, 4, 2, 10000.0),
+    "medium": (8, 256, 512, 8, 4, 10000.0),
+    "1b": (16, 2048, 8192, 32, 8, 500000.0),
+    "3b": (28, 3072, 8192, 24, 8, 500000.0),
+    "8b": (32, 4096, 14336, 32, 8, 500000.0),
+    "70b": (80, 8192, 28672, 64, 8, 500000.0),
+}
+MODEL_SIZES = tuple(_PRESETS)
+
+
+def load_model_config(directory: str | Path) -> ModelConfig:
+    path = Path(directory) / "config.json"
+    with open(path, encoding="utf-8") as f:
+        return ModelConfig.from_hf(json.load(f), name=Path(directory).name)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Settings of the scheduler and KV cache, shared by the reference and simulated engines."""
+
+    model: ModelConfig = field(default_factory=lambda: model_preset("tiny"))
+    replica_id: str = "replica-0"
+    block_size: int = 16
+    num_kv_blocks: int = 4096
+    max_batch_tokens: int = 1024
+    max_running: int = 64
+    max_output_tokens: int = 4096
+    num_draft_tokens: int = 8
+    prefix_cache: bool = True
+    # Draft n-gram sizes the prompt-lookup drafter tries, longest first. Unigram matches are
+    # too weak to pay for a verification pass (measured on the recorded sessions).
+    max_ngram: int = 3
+    min_ngram: int = 2
+
+    def with_(self, **changes: object) -> EngineConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]

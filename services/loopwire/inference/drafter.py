@@ -1,0 +1,87 @@
+"""Speculative-decoding drafters: cheap guesses of the next tokens that one forward pass
+verifies.
+
+A ``Drafter`` opens a ``DraftContext`` per sequence; the engine feeds it every token the
+sequence gains and asks it for up to ``k`` proposals before each decode step. Proposals may
+carry the drafter's probabilities (a draft model would); without them the proposal is
+deterministic, which rejection sampling treats as probability one. Prompt lookup ships
+now; a suffix-tree drafter (shared across sessions) and a small draft model fit the same
+two protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class Draft:
+    token_ids: list[int]
+    # [len(token_ids), vocab] drafter probabilities, or None for a deterministic proposal.
+    probs: np.ndarray | None = None
+
+
+class DraftContext(Protocol):
+    def extend(self, token_ids: Sequence[int]) -> None: ...
+
+    def propose(self, k: int) -> Draft: ...
+
+
+class Drafter(Protocol):
+    name: str
+
+    def open(self, token_ids: Sequence[int]) -> DraftContext: ...
+
+
+class PromptLookupDrafter:
+    """N-gram prompt lookup: find the latest earlier occurrence of the context's last n
+    tokens (longest n first) and propose what followed it. Agent sessions repeat file
+    contents, paths and commands, so this predicts well and costs O(1) per token."""
+
+    name = "prompt_lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError("need 1 <= min_ngram <= max_ngram")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+
+    def open(self, token_ids: Sequence[int]) -> PromptLookupContext:
+        ctx = PromptLookupContext(self.max_ngram, self.min_ngram)
+        ctx.extend(token_ids)
+        return ctx
+
+
+class PromptLookupContext:
+    """The session's tokens plus, per n-gram, the position right after its latest occurrence
+    whose continuation is known."""
+
+    def __init__(self, max_ngram: int, min_ngram: int) -> None:
+        self.ngrams = range(max_ngram, min_ngram - 1, -1)
+        self.tokens: list[int] = []
+        self.next_pos: dict[tuple[int, ...], int] = {}
+
+    def extend(self, token_ids: Sequence[int]) -> None:
+        tokens, index = self.tokens, self.next_pos
+        for t in token_ids:
+            p = len(tokens)  # position of the token being added: the continuation of grams ending at p-1
+            for n in self.ngrams:
+                if p >= n:
+                    index[tuple(tokens[p - n : p])] = p
+            tokens.append(int(t))
+
+    def propose(self, k: int) -> Draft:
+        tokens = self.tokens
+        if k <= 0:
+            return Draft([])
+        for n in self.ngrams:
+            if len(tokens) < n:
+                continue
+            start = self.next_pos.get(tuple(tokens[-n:]))
+            if start is not None:
+                return Draft(tokens[start : start + k])
+        return Draft([])

@@ -1,0 +1,265 @@
+"""The engine protocol the service depends on, and the async runner that puts the
+synchronous ``EngineCore`` (reference or simulated) behind it.
+
+Every engine (``reference``, ``simulated``, ``trtllm``) offers the same async surface:
+``generate`` yields ``RequestOutput``s, ``cancel`` frees a request's blocks at once,
+``stats`` reports load, ``cache_events`` streams prefix-cache changes, and
+``export_kv``/``import_kv`` move prefilled blocks between replicas.
+
+Output coalescing lives here: the engine appends tokens to a per-request buffer as fast as
+it makes them, and each read takes *everything* produced since the previous read, so a slow
+reader gets fewer, larger batches instead of a growing backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from loopwire.inference.config import EngineConfig
+from loopwire.inference.engine_core import EngineCore, EngineStats
+from loopwire.inference.kv_cache import CacheEvent, CacheEventKind
+from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
+
+log = logging.getLogger("loopwire.inference")
+
+
+@dataclass
+class KvBlockData:
+    """One exported KV block: identity plus tensors (None for the simulated engine)."""
+
+    block_hash: int
+    parent_hash: int
+    token_ids: tuple[int, ...]
+    keys: np.ndarray | None
+    values: np.ndarray | None
+
+
+class Engine(Protocol):
+    name: str
+    model_name: str
+    config: EngineConfig
+    vocab_size: int
+    # Whether export_kv/import_kv work (Prefill/PullKv through this service).
+    supports_kv_transfer: bool
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def generate(self, req: GenerationRequest) -> AsyncIterator[RequestOutput]: ...
+
+    async def cancel(self, request_id: str) -> None: ...
+
+    def stats(self) -> EngineStats: ...
+
+    def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]: ...
+
+    async def export_kv(self, block_hashes: list[int]) -> list[KvBlockData]: ...
+
+    async def import_kv(self, blocks: list[KvBlockData]) -> int: ...
+
+
+@dataclass
+class _Stream:
+    """Tokens produced for one request and not yet taken by its reader."""
+
+    tokens: list[int] = field(default_factory=list)
+    finished: Finished | None = None
+    failure: BaseException | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class AsyncEngine:
+    """Drives an ``EngineCore`` step after step while it has work.
+
+    ``offload`` runs each step in a worker thread (the reference engine's numpy work must not
+    block the event loop); the simulated engine steps inline and, with ``time_scale > 0``,
+    sleeps the modelled step time scaled.
+    """
+
+    supports_kv_transfer = True
+
+    def __init__(
+        self,
+        core: EngineCore,
+        name: str,
+        model_name: str,
+        *,
+        offload: bool,
+        time_scale: float = 0.0,
+        step_seconds: object = None,
+    ) -> None:
+        self.core = core
+        self.config = core.config
+        self.name = name
+        self.model_name = model_name
+        self.vocab_size = core.config.model.vocab_size
+        self._offload = offload
+        self._time_scale = time_scale
+        self._step_seconds = step_seconds  # callable giving the last modelled step time
+        self._inbox: list[tuple[str, object]] = []
+        self._streams: dict[str, _Stream] = {}
+        self._wake = asyncio.Event()
+        self._watchers: list[asyncio.Queue[list[CacheEvent]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # serialises core access between the loop and transfers
+        # While a step runs in the worker thread the core is not read: stats come from here.
+        self._stepping = False
+        self._last_stats = core.stats()
+
+    async def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"engine-{self.config.replica_id}")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    # -- requests ---------------------------------------------------------------------
+
+    async def generate(self, req: GenerationRequest) -> AsyncIterator[RequestOutput]:
+        await self.start()
+        if req.request_id in self._streams:
+            raise ValueError(f"request_id {req.request_id!r} is already running")
+        stream = _Stream()
+        self._streams[req.request_id] = stream
+        self._inbox.append(("add", req))
+        self._wake.set()
+        try:
+            while True:
+                await stream.ready.wait()
+                stream.ready.clear()
+                tokens, stream.tokens = stream.tokens, []
+                if stream.failure is not None:
+                    raise RuntimeError(f"engine step failed: {stream.failure}") from stream.failure
+                if stream.finished is not None:
+                    yield RequestOutput(req.request_id, tokens, stream.finished)
+                    return
+                if tokens:
+                    yield RequestOutput(req.request_id, tokens)
+        finally:
+            if self._streams.pop(req.request_id, None) is not None and stream.finished is None:
+                # The reader went away (cancelled or disconnected): free the blocks now.
+                self._inbox.append(("cancel", req.request_id))
+                self._wake.set()
+
+    async def cancel(self, request_id: str) -> None:
+        self._inbox.append(("cancel", request_id))
+        self._wake.set()
+
+    def stats(self) -> EngineStats:
+        if not self._stepping:
+            self._last_stats = self.core.stats()
+        return self._last_stats
+
+    async def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]:
+        queue: asyncio.Queue[list[CacheEvent]] = asyncio.Queue()
+        if include_existing:
+            async with self._lock:
+                queue.put_nowait([CacheEvent(CacheEventKind.STORED, self.core.blocks.cached_hashes())])
+        self._watchers.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._watchers.remove(queue)
+
+    # -- KV transfer ------------------------------------------------------------------
+
+    async def export_kv(self, block_hashes: list[int]) -> list[KvBlockData]:
+        async with self._lock:
+            store = self.core.executor.kv_store
+            out = []
+            for b in self.core.blocks.export(block_hashes):
+                keys, values = store.read_block(b.block_id) if store is not None else (None, None)
+                out.append(KvBlockData(b.block_hash, b.parent_hash, b.token_ids, keys, values))
+            return out
+
+    async def import_kv(self, blocks: list[KvBlockData]) -> int:
+        """Enter received blocks into the prefix cache; returns how many were new."""
+        async with self._lock:
+            store = self.core.executor.kv_store
+            added = 0
+            for b in blocks:
+                block_id = self.core.blocks.import_block(b.parent_hash, b.token_ids)
+                if block_id is None:
+                    continue
+                if store is not None and b.keys is not None and b.values is not None:
+                    store.write_block(block_id, b.keys, b.values)
+                added += 1
+            self._publish()
+            return added
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._inbox and not self.core.has_work():
+                self._wake.clear()
+                await self._wake.wait()
+            async with self._lock:
+                try:
+                    self._apply_inbox()
+                    if self._offload:
+                        self._stepping = True
+                        try:
+                            outputs = await loop.run_in_executor(None, self.core.step)
+                        finally:
+                            self._stepping = False
+                    else:
+                        outputs = self.core.step()
+                except Exception as e:  # a bug must fail the requests in flight, not hang them
+                    log.exception("engine step failed")
+                    self._fail_all(e)
+                    continue
+                self._deliver(outputs)
+                self._publish()
+                self._last_stats = self.core.stats()
+            if self._time_scale > 0 and self._step_seconds is not None:
+                await asyncio.sleep(self._step_seconds() * self._time_scale)  # type: ignore[operator]
+            else:
+                await asyncio.sleep(0)
+
+    def _apply_inbox(self) -> None:
+        inbox, self._inbox = self._inbox, []
+        for kind, arg in inbox:
+            if kind == "add":
+                assert isinstance(arg, GenerationRequest)
+                if arg.request_id in self._streams:
+                    self.core.add(arg)
+            else:
+                self.core.cancel(str(arg))
+
+    def _fail_all(self, error: BaseException) -> None:
+        for request_id, stream in self._streams.items():
+            stream.failure = error
+            stream.ready.set()
+            if request_id in self.core.seqs:
+                self.core.cancel(request_id)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            stream = self._streams.get(out.request_id)
+            if stream is None:
+                continue
+            stream.tokens.extend(out.token_ids)
+            if out.finished is not None:
+                stream.finished = out.finished
+            stream.ready.set()
+
+    def _publish(self) -> None:
+        events = self.core.blocks.drain_events()
+        if events:
+            for queue in self._watchers:
+                queue.put_nowait(events)

@@ -1,0 +1,262 @@
+"""The synchronous heart shared by the reference and simulated engines: a step loop over
+the scheduler, the KV block manager, a drafter and an executor (the forward pass).
+
+``step()`` plans a batch, runs it, turns logits (or the replay oracle) into tokens, and
+returns what each request gained. Nothing here blocks or sleeps, so tests can drive it
+step by step and the async runner (``engine.py``) can run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from loopwire.common.hashing import ROOT_BLOCK_HASH
+from loopwire.inference.clock import Clock
+from loopwire.inference.config import EngineConfig
+from loopwire.inference.drafter import Drafter, PromptLookupDrafter
+from loopwire.inference.kv_cache import BlockManager, KvStore
+from loopwire.inference.sampling import verify, verify_oracle
+from loopwire.inference.scheduler import ScheduledSeq, Scheduler
+from loopwire.inference.sequence import (
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    RequestOutput,
+    SeqStatus,
+    Sequence,
+    Timings,
+)
+
+# Window of the "recent" throughput reported by status (engine-clock seconds).
+_RATE_WINDOW_S = 10.0
+
+
+class Executor(Protocol):
+    """Runs one step's forward pass."""
+
+    kv_store: KvStore | None
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
+        """Per scheduled sequence: logits of its ``1 + len(draft)`` last positions when it
+        samples (None when the executor has no logits: the simulated engine), else None."""
+        ...
+
+    def synthetic_token(self, seq: Sequence, position: int) -> int:
+        """The token at ``position`` when there are neither logits nor an oracle."""
+        ...
+
+
+@dataclass
+class EngineStats:
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    kv_blocks_total: int
+    block_size: int
+    recent_tokens_per_second: float
+    prefill_tokens_per_second: float
+    decode_tokens_per_second: float
+    prefix_cache_queried_tokens: int
+    prefix_cache_hit_tokens: int
+    num_preemptions: int
+    steps: int
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, executor: Executor, clock: Clock, drafter: Drafter | None = None) -> None:
+        self.config = config
+        self.executor = executor
+        self.clock = clock
+        self.drafter = drafter or PromptLookupDrafter(config.max_ngram, config.min_ngram)
+        self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.seqs: dict[str, Sequence] = {}
+        self.steps = 0
+        self._done: list[RequestOutput] = []
+        self._rates: deque[tuple[float, int, int]] = deque()  # (time, prefill tokens, decode tokens)
+
+    # -- requests ---------------------------------------------------------------------
+
+    def add(self, req: GenerationRequest) -> None:
+        """Queue a validated request (see ``validate_request``)."""
+        if req.request_id in self.seqs:
+            raise ValueError(f"request_id {req.request_id!r} is already running")
+        max_tokens = len(req.oracle) if req.oracle is not None else req.max_tokens
+        max_tokens = min(max_tokens, req.max_tokens)
+        draft = self.drafter.open(req.prompt) if req.speculative else None
+        seq = Sequence(req, self.clock.now(), draft, max_tokens)
+        self.seqs[req.request_id] = seq
+        self.scheduler.add(seq)
+
+    def cancel(self, request_id: str) -> bool:
+        """Stop a request now; its blocks return to the pool before this returns."""
+        seq = self.seqs.get(request_id)
+        if seq is None:
+            return False
+        self.scheduler.remove(seq)
+        self._finish(seq, FinishReason.CANCELLED, retain=False)
+        return True
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work() or bool(self._done)
+
+    # -- the step ---------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        self.blocks.expire_retentions(self.clock.now())
+        outputs, self._done = self._done, []
+        batch = self.scheduler.schedule()
+        if not batch:
+            return outputs
+        now = self.clock.now()
+        for item in batch:
+            if item.seq.first_scheduled is None:
+                item.seq.first_scheduled = now
+        results = self.executor.execute(batch)
+        self.steps += 1
+        now = self.clock.now()
+        prefill_tokens = decode_tokens = 0
+        for item, logits in zip(batch, results, strict=True):
+            seq = item.seq
+            if seq.is_decoding:
+                decode_tokens += len(item.token_ids)
+            else:
+                prefill_tokens += len(item.token_ids)
+            seq.num_computed = item.start + len(item.token_ids)
+            if not item.sample:
+                self._commit(seq)
+                continue
+            if seq.prefill_done is None:
+                seq.prefill_done = now
+            if seq.req.prefill_only:
+                self._commit(seq)
+                self._finish(seq, FinishReason.PREFILLED, retain=True)
+                continue
+            new = self._pick(item, logits)
+            accepted = len(new) - 1
+            if item.draft.token_ids:
+                seq.usage.draft_tokens_proposed += len(item.draft.token_ids)
+                seq.usage.draft_tokens_accepted += accepted
+            seq.usage.verification_steps += 1
+            if item.draft.token_ids:  # K/V of rejected drafts are garbage: not computed
+                seq.num_computed = item.start + 1 + accepted
+            emitted, reason = self._append(seq, new)
+            if emitted and seq.first_token is None:
+                seq.first_token = now
+            self._commit(seq)
+            self._trim(seq)
+            outputs.append(RequestOutput(seq.request_id, emitted))
+            if reason is not None:
+                self._finish(seq, reason, retain=True)
+        self._rates.append((now, prefill_tokens, decode_tokens))
+        outputs.extend(self._done)
+        self._done = []
+        return outputs
+
+    def _pick(self, item: ScheduledSeq, logits: np.ndarray | None) -> list[int]:
+        seq = item.seq
+        drafts = item.draft.token_ids
+        oracle = seq.req.oracle
+        if oracle is not None:
+            return verify_oracle(drafts, oracle[seq.num_output : seq.num_output + len(drafts) + 1])
+        if logits is not None:
+            return verify(logits, item.draft, seq.req.sampling, seq.rng)
+        base = len(seq.tokens)
+        targets = [self.executor.synthetic_token(seq, base + i) for i in range(len(drafts) + 1)]
+        return verify_oracle(drafts, targets)
+
+    def _append(self, seq: Sequence, new: Seq[int]) -> tuple[list[int], FinishReason | None]:
+        emitted: list[int] = []
+        reason = None
+        for t in new:
+            seq.tokens.append(t)
+            emitted.append(t)
+            if t in seq.stop_ids:
+                reason = FinishReason.STOP
+                break
+            if seq.num_output >= seq.max_tokens:
+                oracle = seq.req.oracle
+                ends_with_stop = oracle is not None and len(oracle) == seq.num_output and oracle[-1] in seq.stop_ids
+                reason = FinishReason.STOP if ends_with_stop else FinishReason.LENGTH
+                break
+        seq.usage.output_tokens = seq.num_output
+        if seq.draft is not None:
+            seq.draft.extend(emitted)
+        return emitted, reason
+
+    def _commit(self, seq: Sequence) -> None:
+        """Enter the sequence's full, computed blocks into the prefix cache."""
+        bs = self.blocks.block_size
+        while (len(seq.block_hashes) + 1) * bs <= seq.num_computed:
+            i = len(seq.block_hashes)
+            parent = seq.block_hashes[-1] if seq.block_hashes else ROOT_BLOCK_HASH
+            seq.block_hashes.append(self.blocks.commit(seq.block_ids[i], parent, seq.tokens[i * bs : (i + 1) * bs]))
+
+    def _trim(self, seq: Sequence) -> None:
+        """Give back blocks reserved for drafts that were rejected."""
+        keep = -(-len(seq.tokens) // self.blocks.block_size)
+        if len(seq.block_ids) > keep:
+            self.blocks.release(seq.block_ids[keep:])
+            del seq.block_ids[keep:]
+
+    def _finish(self, seq: Sequence, reason: FinishReason, *, retain: bool) -> None:
+        now = self.clock.now()
+        if seq in self.scheduler.running:
+            self.scheduler.running.remove(seq)
+        if retain and seq.req.retention_seconds > 0 and seq.block_ids:
+            key = seq.req.session_id or seq.request_id
+            self.blocks.retain(key, seq.block_ids, now + seq.req.retention_seconds)
+        hashes = list(seq.block_hashes)
+        self.scheduler.free(seq)
+        seq.status = SeqStatus.FINISHED
+        del self.seqs[seq.request_id]
+        first = seq.first_scheduled if seq.first_scheduled is not None else now
+        prefill_done = seq.prefill_done if seq.prefill_done is not None else now
+        first_token = seq.first_token if seq.first_token is not None else now
+        timings = Timings(
+            queue_us=_us(first - seq.arrival),
+            prefill_us=_us(prefill_done - first),
+            ttft_us=_us(first_token - seq.arrival),
+            decode_us=_us(now - first_token),
+        )
+        finished = Finished(reason, seq.usage, timings, list(seq.tokens), hashes)
+        self._done.append(RequestOutput(seq.request_id, [], finished))
+
+    # -- status -----------------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        now = self.clock.now()
+        while self._rates and self._rates[0][0] < now - _RATE_WINDOW_S:
+            self._rates.popleft()
+        span = max(now - self._rates[0][0], 1e-3) if len(self._rates) > 1 else 0.0
+        prefill = sum(r[1] for r in self._rates)
+        decode = sum(r[2] for r in self._rates)
+
+        def rate(n: int) -> float:
+            return n / span if span else 0.0
+
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_used=self.blocks.num_used,
+            kv_blocks_free=self.blocks.num_free,
+            kv_blocks_total=self.blocks.num_blocks,
+            block_size=self.blocks.block_size,
+            recent_tokens_per_second=rate(prefill + decode),
+            prefill_tokens_per_second=rate(prefill),
+            decode_tokens_per_second=rate(decode),
+            prefix_cache_queried_tokens=self.blocks.queried_tokens,
+            prefix_cache_hit_tokens=self.blocks.hit_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            steps=self.steps,
+        )
+
+
+def _us(seconds: float) -> int:
+    return max(0, int(round(seconds * 1e6)))

@@ -1,0 +1,181 @@
+"""A Llama-architecture transformer in numpy float32 that reads and writes a paged KV cache.
+
+RMSNorm, rotary embeddings (the Hugging Face ``rotate_half`` layout), SwiGLU and grouped-query
+attention. One ``forward`` runs a whole scheduler step: prefill chunks and decode/verify rows
+of many sequences in one pass; the linear layers see all rows at once.
+
+It is *batch invariant* in practice: a row's result does not depend on which other rows
+share the pass or on how a prompt was chunked. The linear layers always multiply at least two
+rows (BLAS takes a different path for one, with different rounding; for two or more rows a
+row's bits do not depend on the row count), and attention, whose BLAS rounding does depend
+on the shapes, runs in float64 so those differences vanish when rounded back to float32.
+So greedy output with speculation equals greedy output without it token for token, and a
+cached prefix gives the logits of a full recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from loopwire.inference.config import ModelConfig
+from loopwire.inference.kv_cache import KvStore
+
+# Upper bound on attention scores materialised at once (elements), to bound memory.
+_MAX_SCORE_ELEMENTS = 1 << 22
+
+
+@dataclass
+class Chunk:
+    """Tokens of one sequence to run at positions ``start .. start+len(token_ids)-1``."""
+
+    token_ids: np.ndarray
+    start: int
+    block_table: list[int]
+    # Logits wanted for this many last positions of the chunk (0 = none: a prefill chunk).
+    num_logits: int
+
+
+def _mm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ w`` with at least two rows per product, so one row gives the same bits as many."""
+    if x.shape[-2] == 1:
+        pad = np.concatenate([x, x], axis=-2)
+        return (pad @ w)[..., :1, :]
+    return x @ w
+
+
+def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    var = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(var + np.float32(eps)) * weight
+
+
+class LlamaModel:
+    def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+        config.validate()
+        self.config = config
+        self.embed = weights["model.embed_tokens.weight"]
+        head = weights["model.embed_tokens.weight"] if config.tie_word_embeddings else weights["lm_head.weight"]
+        self.lm_head_t = np.ascontiguousarray(head.T)
+        self.final_norm = weights["model.norm.weight"]
+        self.layers = []
+        for i in range(config.num_hidden_layers):
+            p = f"model.layers.{i}."
+            w = {n: weights[p + n] for n in (
+                "input_layernorm.weight", "post_attention_layernorm.weight",
+                "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")}
+            self.layers.append({
+                "attn_norm": w["input_layernorm.weight"],
+                "mlp_norm": w["post_attention_layernorm.weight"],
+                "qkv": np.ascontiguousarray(np.concatenate(
+                    [w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"], w["self_attn.v_proj.weight"]]).T),
+                "o": np.ascontiguousarray(w["self_attn.o_proj.weight"].T),
+                "gate_up": np.ascontiguousarray(
+                    np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]).T),
+                "down": np.ascontiguousarray(w["mlp.down_proj.weight"].T),
+            })
+        self._cos = np.zeros((0, config.head_dim), np.float32)
+        self._sin = np.zeros((0, config.head_dim), np.float32)
+
+    def new_kv_store(self, num_blocks: int, block_size: int) -> KvStore:
+        c = self.config
+        return KvStore(c.num_hidden_layers, num_blocks, block_size, c.num_key_value_heads, c.head_dim)
+
+    # -- rotary embeddings ------------------------------------------------------------
+
+    def _rope_tables(self, max_pos: int) -> None:
+        if max_pos <= len(self._cos):
+            return
+        n = max(max_pos, 2 * len(self._cos), 1024)
+        d = self.config.head_dim
+        inv_freq = 1.0 / (self.config.rope_theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+        freqs = np.outer(np.arange(n, dtype=np.float64), inv_freq)
+        emb = np.concatenate([freqs, freqs], axis=-1)
+        self._cos, self._sin = np.cos(emb).astype(np.float32), np.sin(emb).astype(np.float32)
+
+    def _rope(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        cos = self._cos[positions][:, None, :]
+        sin = self._sin[positions][:, None, :]
+        half = x.shape[-1] // 2
+        rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+        return x * cos + rotated * sin
+
+    # -- forward ----------------------------------------------------------------------
+
+    def forward(self, chunks: list[Chunk], store: KvStore) -> list[np.ndarray]:
+        """Run every chunk through the model, writing its keys and values into ``store``.
+
+        Returns, per chunk, the logits of its last ``num_logits`` positions (``[n, vocab]``).
+        """
+        c = self.config
+        if not chunks:
+            return []
+        tokens = np.concatenate([ch.token_ids for ch in chunks]).astype(np.int64)
+        positions = np.concatenate([np.arange(ch.start, ch.start + len(ch.token_ids)) for ch in chunks])
+        self._rope_tables(int(positions.max()) + 1)
+        bounds = np.cumsum([0] + [len(ch.token_ids) for ch in chunks])
+        slots = [self._slots(ch, store.block_size) for ch in chunks]
+        nh, kvh, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        x = self.embed[tokens]
+        for layer, w in enumerate(self.layers):
+            h = _rms_norm(x, w["attn_norm"], c.rms_norm_eps)
+            qkv = _mm(h, w["qkv"])
+            q = self._rope(qkv[:, : nh * hd].reshape(-1, nh, hd), positions)
+            k = self._rope(qkv[:, nh * hd : (nh + kvh) * hd].reshape(-1, kvh, hd), positions)
+            v = qkv[:, (nh + kvh) * hd :].reshape(-1, kvh, hd)
+            keys, values = store.keys[layer], store.values[layer]
+            flat_k = keys.reshape(kvh, -1, hd)
+            flat_v = values.reshape(kvh, -1, hd)
+            attn = np.empty((len(tokens), nh * hd), np.float32)
+            for i, ch in enumerate(chunks):
+                lo, hi = bounds[i], bounds[i + 1]
+                flat_k[:, slots[i]] = k[lo:hi].transpose(1, 0, 2)
+                flat_v[:, slots[i]] = v[lo:hi].transpose(1, 0, 2)
+                attn[lo:hi] = self._attend(q[lo:hi], ch, keys, values)
+            x = x + _mm(attn, w["o"])
+            h = _rms_norm(x, w["mlp_norm"], c.rms_norm_eps)
+            gate_up = _mm(h, w["gate_up"])
+            gate, up = gate_up[:, : c.intermediate_size], gate_up[:, c.intermediate_size :]
+            x = x + _mm(gate / (1.0 + np.exp(-gate)) * up, w["down"])
+        # One output-head product for the whole step: the head is the largest matrix.
+        rows = [np.arange(bounds[i + 1] - ch.num_logits, bounds[i + 1]) for i, ch in enumerate(chunks)]
+        picked = np.concatenate(rows)
+        logits = np.zeros((0, c.vocab_size), np.float32)
+        if len(picked):
+            logits = _mm(_rms_norm(x[picked], self.final_norm, c.rms_norm_eps), self.lm_head_t)
+        splits = np.cumsum([len(r) for r in rows])[:-1]
+        return list(np.split(logits, splits))
+
+    @staticmethod
+    def _slots(ch: Chunk, block_size: int) -> np.ndarray:
+        pos = np.arange(ch.start, ch.start + len(ch.token_ids))
+        table = np.asarray(ch.block_table, dtype=np.int64)
+        return table[pos // block_size] * block_size + pos % block_size
+
+    def _attend(self, q: np.ndarray, ch: Chunk, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Causal attention of the chunk's queries over the sequence's cached keys (float64)."""
+        c = self.config
+        nh, kvh, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        group = nh // kvh
+        n = len(q)
+        ctx = ch.start + n
+        table = ch.block_table[: -(-ctx // keys.shape[2])]
+        k = keys[:, table].reshape(kvh, -1, hd)[:, :ctx]
+        v = values[:, table].reshape(kvh, -1, hd)[:, :ctx]
+        k_t = k.transpose(0, 2, 1)
+        # Rows are (query, group member) pairs of one kv head: [kvh, n * group, hd].
+        qg = q.reshape(n, kvh, group, hd).transpose(1, 0, 2, 3).reshape(kvh, n * group, hd).astype(np.float64)
+        qg *= 1.0 / np.sqrt(hd)
+        # -inf above the diagonal of the chunk's own keys (keys before the chunk are all visible).
+        causal = np.triu(np.full((n, n), -np.inf), 1).repeat(group, axis=0)
+        out = np.empty((kvh, n * group, hd), np.float64)
+        step = max(group, (_MAX_SCORE_ELEMENTS // max(1, ctx * kvh)) // group * group)
+        for lo in range(0, n * group, step):
+            hi = min(n * group, lo + step)
+            scores = qg[:, lo:hi] @ k_t  # [kvh, rows, ctx]
+            scores[:, :, ch.start :] += causal[lo:hi]
+            scores -= scores.max(axis=-1, keepdims=True)
+            np.exp(scores, out=scores)
+            out[:, lo:hi] = (scores @ v) / scores.sum(axis=-1, keepdims=True)
+        return out.reshape(kvh, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nh * hd).astype(np.float32)

@@ -1,0 +1,121 @@
+"""One generation inside an engine: what was asked, what is held, what it cost."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+
+from loopwire.inference.drafter import DraftContext
+from loopwire.inference.sampling import SamplingSettings
+
+_arrivals = itertools.count()
+
+
+class FinishReason(Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    PREFILLED = "prefilled"  # a prefill-only request: its KV is ready to pull
+
+
+@dataclass
+class GenerationRequest:
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    stop_token_ids: tuple[int, ...] = ()
+    speculative: bool = True
+    num_draft_tokens: int = 0  # 0: the engine's default
+    # Replay: the exact tokens to emit (the recorded assistant turn, ending with the stop token).
+    oracle: list[int] | None = None
+    priority: int = 0
+    session_id: str = ""
+    retention_seconds: float = 0.0
+    # Compute the prompt's KV and stop (Prefill for disaggregation); held for retention_seconds.
+    prefill_only: bool = False
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    verification_steps: int = 0
+
+
+@dataclass
+class Timings:
+    queue_us: int = 0
+    prefill_us: int = 0
+    ttft_us: int = 0
+    decode_us: int = 0
+
+
+@dataclass
+class Finished:
+    reason: FinishReason
+    usage: Usage
+    timings: Timings
+    # Every token the sequence holds now (prompt + output): the base of the next append.
+    token_ids: list[int]
+    # Prefix-cache hashes of its full, computed blocks (what Prefill hands to PullKv).
+    block_hashes: list[int]
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    token_ids: list[int]
+    finished: Finished | None = None
+
+
+class SeqStatus(Enum):
+    WAITING = 1
+    RUNNING = 2
+    FINISHED = 3
+
+
+class Sequence:
+    def __init__(self, req: GenerationRequest, now: float, draft: DraftContext | None, max_tokens: int) -> None:
+        self.req = req
+        self.request_id = req.request_id
+        self.tokens: list[int] = list(req.prompt)
+        self.prompt_len = len(req.prompt)
+        self.max_tokens = max_tokens
+        self.stop_ids = frozenset(req.stop_token_ids)
+        self.num_computed = 0  # tokens whose K/V are in this sequence's blocks
+        self.block_ids: list[int] = []
+        self.block_hashes: list[int] = []  # hashes of block_ids[:len(block_hashes)], committed
+        self.status = SeqStatus.WAITING
+        self.order = next(_arrivals)
+        self.draft = draft
+        self.rng = np.random.default_rng(req.sampling.seed)
+        self.usage = Usage(input_tokens=self.prompt_len)
+        self.cached_recorded = False
+        self.arrival = now
+        self.first_scheduled: float | None = None
+        self.prefill_done: float | None = None
+        self.first_token: float | None = None
+
+    @property
+    def num_output(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still to run through the model before the next one can be sampled."""
+        return len(self.tokens) - self.num_computed
+
+    @property
+    def is_decoding(self) -> bool:
+        return self.remaining == 1 and self.num_output > 0
+
+    def sort_key(self) -> tuple[int, int]:
+        """Higher priority first, then first come first served."""
+        return (-self.req.priority, self.order)

@@ -1,0 +1,139 @@
+"""Build an inference engine from flags (or in-process from a config) and serve it.
+
+In-process use (tests, benches, the router benchmark's simulated replicas)::
+
+    engine = build_engine(EngineOptions(engine="simulated", replica_id="r1", time_scale=0))
+    servicer = InferenceServicer(engine)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from loopwire.common import grpc_server, telemetry
+from loopwire.common.chat_format import chat_format
+from loopwire.inference.config import MODEL_SIZES, EngineConfig, model_preset
+from loopwire.inference.cost_model import GPUS, CostModel
+from loopwire.inference.engine import AsyncEngine, Engine
+from loopwire.inference.service import InferenceServicer
+from loopwire.v1 import inference_pb2, inference_pb2_grpc
+
+SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
+
+
+@dataclass
+class EngineOptions:
+    """Everything ``build_engine`` needs; mirrors the command-line flags."""
+
+    engine: str = "reference"
+    weights: str = "dummy:0"
+    model_size: str = "tiny"
+    replica_id: str = "replica-0"
+    kv_blocks: int = 0  # 0: 4096 for reference; what fits on the GPU for simulated
+    block_size: int = 16
+    max_batch_tokens: int = 0  # 0: 1024 for reference, 8192 for simulated
+    max_output_tokens: int = 4096
+    num_draft_tokens: int = 8
+    prefix_cache: bool = True
+    role: str = "both"
+    gpu: str = "h200"
+    model_params: str = "8b"
+    time_scale: float = 0.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> EngineOptions:
+        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__})
+
+
+def build_engine(options: EngineOptions) -> Engine:
+    """An engine ready to serve (its step loop starts with the first request)."""
+    if options.engine == "trtllm":
+        from loopwire.inference.trtllm_engine import TrtLlmEngine
+
+        return TrtLlmEngine.from_options(options)
+    base = EngineConfig(
+        replica_id=options.replica_id,
+        block_size=options.block_size,
+        max_output_tokens=options.max_output_tokens,
+        num_draft_tokens=options.num_draft_tokens,
+        prefix_cache=options.prefix_cache,
+    )
+    if options.engine == "reference":
+        from loopwire.inference.model import LlamaModel
+        from loopwire.inference.reference_engine import reference_core
+        from loopwire.inference.weights import load_weights
+
+        model_config, weights = load_weights(options.weights, model_preset(options.model_size))
+        vocab = chat_format().vocab_size
+        if model_config.vocab_size != vocab:
+            raise ValueError(f"weights {options.weights}: vocab_size {model_config.vocab_size} != loopwire "
+                             f"vocabulary {vocab} (the gateway's encoding plus its special tokens)")
+        config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or 4096,
+                            max_batch_tokens=options.max_batch_tokens or 1024)
+        core = reference_core(config, LlamaModel(model_config, weights))
+        return AsyncEngine(core, "reference", f"llama-{model_config.name} ({options.weights})", offload=True)
+    if options.engine == "simulated":
+        from loopwire.inference.simulated_engine import simulated_core
+
+        cost = CostModel.named(options.gpu, options.model_params)
+        config = base.with_(
+            model=model_preset(options.model_params),
+            num_kv_blocks=options.kv_blocks or cost.kv_blocks_that_fit(options.block_size),
+            max_batch_tokens=options.max_batch_tokens or 8192,
+            max_running=256,
+        )
+        core, executor = simulated_core(config, cost)
+        return AsyncEngine(
+            core, "simulated", f"llama-{options.model_params} on {options.gpu} (simulated)",
+            offload=False, time_scale=options.time_scale, step_seconds=lambda: executor.last_step_seconds,
+        )
+    raise ValueError(f"unknown engine {options.engine!r}; choose reference, simulated or trtllm")
+
+
+def _env(flag: str, default: str) -> str:
+    return os.environ.get("LOOPWIRE_" + flag.upper().replace("-", "_"), default)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    d = EngineOptions()
+    parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50053"), help="host:port (port 0: any free port)")
+    parser.add_argument("--engine", choices=["reference", "simulated", "trtllm"], default=_env("engine", d.engine))
+    parser.add_argument("--weights", default=_env("weights", d.weights),
+                        help="dummy:<seed> or a Hugging Face Llama checkpoint directory (trtllm: a model path)")
+    parser.add_argument("--model-size", choices=MODEL_SIZES, default=_env("model_size", d.model_size),
+                        help="shape of dummy weights (reference engine)")
+    parser.add_argument("--replica-id", default=_env("replica_id", d.replica_id))
+    parser.add_argument("--kv-blocks", type=int, default=int(_env("kv_blocks", "0")),
+                        help="KV cache blocks (0: engine default)")
+    parser.add_argument("--block-size", type=int, default=int(_env("block_size", str(d.block_size))))
+    parser.add_argument("--max-batch-tokens", type=int, default=int(_env("max_batch_tokens", "0")),
+                        help="token budget per step (0: engine default)")
+    parser.add_argument("--max-output-tokens", type=int,
+                        default=int(_env("max_output_tokens", str(d.max_output_tokens))))
+    parser.add_argument("--num-draft-tokens", type=int, default=int(_env("num_draft_tokens", str(d.num_draft_tokens))))
+    parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                        default=_env("no_prefix_cache", "") in ("", "0", "false"),
+                        help="disable prefix caching (the naive baseline)")
+    parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
+    parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
+    parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),
+                        help="simulated engine: model size")
+    parser.add_argument("--time-scale", type=float, default=float(_env("time_scale", str(d.time_scale))),
+                        help="simulated engine: real seconds per modelled second (0: virtual time, no sleeping)")
+
+
+def add_servicer(server: object, engine: Engine, role: str = "both") -> InferenceServicer:
+    servicer = InferenceServicer(engine, role)
+    inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
+    return servicer
+
+
+async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
+    engine = build_engine(EngineOptions.from_args(args))
+    server = grpc_server.make_server(telemetry.server_interceptors())
+    add_servicer(server, engine, args.role)
+    await engine.start()
+    await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

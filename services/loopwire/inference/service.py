@@ -1,0 +1,390 @@
+"""``InferenceService`` over any ``Engine``: per-session Generate streams (full and append
+prompts, cancellation, coalesced token batches), Prefill/PullKv for disaggregation,
+GetStatus and WatchCache for routers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import grpc
+import numpy as np
+
+from loopwire.common import grpc_server, telemetry
+from loopwire.common.chat_format import chat_format
+from loopwire.common.errors import Code, RequestError, invalid
+from loopwire.common.hashing import SequenceHash
+from loopwire.inference.engine import Engine, KvBlockData
+from loopwire.inference.kv_cache import CacheEventKind
+from loopwire.inference.sampling import SamplingSettings
+from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
+from loopwire.inference.validation import check_ids, check_params, resolve_prompt
+from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+
+log = logging.getLogger("loopwire.inference")
+
+_FINISH = {
+    FinishReason.STOP: common_pb2.FINISH_REASON_STOP,
+    FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
+    FinishReason.CANCELLED: common_pb2.FINISH_REASON_CANCELLED,
+    FinishReason.PREFILLED: common_pb2.FINISH_REASON_STOP,
+}
+_CACHE_EVENT = {
+    CacheEventKind.STORED: inference_pb2.CACHE_EVENT_TYPE_STORED,
+    CacheEventKind.REMOVED: inference_pb2.CACHE_EVENT_TYPE_REMOVED,
+}
+_ROLES = {
+    "both": inference_pb2.ENGINE_ROLE_BOTH,
+    "prefill": inference_pb2.ENGINE_ROLE_PREFILL,
+    "decode": inference_pb2.ENGINE_ROLE_DECODE,
+}
+# How long a Prefill keeps its blocks for the decode replica to pull, and how many handles live.
+PREFILL_HOLD_SECONDS = 60.0
+MAX_PREFILL_HANDLES = 1024
+
+
+@dataclass
+class _TokenRun:
+    request_id: str
+    token_ids: list[int]
+
+
+class Outbox:
+    """The responses of one stream waiting for its writer. Tokens of a request that arrive
+    while an earlier batch of it is still queued join that batch (coalescing); a later
+    response of the request (finish, error) closes the batch so order is kept."""
+
+    def __init__(self) -> None:
+        self._entries: deque[_TokenRun | inference_pb2.GenerateResponse | None] = deque()
+        self._open: dict[str, _TokenRun] = {}
+        self._ready = asyncio.Event()
+
+    def tokens(self, request_id: str, token_ids: list[int]) -> None:
+        if not token_ids:
+            return
+        run = self._open.get(request_id)
+        if run is not None:
+            run.token_ids.extend(token_ids)
+            return
+        run = self._open[request_id] = _TokenRun(request_id, list(token_ids))
+        self._entries.append(run)
+        self._ready.set()
+
+    def put(self, response: inference_pb2.GenerateResponse) -> None:
+        self._open.pop(response.request_id, None)
+        self._entries.append(response)
+        self._ready.set()
+
+    def close(self) -> None:
+        self._entries.append(None)
+        self._ready.set()
+
+    async def take(self) -> inference_pb2.GenerateResponse | None:
+        while not self._entries:
+            self._ready.clear()
+            await self._ready.wait()
+        entry = self._entries.popleft()
+        if isinstance(entry, _TokenRun):
+            if self._open.get(entry.request_id) is entry:
+                del self._open[entry.request_id]
+            return inference_pb2.GenerateResponse(
+                request_id=entry.request_id, tokens=inference_pb2.TokenBatch(token_ids=entry.token_ids))
+        return entry
+
+
+@dataclass
+class _StreamState:
+    outbox: Outbox = field(default_factory=Outbox)
+    held: tuple[list[int], SequenceHash] | None = None
+    active: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    serial: int = 0
+
+
+@dataclass
+class _PrefillHandle:
+    block_hashes: list[int]
+    tail: list[int]
+
+
+class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+    def __init__(self, engine: Engine, role: str = "both") -> None:
+        self.engine = engine
+        self.config = engine.config
+        self.role = role
+        self.vocab_size = engine.vocab_size
+        self._stop_ids = tuple(chat_format().stop_token_ids)
+        self._handles: dict[bytes, _PrefillHandle] = {}
+        self._streams = 0
+
+    # -- Generate ---------------------------------------------------------------------
+
+    async def Generate(
+        self, request_iterator: AsyncIterator[inference_pb2.GenerateRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.GenerateResponse]:
+        self._streams += 1
+        state = _StreamState()
+        prefix = f"s{self._streams}-{secrets.token_hex(3)}"
+        reader = asyncio.create_task(self._read(request_iterator, state, prefix))
+        try:
+            while True:
+                response = await state.outbox.take()
+                if response is None:
+                    break
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(state.active.values()):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+    async def _read(
+        self, requests: AsyncIterator[inference_pb2.GenerateRequest], state: _StreamState, prefix: str
+    ) -> None:
+        try:
+            async for request in requests:
+                action = request.WhichOneof("action")
+                if action == "start":
+                    self._start(request.start, state, prefix)
+                elif action == "cancel":
+                    task = state.active.get(request.cancel.request_id)
+                    if task is None:
+                        state.outbox.put(_error(request.cancel.request_id, invalid(
+                            "cancel.request_id", f"no running generation {request.cancel.request_id!r} on this stream")))
+                    else:
+                        await self.engine.cancel(f"{prefix}/{request.cancel.request_id}")
+                else:
+                    state.outbox.put(_error("", invalid("action", "set start or cancel")))
+            if state.active:
+                await asyncio.gather(*state.active.values(), return_exceptions=True)
+        finally:
+            state.outbox.close()
+
+    def _start(self, start: inference_pb2.GenerationStart, state: _StreamState, prefix: str) -> None:
+        rid = start.request_id
+        try:
+            if not rid:
+                raise invalid("start.request_id", "required")
+            if rid in state.active:
+                raise invalid("start.request_id", f"{rid!r} is already running on this stream")
+            prompt, prompt_hash = resolve_prompt(start, state.held, self.vocab_size)
+            check_params(start, len(prompt), self.config, self.vocab_size)
+        except RequestError as e:
+            state.outbox.put(_error(rid, e))
+            return
+        p = start.params
+        req = GenerationRequest(
+            request_id=f"{prefix}/{rid}",
+            prompt=prompt,
+            max_tokens=p.max_tokens,
+            sampling=SamplingSettings(p.temperature, p.top_p or 1.0, p.seed),
+            stop_token_ids=tuple(p.stop_token_ids) or self._stop_ids,
+            speculative=p.speculative_decoding if p.HasField("speculative_decoding") else True,
+            num_draft_tokens=p.num_draft_tokens,
+            oracle=list(start.oracle_token_ids) or None,
+            priority=start.priority,
+            session_id=start.session_id,
+            retention_seconds=float(start.retention_seconds),
+        )
+        task = asyncio.create_task(self._generate(rid, req, start, prompt_hash, state))
+        state.active[rid] = task
+        task.add_done_callback(lambda _t: state.active.pop(rid, None))
+
+    async def _generate(
+        self,
+        rid: str,
+        req: GenerationRequest,
+        start: inference_pb2.GenerationStart,
+        prompt_hash: SequenceHash,
+        state: _StreamState,
+    ) -> None:
+        with telemetry.generation_span(self.engine.model_name, rid, session_id=req.session_id) as span:
+            try:
+                if start.kv_handle:
+                    await self._pull(start.kv_source, start.kv_handle)
+                async for out in self.engine.generate(req):
+                    if out.token_ids:
+                        span.first_chunk()
+                    state.outbox.tokens(rid, out.token_ids)
+                    if out.finished is not None:
+                        response = self._finished(rid, req, out.finished, prompt_hash, state)
+                        fin = response.finished
+                        span.set_usage(fin.usage)
+                        span.finish(fin.finish_reason)
+                        telemetry.metrics().record_generation(fin.usage, fin.timings, self.engine.model_name)
+                        state.outbox.put(response)
+            except RequestError as e:
+                state.outbox.put(_error(rid, e))
+            except (RuntimeError, grpc.aio.AioRpcError, ValueError) as e:
+                log.exception("generation %s failed", req.request_id)
+                state.outbox.put(_error(rid, RequestError(Code.ERROR_CODE_INTERNAL, str(e), retryable=True)))
+            finally:
+                telemetry.metrics().set_queue_depth(self.engine.stats().waiting, self.config.replica_id)
+
+    def _finished(
+        self,
+        rid: str,
+        req: GenerationRequest,
+        fin: Finished,
+        prompt_hash: SequenceHash,
+        state: _StreamState,
+    ) -> inference_pb2.GenerateResponse:
+        seq_hash = prompt_hash.copy().extend(fin.token_ids[len(req.prompt):])
+        if fin.reason is not FinishReason.CANCELLED:
+            state.held = (fin.token_ids, seq_hash)
+        u, t = fin.usage, fin.timings
+        return inference_pb2.GenerateResponse(request_id=rid, finished=inference_pb2.GenerationFinished(
+            finish_reason=_FINISH[fin.reason],
+            usage=common_pb2.Usage(
+                input_tokens=u.input_tokens,
+                cached_input_tokens=u.cached_input_tokens,
+                output_tokens=u.output_tokens,
+                draft_tokens_proposed=u.draft_tokens_proposed,
+                draft_tokens_accepted=u.draft_tokens_accepted,
+                verification_steps=u.verification_steps,
+            ),
+            timings=common_pb2.Timings(
+                queue_us=t.queue_us, prefill_us=t.prefill_us, ttft_us=t.ttft_us, decode_us=t.decode_us,
+                total_us=t.ttft_us + t.decode_us,
+            ),
+            sequence_length=len(fin.token_ids),
+            sequence_hash=seq_hash.value,
+            replica_id=self.config.replica_id,
+        ))
+
+    # -- disaggregation ---------------------------------------------------------------
+
+    async def Prefill(
+        self, request: inference_pb2.PrefillRequest, context: grpc.aio.ServicerContext
+    ) -> inference_pb2.PrefillResponse:
+        if not self.engine.supports_kv_transfer:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self.engine.name} engine does not export KV "
+                                "through this service; use a reference or simulated replica")
+        if not request.token_ids:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: the prompt is empty")
+        try:
+            check_ids("token_ids", request.token_ids, self.vocab_size)
+        except RequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        handle = secrets.token_bytes(16)
+        req = GenerationRequest(
+            request_id=f"prefill/{handle.hex()}",
+            prompt=list(request.token_ids),
+            max_tokens=1,
+            prefill_only=True,
+            session_id=f"prefill/{handle.hex()}",
+            retention_seconds=PREFILL_HOLD_SECONDS,
+        )
+        fin: Finished | None = None
+        async for out in self.engine.generate(req):
+            fin = out.finished
+        assert fin is not None
+        full = len(fin.block_hashes) * self.config.block_size
+        if len(self._handles) >= MAX_PREFILL_HANDLES:
+            del self._handles[next(iter(self._handles))]
+        self._handles[handle] = _PrefillHandle(fin.block_hashes, list(request.token_ids[full:]))
+        t = fin.timings
+        return inference_pb2.PrefillResponse(
+            kv_handle=handle,
+            num_tokens=len(request.token_ids),
+            cached_tokens=fin.usage.cached_input_tokens,
+            replica_id=self.config.replica_id,
+            block_hashes=fin.block_hashes,
+            timings=common_pb2.Timings(queue_us=t.queue_us, prefill_us=t.prefill_us),
+        )
+
+    async def PullKv(
+        self, request: inference_pb2.PullKvRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.PullKvResponse]:
+        if not self.engine.supports_kv_transfer:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self.engine.name} engine does not export KV")
+        handle = self._handles.get(request.kv_handle)
+        if handle is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "kv_handle: unknown or expired handle; prefill again")
+            return
+        blocks = await self.engine.export_kv(handle.block_hashes)
+        if len(blocks) < len(handle.block_hashes):
+            await context.abort(grpc.StatusCode.NOT_FOUND, "kv_handle: its blocks were evicted; prefill again")
+        for i, b in enumerate(blocks):
+            block = inference_pb2.KvBlock(block_hash=b.block_hash, parent_hash=b.parent_hash, token_ids=b.token_ids)
+            if b.keys is not None and b.values is not None:
+                block.keys = b.keys.tobytes()
+                block.values = b.values.tobytes()
+                block.dtype = str(b.keys.dtype)
+                block.shape.extend(b.keys.shape)
+            last = i == len(blocks) - 1
+            yield inference_pb2.PullKvResponse(block=block, tail_token_ids=handle.tail if last else [])
+        if not blocks:
+            yield inference_pb2.PullKvResponse(tail_token_ids=handle.tail)
+
+    async def _pull(self, source: str, handle: bytes) -> None:
+        """Fetch a prefilled prompt's blocks from ``source`` into this replica's prefix cache."""
+        if not self.engine.supports_kv_transfer:
+            raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, f"start.kv_handle: the {self.engine.name} engine "
+                               "cannot import KV through this service", "start.kv_handle")
+        async with grpc_server.insecure_channel(source) as channel:
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            blocks = []
+            try:
+                async for chunk in stub.PullKv(inference_pb2.PullKvRequest(kv_handle=handle)):
+                    if chunk.HasField("block"):
+                        blocks.append(_block_data(chunk.block))
+            except grpc.aio.AioRpcError as e:
+                raise RequestError(Code.ERROR_CODE_STATE_LOST, f"start.kv_handle: pull from {source} failed: "
+                                   f"{e.details()}", "start.kv_handle", retryable=True) from e
+        await self.engine.import_kv(blocks)
+
+    # -- status -----------------------------------------------------------------------
+
+    async def GetStatus(
+        self, request: inference_pb2.GetStatusRequest, context: grpc.aio.ServicerContext
+    ) -> inference_pb2.GetStatusResponse:
+        s = self.engine.stats()
+        return inference_pb2.GetStatusResponse(
+            replica_id=self.config.replica_id,
+            engine=self.engine.name,
+            model=self.engine.model_name,
+            role=_ROLES.get(self.role, inference_pb2.ENGINE_ROLE_BOTH),
+            running=s.running,
+            waiting=s.waiting,
+            kv_blocks_used=s.kv_blocks_used,
+            kv_blocks_free=s.kv_blocks_free,
+            kv_blocks_total=s.kv_blocks_total,
+            block_size=s.block_size,
+            recent_tokens_per_second=s.recent_tokens_per_second,
+            prefill_tokens_per_second=s.prefill_tokens_per_second,
+            decode_tokens_per_second=s.decode_tokens_per_second,
+            prefix_cache_queried_tokens=s.prefix_cache_queried_tokens,
+            prefix_cache_hit_tokens=s.prefix_cache_hit_tokens,
+            vocab_size=self.vocab_size,
+            max_output_tokens=self.config.max_output_tokens,
+        )
+
+    async def WatchCache(
+        self, request: inference_pb2.WatchCacheRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[inference_pb2.WatchCacheResponse]:
+        async for events in self.engine.cache_events(request.include_existing):
+            yield inference_pb2.WatchCacheResponse(
+                replica_id=self.config.replica_id,
+                block_size=self.config.block_size,
+                events=[inference_pb2.CacheEvent(type=_CACHE_EVENT[e.kind], block_hashes=e.block_hashes)
+                        for e in events],
+            )
+
+
+def _error(request_id: str, e: RequestError) -> inference_pb2.GenerateResponse:
+    return inference_pb2.GenerateResponse(request_id=request_id, error=e.to_proto())
+
+
+def _block_data(block: inference_pb2.KvBlock) -> KvBlockData:
+    keys = values = None
+    if block.keys:
+        shape = tuple(block.shape)
+        keys = np.frombuffer(block.keys, dtype=block.dtype).reshape(shape)
+        values = np.frombuffer(block.values, dtype=block.dtype).reshape(shape)
+    return KvBlockData(block.block_hash, block.parent_hash, tuple(block.token_ids), keys, values)

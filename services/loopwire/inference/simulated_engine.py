@@ -1,0 +1,49 @@
+"""The simulated engine: the real scheduler and KV block manager, with the forward pass
+replaced by the roofline cost of the step (``cost_model.py``).
+
+Time is a ``VirtualClock`` advanced by each step's modelled duration. With a time scale of
+0 the engine never sleeps (hundreds of sessions on several replicas replay in seconds);
+with a positive scale the async runner sleeps ``duration * scale`` per step (1 = real time).
+Tokens come from the replay oracle when there is one, else from a deterministic
+pseudo-random stream (never a special token), so runs are reproducible.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loopwire.common.chat_format import chat_format
+from loopwire.inference.clock import VirtualClock
+from loopwire.inference.config import EngineConfig
+from loopwire.inference.cost_model import CostModel
+from loopwire.inference.engine_core import EngineCore
+from loopwire.inference.kv_cache import KvStore
+from loopwire.inference.scheduler import ScheduledSeq
+from loopwire.inference.sequence import Sequence
+
+
+class CostModelExecutor:
+    kv_store: KvStore | None = None  # modelled, not stored
+
+    def __init__(self, cost: CostModel, clock: VirtualClock) -> None:
+        self.cost = cost
+        self.clock = clock
+        self.last_step_seconds = 0.0
+        self.busy_seconds = 0.0
+        self._plain_vocab = chat_format().encoding.n_vocab
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
+        seconds = self.cost.step_seconds([(item.start, len(item.token_ids)) for item in batch])
+        self.clock.advance(seconds)
+        self.last_step_seconds = seconds
+        self.busy_seconds += seconds
+        return [None] * len(batch)
+
+    def synthetic_token(self, seq: Sequence, position: int) -> int:
+        return hash((seq.req.sampling.seed, seq.prompt_len, position)) % self._plain_vocab
+
+
+def simulated_core(config: EngineConfig, cost: CostModel) -> tuple[EngineCore, CostModelExecutor]:
+    clock = VirtualClock()
+    executor = CostModelExecutor(cost, clock)
+    return EngineCore(config, executor, clock), executor

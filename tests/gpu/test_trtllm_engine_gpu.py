@@ -1,0 +1,38 @@
+"""The TensorRT-LLM engine on a real GPU (make test-gpu). Needs ``tensorrt_llm`` and a
+Llama checkpoint whose path is in ``LOOPWIRE_TRTLLM_MODEL``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from loopwire.inference.sequence import FinishReason, GenerationRequest
+from loopwire.inference.server import EngineOptions, build_engine
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def engine():
+    pytest.importorskip("tensorrt_llm")
+    model = os.environ.get("LOOPWIRE_TRTLLM_MODEL")
+    if not model:
+        pytest.skip("set LOOPWIRE_TRTLLM_MODEL to a Llama checkpoint")
+    return build_engine(EngineOptions(engine="trtllm", weights=model, block_size=32))
+
+
+async def test_streams_tokens_and_reuses_the_prefix(engine) -> None:
+    prompt = list(range(1000, 1600))
+    outs = [o async for o in engine.generate(GenerationRequest("a", prompt, 16))]
+    assert outs[-1].finished is not None and outs[-1].finished.usage.output_tokens == 16
+    again = [o async for o in engine.generate(GenerationRequest("b", prompt + [5, 6], 4))]
+    assert again[-1].finished is not None and again[-1].finished.usage.cached_input_tokens >= 512
+
+
+async def test_oracle_replay_emits_the_recording(engine) -> None:
+    oracle = [1200, 1201, 1202, 1203]
+    outs = [o async for o in engine.generate(GenerationRequest("o", list(range(1000, 1100)), 16, oracle=oracle))]
+    tokens = [t for o in outs for t in o.token_ids]
+    assert tokens == oracle and outs[-1].finished is not None
+    assert outs[-1].finished.reason in (FinishReason.LENGTH, FinishReason.STOP)

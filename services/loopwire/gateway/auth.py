@@ -1,0 +1,121 @@
+"""API keys (stored as sha256 hashes) to tenants, and each tenant's limits.
+
+Config file, JSON or TOML::
+
+    {"tenants": {"dev": {"key_sha256": ["<hex>"], "requests_per_minute": 600,
+                         "tokens_per_minute": 2000000, "concurrent_streams": 32}}}
+
+A key listed under ``disabled_key_sha256`` authenticates but is refused
+(PERMISSION_DENIED), so a revoked key gets a clear answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import secrets
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from loopwire.gateway.rate_limit import Limits
+
+log = logging.getLogger("loopwire.gateway.auth")
+
+ANONYMOUS_TENANT = "default"
+
+
+class AuthError(Exception):
+    def __init__(self, permission: bool, message: str) -> None:
+        super().__init__(message)
+        self.permission = permission  # True: PERMISSION_DENIED, False: UNAUTHENTICATED
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass
+class Tenant:
+    name: str
+    limits: Limits
+
+
+class Authenticator:
+    """Maps ``authorization: Bearer <key>`` metadata to a tenant."""
+
+    def __init__(self, tenants: dict[str, Tenant], keys: dict[str, str], disabled: set[str], anonymous: bool) -> None:
+        self.tenants = tenants
+        self._keys = keys  # sha256 hex -> tenant name
+        self._disabled = disabled
+        self.anonymous = anonymous
+
+    @classmethod
+    def open(cls) -> Authenticator:
+        log.warning("no --auth-config: accepting anonymous requests as tenant %r", ANONYMOUS_TENANT)
+        return cls({ANONYMOUS_TENANT: Tenant(ANONYMOUS_TENANT, Limits())}, {}, set(), anonymous=True)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Authenticator:
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        tenants: dict[str, Tenant] = {}
+        keys: dict[str, str] = {}
+        disabled: set[str] = set()
+        for name, spec in (data.get("tenants") or {}).items():
+            tenants[name] = Tenant(
+                name,
+                Limits(
+                    requests_per_minute=float(spec.get("requests_per_minute", 0)),
+                    tokens_per_minute=float(spec.get("tokens_per_minute", 0)),
+                    concurrent_streams=int(spec.get("concurrent_streams", 0)),
+                ),
+            )
+            for digest in spec.get("key_sha256", []):
+                keys[digest.lower()] = name
+            for digest in spec.get("disabled_key_sha256", []):
+                keys[digest.lower()] = name
+                disabled.add(digest.lower())
+        return cls(tenants, keys, disabled, anonymous=False)
+
+    def authenticate(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> Tenant:
+        header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
+        if not header:
+            if self.anonymous:
+                return self.tenants[ANONYMOUS_TENANT]
+            raise AuthError(False, "missing 'authorization: Bearer <key>' metadata")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise AuthError(False, "authorization metadata must be 'Bearer <key>'")
+        digest = hash_key(key.strip())
+        # Looking up a hash (not the key) leaks nothing useful through timing.
+        name = self._keys.get(digest)
+        if name is None:
+            if self.anonymous:
+                return self.tenants[ANONYMOUS_TENANT]
+            raise AuthError(False, "unknown API key")
+        if digest in self._disabled:
+            raise AuthError(True, f"API key of tenant {name!r} is disabled")
+        return self.tenants[name]
+
+
+def create_dev_config(path: str | Path) -> str:
+    """Write a config with one development tenant; return its plaintext key (shown once)."""
+    key = "lw-dev-" + secrets.token_urlsafe(24)
+    config = {
+        "tenants": {
+            "dev": {
+                "key_sha256": [hash_key(key)],
+                "requests_per_minute": 6000,
+                "tokens_per_minute": 50_000_000,
+                "concurrent_streams": 256,
+            }
+        }
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    return key

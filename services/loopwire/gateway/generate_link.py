@@ -1,0 +1,94 @@
+"""One Generate stream from a Converse stream to its replica.
+
+The replica keeps the session's sequence (prompt + generated tokens) for the stream,
+so the next turn sends only what is new: an ``AppendPrompt`` whose base length and
+hash prove it extends what the replica holds. Events are routed by request id into
+the queue of the response waiting for them; a broken stream tells every waiter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+
+import grpc
+
+from loopwire.common import telemetry
+from loopwire.gateway.router import Replica
+from loopwire.v1 import inference_pb2
+
+
+@dataclass
+class LinkDown:
+    """The stream to the replica broke (replica died or stopped)."""
+
+    message: str
+
+
+class GenerateLink:
+    def __init__(self, replica: Replica, session_id: str) -> None:
+        self.replica = replica
+        self.session_id = session_id
+        trace_context: dict[str, str] = {}
+        telemetry.inject(trace_context)  # the replica's stream span joins the response that opened it
+        self.call = replica.stub.Generate(metadata=tuple(trace_context.items()))
+        self.alive = True
+        # What the replica holds for this stream after the last finished generation.
+        self.held_length = 0
+        self.held_hash = 0
+        self._waiters: dict[str, asyncio.Queue[object]] = {}
+        self._reader = asyncio.create_task(self._read())
+        replica.sessions += 1
+
+    def forget_held(self) -> None:
+        self.held_length = 0
+        self.held_hash = 0
+
+    async def start(self, start: inference_pb2.GenerationStart, queue: asyncio.Queue[object]) -> None:
+        self._waiters[start.request_id] = queue
+        try:
+            await self.call.write(inference_pb2.GenerateRequest(start=start))
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+            self._waiters.pop(start.request_id, None)
+            self._down(f"cannot send to replica {self.replica.name}: {e}")
+            queue.put_nowait(LinkDown(f"cannot send to replica {self.replica.name}"))
+
+    async def cancel(self, request_id: str) -> None:
+        if self.alive:
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                await self.call.write(inference_pb2.GenerateRequest(cancel=inference_pb2.GenerationCancel(request_id=request_id)))
+
+    def done(self, request_id: str) -> None:
+        self._waiters.pop(request_id, None)
+
+    async def close(self) -> None:
+        if self.alive:
+            with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                await self.call.done_writing()
+        self.alive = False
+        self.call.cancel()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        self.replica.sessions = max(0, self.replica.sessions - 1)
+
+    async def _read(self) -> None:
+        message = f"replica {self.replica.name} closed the stream"
+        try:
+            while True:
+                response = await self.call.read()
+                if response is grpc.aio.EOF:
+                    break
+                queue = self._waiters.get(response.request_id)
+                if queue is not None:
+                    queue.put_nowait(response)
+        except grpc.aio.AioRpcError as e:
+            message = f"replica {self.replica.name}: {e.code().name}: {e.details()}"
+        self._down(message)
+
+    def _down(self, message: str) -> None:
+        self.alive = False
+        for queue in self._waiters.values():
+            queue.put_nowait(LinkDown(message))
+        self._waiters.clear()

@@ -1,0 +1,127 @@
+"""Which conversation a response id continues, with memory bounded in total.
+
+A response id names a conversation cut at that response's output. Ids of one chain
+share one ``Conversation`` (the newest response of a chain continues it in place; an
+older one is forked by copying ids, never re-tokenized). Conversations are evicted
+least-recently-used past ``max_conversations`` or ``max_total_tokens``; an evicted or
+unknown id answers PREVIOUS_RESPONSE_NOT_FOUND, never a crash. A response belongs to
+one tenant; a ``no_store`` response can only be continued on the stream that made it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from loopwire.common.errors import RequestError
+from loopwire.gateway.conversation import Conversation
+from loopwire.v1 import common_pb2
+
+NOT_FOUND = common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND
+
+
+@dataclass
+class _Entry:
+    conversation: Conversation
+    tenant: str
+    tokens: int = 0  # the conversation's length when last put (kept for the running total)
+    response_ids: dict[str, int] = field(default_factory=dict)  # id -> groups at that response
+    private_to: dict[str, str] = field(default_factory=dict)  # no_store id -> stream id
+
+
+class ResponseStore:
+    """LRU map of response ids to conversations, bounded by count and by tokens."""
+
+    def __init__(self, max_conversations: int = 10_000, max_total_tokens: int = 200_000_000) -> None:
+        self.max_conversations = max_conversations
+        self.max_total_tokens = max_total_tokens
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()  # id(conversation) -> entry
+        self._by_response: dict[str, int] = {}
+        self.total_tokens = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, response_id: str, conversation: Conversation, tenant: str, stream_id: str, no_store: bool) -> None:
+        """Remember that ``response_id`` ends ``conversation`` as it is now."""
+        key = id(conversation)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = _Entry(conversation, tenant)
+        self._entries.move_to_end(key)
+        self.total_tokens += len(conversation) - entry.tokens
+        entry.tokens = len(conversation)
+        entry.response_ids[response_id] = len(conversation.groups)
+        if no_store:
+            entry.private_to[response_id] = stream_id
+        self._by_response[response_id] = key
+        self._evict(keep=key)
+
+    def resolve(self, response_id: str, tenant: str, stream_id: str) -> Conversation:
+        """The conversation to continue from ``response_id`` (forked when it is not the newest)."""
+        key = self._by_response.get(response_id)
+        entry = self._entries.get(key) if key is not None else None
+        if entry is None:
+            raise RequestError(
+                NOT_FOUND,
+                f"previous_response_id {response_id!r} is unknown or was evicted: send the full request",
+                "create_response.previous_response_id",
+                retryable=True,
+            )
+        if entry.tenant != tenant:
+            raise RequestError(
+                common_pb2.ERROR_CODE_PERMISSION_DENIED,
+                "previous_response_id belongs to another tenant",
+                "create_response.previous_response_id",
+            )
+        owner = entry.private_to.get(response_id)
+        if owner is not None and owner != stream_id:
+            raise RequestError(
+                NOT_FOUND,
+                "previous_response_id was created with no_store and lives only on its own stream",
+                "create_response.previous_response_id",
+                retryable=True,
+            )
+        self._entries.move_to_end(key)  # type: ignore[arg-type]
+        groups = entry.response_ids[response_id]
+        conversation = entry.conversation
+        if groups != len(conversation.groups):
+            return conversation.fork(groups)
+        # Continuing in place: older ids of this chain now point past their end.
+        for rid in list(entry.response_ids):
+            if rid != response_id:
+                entry.response_ids.pop(rid)
+                entry.private_to.pop(rid, None)
+                self._by_response.pop(rid, None)
+        return conversation
+
+    def drop_stream(self, stream_id: str) -> None:
+        """A stream closed: forget the responses only it could continue."""
+        for key, entry in list(self._entries.items()):
+            for rid, owner in list(entry.private_to.items()):
+                if owner == stream_id:
+                    entry.private_to.pop(rid)
+                    entry.response_ids.pop(rid, None)
+                    self._by_response.pop(rid, None)
+            if not entry.response_ids:
+                del self._entries[key]
+                self.total_tokens -= entry.tokens
+
+    def _evict(self, keep: int) -> None:
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.max_conversations or self.total_tokens > self.max_total_tokens
+        ):
+            key, entry = next(iter(self._entries.items()))
+            if key == keep:
+                self._entries.move_to_end(key)
+                continue
+            self._remove(key, entry)
+
+    def _remove(self, key: int, entry: _Entry) -> None:
+        del self._entries[key]
+        self.total_tokens -= entry.tokens
+        for rid in entry.response_ids:
+            self._by_response.pop(rid, None)
+        self.evictions += 1
+

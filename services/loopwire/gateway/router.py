@@ -1,0 +1,204 @@
+"""Chooses the inference replica of a session.
+
+Cache-aware policy: the predicted time to first token on each replica =
+(uncached prompt tokens + prefill work already queued there) / its prefill speed
++ the running generations it interleaves with x its time per decode step.
+The cached part comes from the replica's own ``WatchCache`` events (the leading block
+hashes of the prompt it holds); queued work and running generations from the
+gateway's own bookkeeping (fresh between polls) plus ``GetStatus``; the speeds are
+measured by the gateway from each replica's finished generations, so slower hardware
+scores worse. Sessions are sticky: routing happens on a session's first turn and on
+failover only. Because a session's future turns follow it, the cache only chooses among
+replicas whose load (open sessions + generations) is close to the lightest one's;
+otherwise a popular shared prefix would pull every session onto one replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from loopwire.common import grpc_server
+from loopwire.common.errors import RequestError
+from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
+
+log = logging.getLogger("loopwire.gateway.router")
+
+POLICIES = ("cache-aware", "round-robin", "least-loaded")
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_PREFILL_TPS = 10_000.0
+DEFAULT_TOKEN_LATENCY_S = 0.01
+# Cache affinity may pick a replica carrying up to this much more load than the lightest.
+BALANCE_RATIO = 1.25
+BALANCE_SLACK = 2
+# A busy replica may miss one status poll; two in a row mean it is gone.
+POLLS_TO_MARK_DOWN = 2
+_EWMA = 0.2
+# Prefills shorter than this say more about overheads than about the replica's speed.
+_MIN_PREFILL_SAMPLE = 256
+
+
+@dataclass(eq=False)
+class Replica:
+    address: str
+    channel: grpc.aio.Channel
+    stub: inference_pb2_grpc.InferenceServiceStub
+    replica_id: str = ""
+    healthy: bool = True
+    status: inference_pb2.GetStatusResponse = field(default_factory=inference_pb2.GetStatusResponse)
+    cached_blocks: set[int] = field(default_factory=set)
+    block_size: int = DEFAULT_BLOCK_SIZE
+    in_flight: int = 0
+    sessions: int = 0
+    pending_prefill_tokens: int = 0  # routed here and not yet past their first token
+    prefill_tps: float = 0.0  # measured (EWMA); 0 until the first sample
+    token_latency_s: float = DEFAULT_TOKEN_LATENCY_S  # measured time per decode step (EWMA)
+    routed: int = 0
+    failed_polls: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.replica_id or self.address
+
+    def cached_prefix_blocks(self, hashes: Sequence[int]) -> int:
+        n = 0
+        for h in hashes:
+            if h not in self.cached_blocks:
+                break
+            n += 1
+        return n
+
+    def load(self) -> float:
+        return self.in_flight + self.status.waiting
+
+    def prefill_speed(self) -> float:
+        return self.prefill_tps or DEFAULT_PREFILL_TPS
+
+    def observe(self, usage: common_pb2.Usage, timings: common_pb2.Timings) -> None:
+        """Learn this replica's speed from one finished generation."""
+        uncached = usage.input_tokens - usage.cached_input_tokens
+        if uncached >= _MIN_PREFILL_SAMPLE and timings.prefill_us:
+            sample = uncached / (timings.prefill_us / 1e6)
+            self.prefill_tps = sample if not self.prefill_tps else (1 - _EWMA) * self.prefill_tps + _EWMA * sample
+        if usage.output_tokens > 1 and timings.decode_us:
+            sample = timings.decode_us / 1e6 / (usage.output_tokens - 1)
+            self.token_latency_s = (1 - _EWMA) * self.token_latency_s + _EWMA * sample
+
+
+class Router:
+    """Replicas, their health, cache contents and load; picks one per session."""
+
+    def __init__(self, addresses: Sequence[str], policy: str = "cache-aware", poll_interval_s: float = 0.5) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"routing policy must be one of {', '.join(POLICIES)}")
+        if not addresses:
+            raise ValueError("at least one inference replica is needed")
+        self.policy = policy
+        self.poll_interval_s = poll_interval_s
+        self.replicas: list[Replica] = []
+        for address in addresses:
+            channel = grpc_server.insecure_channel(address)
+            self.replicas.append(Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel)))
+        self._rr = itertools.count()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for replica in self.replicas:
+            self._tasks.append(asyncio.create_task(self._poll(replica)))
+            self._tasks.append(asyncio.create_task(self._watch(replica)))
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for replica in self.replicas:
+            await replica.channel.close()
+
+    def mark_down(self, replica: Replica) -> None:
+        """The replica failed a stream: route around it until a status poll succeeds."""
+        if replica.healthy:
+            log.warning("replica %s is down", replica.name)
+        replica.healthy = False
+        replica.cached_blocks.clear()
+
+    def choose(
+        self,
+        prompt_length: int,
+        block_hashes: Callable[[int], Sequence[int]],
+        exclude: Sequence[Replica] = (),
+    ) -> Replica:
+        """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily."""
+        candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        if not candidates:
+            raise RequestError(
+                common_pb2.ERROR_CODE_UNAVAILABLE,
+                "no healthy inference replica",
+                "",
+                retryable=True,
+                retry_after_ms=int(self.poll_interval_s * 2000),
+            )
+        if self.policy == "round-robin":
+            chosen = candidates[next(self._rr) % len(candidates)]
+        elif self.policy == "least-loaded":
+            chosen = min(candidates, key=lambda r: (r.load() + r.status.running, r.sessions, r.routed))
+        else:
+            lightest = min(r.sessions + r.load() for r in candidates)
+            balanced = [r for r in candidates if r.sessions + r.load() <= lightest * BALANCE_RATIO + BALANCE_SLACK]
+            chosen = min(balanced, key=lambda r: (self.predicted_ttft_s(r, prompt_length, block_hashes), r.sessions, r.routed))
+        chosen.routed += 1
+        return chosen
+
+    @staticmethod
+    def predicted_ttft_s(replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
+        uncached = max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
+        prefill_s = (uncached + replica.pending_prefill_tokens) / replica.prefill_speed()
+        return prefill_s + replica.load() * replica.token_latency_s
+
+    async def _poll(self, replica: Replica) -> None:
+        while True:
+            try:
+                status = await replica.stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=2.0)
+            except grpc.aio.AioRpcError:
+                replica.failed_polls += 1
+                if replica.failed_polls >= POLLS_TO_MARK_DOWN:
+                    self.mark_down(replica)
+            else:
+                replica.failed_polls = 0
+                replica.status = status
+                replica.replica_id = status.replica_id
+                if status.block_size:
+                    replica.block_size = status.block_size
+                if not replica.healthy:
+                    log.info("replica %s is back", replica.name)
+                replica.healthy = True
+            await asyncio.sleep(self.poll_interval_s)
+
+    async def _watch(self, replica: Replica) -> None:
+        """Mirror the replica's prefix-cache contents; resubscribe (with a snapshot) after a break."""
+        while True:
+            try:
+                stream = replica.stub.WatchCache(inference_pb2.WatchCacheRequest(include_existing=True))
+                replica.cached_blocks.clear()
+                async for batch in stream:
+                    if batch.block_size:
+                        replica.block_size = batch.block_size
+                    for event in batch.events:
+                        if event.type == inference_pb2.CACHE_EVENT_TYPE_STORED:
+                            replica.cached_blocks.update(event.block_hashes)
+                        elif event.type == inference_pb2.CACHE_EVENT_TYPE_REMOVED:
+                            replica.cached_blocks.difference_update(event.block_hashes)
+                        elif event.type == inference_pb2.CACHE_EVENT_TYPE_CLEARED:
+                            replica.cached_blocks.clear()
+            except grpc.aio.AioRpcError as e:
+                if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                    return
+            replica.cached_blocks.clear()
+            await asyncio.sleep(self.poll_interval_s)

@@ -1,0 +1,100 @@
+"""``loopwire gateway``: flags (each defaulting from ``LOOPWIRE_<FLAG>``) and startup."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Callable
+
+from loopwire.common import grpc_server, telemetry
+from loopwire.common.chat_format import DEFAULT_ENCODING, chat_format
+from loopwire.gateway.auth import Authenticator
+from loopwire.gateway.router import POLICIES, Router
+from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
+
+log = logging.getLogger("loopwire.gateway")
+
+SAFETY_MODES = {
+    "stream-then-cut": gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT,
+    "buffer-until-pass": gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS,
+    "off": gateway_pb2.SAFETY_MODE_OFF,
+}
+
+
+def _env(flag: str, default: str) -> str:
+    return os.environ.get("LOOPWIRE_" + flag.upper().replace("-", "_"), default)
+
+
+def _env_int(flag: str, default: int) -> int:
+    return int(_env(flag, str(default)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50052"), help="host:port (port 0: any free port)")
+    parser.add_argument("--inference", default=_env("inference", "127.0.0.1:50053"),
+                        help="inference replicas, host:port,host:port,...")
+    parser.add_argument("--auth-config", default=_env("auth_config", ""),
+                        help="JSON or TOML file of tenants, hashed keys and limits (none: anonymous tenant 'default')")
+    parser.add_argument("--encoding", default=_env("encoding", DEFAULT_ENCODING),
+                        help="tiktoken encoding name or a .tiktoken BPE file[:specials.json]")
+    parser.add_argument("--safety-mode", choices=sorted(SAFETY_MODES), default=_env("safety_mode", "stream-then-cut"))
+    parser.add_argument("--safety-classifier", default=_env("safety_classifier", "lexicon"),
+                        help="'lexicon' (offline rules) or 'guard:host:port' (a guard model on an inference service)")
+    parser.add_argument("--safety-chunk-chars", type=int, default=_env_int("safety_chunk_chars", 256))
+    parser.add_argument("--safety-overlap-chars", type=int, default=_env_int("safety_overlap_chars", 64))
+    parser.add_argument("--safety-serial", action="store_true", default=_env("safety_serial", "") == "1",
+                        help="finish the input check before inference starts (the naive way, for comparison)")
+    parser.add_argument("--max-request-bytes", type=int, default=_env_int("max_request_bytes", 16 * 1024 * 1024))
+    parser.add_argument("--max-sessions", type=int, default=_env_int("max_sessions", 10_000),
+                        help="conversations kept for previous_response_id (LRU)")
+    parser.add_argument("--max-session-tokens", type=int, default=_env_int("max_session_tokens", 1_000_000),
+                        help="longest conversation one session may hold")
+    parser.add_argument("--max-total-tokens", type=int, default=_env_int("max_total_tokens", 200_000_000),
+                        help="tokens held by all kept conversations together (LRU)")
+    parser.add_argument("--routing", choices=POLICIES, default=_env("routing", "cache-aware"))
+    parser.add_argument("--stateless", action="store_true", default=_env("stateless", "") == "1",
+                        help="re-tokenize and forward every request in full (the naive way, for comparison)")
+
+
+def build_servicer(args: argparse.Namespace) -> GatewayServicer:
+    fmt = chat_format(args.encoding)
+    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing)
+    authenticator = Authenticator.from_file(args.auth_config) if args.auth_config else Authenticator.open()
+    classifier: SafetyClassifier
+    if args.safety_classifier.startswith("guard:"):
+        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"), fmt)
+    elif args.safety_classifier == "lexicon":
+        classifier = LexiconClassifier()
+    else:
+        raise SystemExit(f"--safety-classifier: unknown classifier {args.safety_classifier!r}")
+    config = GatewayConfig(
+        max_request_bytes=args.max_request_bytes,
+        max_sessions=args.max_sessions,
+        max_session_tokens=args.max_session_tokens,
+        max_total_tokens=args.max_total_tokens,
+        safety_mode=SAFETY_MODES[args.safety_mode],
+        safety_serial=args.safety_serial,
+        safety_chunk_chars=args.safety_chunk_chars,
+        safety_overlap_chars=args.safety_overlap_chars,
+        stateless=args.stateless,
+    )
+    return GatewayServicer(fmt, router, authenticator, classifier, config)
+
+
+async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
+    servicer = build_servicer(args)
+    await servicer.router.start()
+    server = grpc_server.make_server(telemetry.server_interceptors())
+    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
+    name = gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"].full_name
+
+    async def stop() -> None:
+        log.info("gateway metrics at shutdown: %s", servicer.metrics.snapshot())
+        await servicer.router.close()
+        if isinstance(servicer.classifier, GuardModelClassifier):
+            await servicer.classifier.close()
+
+    await grpc_server.serve(server, args.listen, [name], on_stop=stop, ready=ready)

@@ -1,0 +1,159 @@
+"""A real gateway in front of real inference replicas (simulated engine), over gRPC.
+
+Deltas reach the replica as appends, an unknown previous response is an in-stream
+error, STATE_LOST is answered by a full resend, and a replica stopped mid-stream fails
+over to another one without hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import grpc
+import pytest
+
+from loopwire.common import grpc_server
+from loopwire.common.chat_format import chat_format
+from loopwire.gateway.auth import Authenticator
+from loopwire.gateway.router import Router
+from loopwire.gateway.safety import LexiconClassifier
+from loopwire.gateway.service import GatewayServicer
+from loopwire.inference.server import EngineOptions, add_servicer, build_engine
+from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+FMT = chat_format()
+
+
+def user(text: str) -> common_pb2.Item:
+    return common_pb2.Item(message=common_pb2.Message(role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=text)]))
+
+
+def create(**fields: object) -> gateway_pb2.ConverseRequest:
+    return gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(**fields))
+
+
+async def until_end(call) -> list[gateway_pb2.ConverseResponse]:
+    events = []
+    while True:
+        event = await call.read()
+        assert event is not grpc.aio.EOF
+        events.append(event)
+        if event.WhichOneof("event") in ("completed", "failed"):
+            return events
+
+
+@dataclass
+class RealMesh:
+    gateway: GatewayServicer
+    stub: gateway_pb2_grpc.GatewayServiceStub
+    replica_servers: list[grpc.aio.Server]
+    engines: list
+    closers: list
+
+
+@pytest.fixture
+async def real_mesh():
+    meshes: list[RealMesh] = []
+
+    async def make(n: int = 1, time_scale: float = 0.0, routing: str = "cache-aware") -> RealMesh:
+        servers, engines, addresses = [], [], []
+        for i in range(n):
+            engine = build_engine(EngineOptions(engine="simulated", replica_id=f"sim-{i}", time_scale=time_scale))
+            server = grpc_server.make_server()
+            add_servicer(server, engine)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await engine.start()
+            await server.start()
+            servers.append(server)
+            engines.append(engine)
+            addresses.append(f"127.0.0.1:{port}")
+        router = Router(addresses, routing, poll_interval_s=0.1)
+        await router.start()
+        gateway = GatewayServicer(FMT, router, Authenticator.open(), LexiconClassifier())
+        gw_server = grpc_server.make_server()
+        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
+        port = gw_server.add_insecure_port("127.0.0.1:0")
+        await gw_server.start()
+        channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
+        mesh = RealMesh(gateway, gateway_pb2_grpc.GatewayServiceStub(channel), servers, engines,
+                        [channel.close, lambda: gw_server.stop(0), router.close])
+        meshes.append(mesh)
+        return mesh
+
+    yield make
+    for mesh in meshes:
+        for close in mesh.closers:
+            await close()
+        for server in mesh.replica_servers:
+            await server.stop(0)
+        for engine in mesh.engines:
+            await engine.close()
+
+
+async def test_deltas_are_appends_and_hit_the_prefix_cache(real_mesh):
+    mesh = await real_mesh()
+    call = mesh.stub.Converse()
+    await call.write(create(instructions="You are a careful engineer. " * 20, input=[user("fix the bug")],
+                            replay=common_pb2.ReplayOutput(text="Let me look at the code first.")))
+    first = await until_end(call)
+    done = first[-1].completed
+    assert done.output[0].message.content[0].text == "Let me look at the code first."
+    await call.write(create(previous_response_id=first[0].response_id, input=[user("go on")],
+                            replay=common_pb2.ReplayOutput(text="Done.")))
+    second = await until_end(call)
+    completed = second[-1].completed
+    assert completed.finish_reason == common_pb2.FINISH_REASON_STOP
+    assert completed.timings.tokens_forwarded == len(FMT.render_item(user("go on"))) + len(FMT.generation_prompt())
+    assert completed.usage.cached_input_tokens > 0
+    assert mesh.gateway.metrics.append_sends == 1 and mesh.gateway.metrics.full_sends == 1
+    await call.done_writing()
+
+
+async def test_unknown_previous_response_then_full_resend(real_mesh):
+    mesh = await real_mesh()
+    call = mesh.stub.Converse()
+    await call.write(create(previous_response_id="resp_gone", input=[user("hi")]))
+    failed = (await until_end(call))[-1].failed
+    assert failed.error.code == common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND
+    await call.write(create(input=[user("hi")], replay=common_pb2.ReplayOutput(text="hello")))
+    assert (await until_end(call))[-1].WhichOneof("event") == "completed"
+    await call.done_writing()
+
+
+async def test_state_lost_is_resent_in_full(real_mesh):
+    mesh = await real_mesh()
+    call = mesh.stub.Converse()
+    await call.write(create(input=[user("one")], replay=common_pb2.ReplayOutput(text="A")))
+    first = await until_end(call)
+    # The gateway believes the replica holds only the prompt prefix (as after a replica restart
+    # that kept the stream): its append is refused with STATE_LOST and it resends in full.
+    (session,) = mesh.gateway.sessions.values()
+    conversation = session.conversation
+    session.link.held_length = conversation.prefix_length
+    session.link.held_hash = conversation.prefix_hash
+    await call.write(create(previous_response_id=first[0].response_id, input=[user("two")],
+                            replay=common_pb2.ReplayOutput(text="B")))
+    second = await until_end(call)
+    assert second[-1].WhichOneof("event") == "completed"
+    assert mesh.gateway.metrics.state_lost_resends == 1
+    await call.done_writing()
+
+
+async def test_replica_stopped_mid_stream_fails_over(real_mesh):
+    mesh = await real_mesh(n=2, time_scale=1.0, routing="round-robin")
+    call = mesh.stub.Converse()
+    text = "counting slowly " * 150
+    await call.write(create(input=[user("count")], replay=common_pb2.ReplayOutput(text=text),
+                            safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    created = (await call.read()).created
+    first_delta = await call.read()
+    assert first_delta.WhichOneof("event") == "text_delta"
+    serving = next(i for i, r in enumerate(mesh.gateway.router.replicas) if r.in_flight)
+    await mesh.replica_servers[serving].stop(0)
+    events = await asyncio.wait_for(until_end(call), 60)
+    released = first_delta.text_delta.text + "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    assert events[-1].WhichOneof("event") == "completed", events[-1]
+    assert released == text
+    assert mesh.gateway.metrics.failovers == 1 and created.replica_id
+    await call.done_writing()

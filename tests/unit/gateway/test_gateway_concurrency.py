@@ -1,0 +1,182 @@
+"""Safety beside inference (overlap, cut, buffer) and failover when a replica dies."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from loopwire.gateway.safety import INPUT, Verdict
+from loopwire.gateway.service import GatewayConfig
+from loopwire.v1 import common_pb2, gateway_pb2
+
+from .gateway_fakes import FakeReplica, kinds, last, start_replica, user
+
+
+class SlowClassifier:
+    """Records when each check ran; flags text containing ``bad``."""
+
+    def __init__(self, seconds: float, bad: str = "FORBIDDEN") -> None:
+        self.seconds = seconds
+        self.bad = bad
+        self.input_intervals: list[tuple[float, float]] = []
+        self.windows: list[str] = []
+
+    async def classify(self, text: str, stage: int) -> Verdict:
+        t0 = time.perf_counter()
+        await asyncio.sleep(self.seconds)
+        if stage == INPUT:
+            self.input_intervals.append((t0, time.perf_counter()))
+        else:
+            self.windows.append(text)
+        return Verdict(False, "S1", "flagged") if self.bad in text else Verdict(True)
+
+
+def replay(text: str) -> common_pb2.ReplayOutput:
+    return common_pb2.ReplayOutput(text=text)
+
+
+async def test_input_check_races_prefill(make_mesh):
+    classifier = SlowClassifier(0.2)
+    mesh = await make_mesh([FakeReplica(prefill_s=0.2)], classifier=classifier)
+    events = await mesh.open().send(input=[user("hello")], replay=replay("hi there"))
+    assert kinds(events)[-1] == "completed"
+    (c0, c1), (p0, p1) = classifier.input_intervals[0], mesh.replicas[0].prefill_intervals[0]
+    assert c0 < p1 and p0 < c1, "classifier and prefill intervals must overlap"
+    # and no output was released before the input verdict
+    assert kinds(events).index("safety") < kinds(events).index("text_delta")
+
+
+async def test_serial_safety_runs_the_classifier_before_prefill(make_mesh):
+    classifier = SlowClassifier(0.05)
+    mesh = await make_mesh([FakeReplica(prefill_s=0.05)], classifier=classifier, config=GatewayConfig(safety_serial=True))
+    await mesh.open().send(input=[user("hello")], replay=replay("hi"))
+    (_, c1), (p0, _) = classifier.input_intervals[0], mesh.replicas[0].prefill_intervals[0]
+    assert c1 <= p0
+
+
+async def test_unsafe_input_fails_before_any_output(make_mesh):
+    mesh = await make_mesh([FakeReplica(prefill_s=0.1)], classifier=SlowClassifier(0.0))
+    conv = mesh.open()
+    events = await conv.send(input=[user("FORBIDDEN")], replay=replay("output"))
+    assert "text_delta" not in kinds(events)
+    verdict = last(events, "safety")
+    assert not verdict.allowed and verdict.stage == gateway_pb2.SAFETY_STAGE_INPUT
+    assert last(events, "failed").error.code == common_pb2.ERROR_CODE_SAFETY_VIOLATION
+    assert kinds(await conv.send(input=[user("fine")], replay=replay("ok")))[-1] == "completed"
+
+
+async def test_stream_mode_cuts_the_stream_on_a_violation(make_mesh):
+    text = "safe words " * 30 + "FORBIDDEN " + "more words " * 200
+    mesh = await make_mesh([FakeReplica(token_delay_s=0.002, batch=2)], classifier=SlowClassifier(0.0),
+                           config=GatewayConfig(safety_chunk_chars=32, safety_overlap_chars=16))
+    conv = mesh.open()
+    events = await conv.send(input=[user("q")], replay=replay(text))
+    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    assert released and len(released) < len(text)
+    assert kinds(events)[-2:] == ["safety", "failed"]
+    assert last(events, "failed").error.code == common_pb2.ERROR_CODE_SAFETY_VIOLATION
+    for _ in range(200):  # the cancel travels to the replica on its own
+        if mesh.replicas[0].cancels:
+            break
+        await asyncio.sleep(0.01)
+    assert mesh.replicas[0].cancels == 1
+    assert mesh.servicer.metrics.safety_cuts == 1
+    (replica,) = mesh.servicer.router.replicas
+    assert replica.in_flight == 0 and replica.pending_prefill_tokens == 0  # the router's view is clean again
+
+
+async def test_buffer_mode_releases_only_checked_text(make_mesh):
+    classifier = SlowClassifier(0.01)
+    text = "ordinary text " * 20 + "padding " + "FORBIDDEN" + " tail" * 20  # the word starts a 16-char chunk
+    mesh = await make_mesh([FakeReplica(batch=3)], classifier=classifier,
+                           config=GatewayConfig(safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS,
+                                                safety_chunk_chars=16, safety_overlap_chars=0))
+    conv = mesh.open()
+    await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
+        input=[user("q")], replay=replay(text))))
+    released = ""
+    while True:
+        event = await conv.call.read()
+        kind = event.WhichOneof("event")
+        if kind == "text_delta":
+            released += event.text_delta.text
+            # With no overlap the windows tile the output: released text is always inside them.
+            assert "".join(classifier.windows).startswith(released)
+        if kind in ("completed", "failed"):
+            break
+    assert kind == "failed" and "FORBIDDEN" not in released
+    assert released == text[: len(released)] and len(released) <= 288  # nothing past the last passing chunk
+
+
+async def test_buffer_mode_releases_everything_once_it_passes(make_mesh):
+    text = "all good here. " * 10
+    mesh = await make_mesh(classifier=SlowClassifier(0.0), config=GatewayConfig(
+        safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS, safety_chunk_chars=40))
+    events = await mesh.open().send(input=[user("q")], replay=replay(text))
+    assert "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta") == text
+    assert last(events, "safety").checked_chars == len(text)
+
+
+async def wait_for_tokens(replica: FakeReplica, n: int) -> None:
+    while replica.tokens_sent < n:
+        await asyncio.sleep(0.005)
+
+
+async def test_failover_completes_the_response_on_another_replica(make_mesh):
+    replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
+    mesh = await make_mesh(replicas, routing="round-robin")
+    conv = mesh.open()
+    text = "one two three four five six seven eight nine ten " * 4
+    await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
+        input=[user("count")], replay=replay(text), safety_mode=gateway_pb2.SAFETY_MODE_OFF)))
+    await conv.call.read()  # created
+    while not any(r.received for r in replicas):
+        await asyncio.sleep(0.005)
+    serving = next(i for i, r in enumerate(replicas) if r.received)
+    await wait_for_tokens(replicas[serving], 10)
+    await mesh.servers[1 + serving].stop(0)
+    events = await conv.until_end()
+    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    assert released == text
+    other = replicas[1 - serving]
+    assert other.received and other.received[0].kind == "full"
+    assert mesh.servicer.metrics.failovers == 1
+    # the next turn stays on the surviving replica, as an append
+    events = await conv.send(previous_response_id=events[0].response_id, input=[user("again")], replay=replay("ok"))
+    assert kinds(events)[-1] == "completed" and [r.kind for r in other.received] == ["full", "append"]
+    assert all(r.in_flight == 0 and r.pending_prefill_tokens == 0 for r in mesh.servicer.router.replicas)
+
+
+async def test_losing_the_only_replica_fails_cleanly_and_retryably(make_mesh):
+    mesh = await make_mesh([FakeReplica(token_delay_s=0.01, batch=1)])
+    conv = mesh.open()
+    await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
+        input=[user("q")], replay=replay("word " * 100))))
+    await conv.call.read()
+    await wait_for_tokens(mesh.replicas[0], 5)
+    await mesh.servers[1].stop(0)
+    events = await asyncio.wait_for(conv.until_end(), 10)
+    error = last(events, "failed").error
+    assert error.code == common_pb2.ERROR_CODE_UNAVAILABLE and error.retryable
+
+
+async def test_health_polls_take_a_replica_out_and_back(make_mesh):
+    mesh = await make_mesh([FakeReplica("fake-0"), FakeReplica("fake-1")])
+    router = mesh.servicer.router
+    down = router.replicas[0]
+    await mesh.servers[1].stop(0)
+    for _ in range(200):
+        if not down.healthy:
+            break
+        await asyncio.sleep(0.02)
+    assert not down.healthy and router.replicas[1].healthy
+    conv = mesh.open()
+    events = await conv.send(input=[user("hi")], replay=replay("routed around"))
+    assert last(events, "created").replica_id == "fake-1"
+    revived, _ = await start_replica(FakeReplica("fake-0"), down.address)
+    mesh.servers.append(revived)
+    for _ in range(200):
+        if down.healthy:
+            break
+        await asyncio.sleep(0.02)
+    assert down.healthy

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import session_paths
+from session_files import session_paths
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from loopwire.client import run_task
 from loopwire.common.recorded import load_session

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import session_paths
+from session_files import session_paths
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import session_paths, trace_paths
+from session_files import session_paths, trace_paths
 from loopwire.common.chat_format import chat_format
 from loopwire.common.recorded import load_session
 

@@ -38,7 +38,9 @@ class Inference(inference_pb2_grpc.InferenceServiceServicer):
                 )
 
     async def GetStatus(self, request, context) -> inference_pb2.GetStatusResponse:
-        return inference_pb2.GetStatusResponse(replica_id="r0")
+        # Echo the traceparents received, so tests can see what crossed the wire.
+        received = [v for k, v in context.invocation_metadata() if k == "traceparent"]
+        return inference_pb2.GetStatusResponse(replica_id="r0", model=",".join(received))
 
 
 class Gateway(gateway_pb2_grpc.GatewayServiceServicer):
@@ -104,7 +106,9 @@ async def _run_turns(turns: int) -> list[gateway_pb2.ConverseResponse]:
                 call = gateway_pb2_grpc.GatewayServiceStub(channel).Converse()
                 for turn in range(turns):
                     await call.write(
-                        gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(model=f"m{turn}"))
+                        gateway_pb2.ConverseRequest(
+                            create_response=gateway_pb2.CreateResponse(model=f"m{turn}")
+                        )
                     )
                     events.append(await call.read())
                 await call.done_writing()
@@ -177,6 +181,24 @@ async def test_unary_call_carries_incoming_traceparent_and_health_is_untraced(ex
     assert format(span.parent.span_id, "016x") == "b7ad6b7169203331"
 
 
+async def test_client_span_replaces_a_traceparent_the_caller_set(exporter) -> None:
+    inference, address = await _serve(Inference(), inference_pb2_grpc.add_InferenceServiceServicer_to_server)
+    stale = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    try:
+        async with grpc.aio.insecure_channel(
+            address, interceptors=telemetry.client_interceptors()
+        ) as channel:
+            with telemetry.turn_span("s", 1, "m"):
+                status = await inference_pb2_grpc.InferenceServiceStub(channel).GetStatus(
+                    inference_pb2.GetStatusRequest(), metadata=(("traceparent", stale),)
+                )
+    finally:
+        await inference.stop(None)
+    [client] = [s for s in exporter.get_finished_spans() if s.kind == trace.SpanKind.CLIENT]
+    [received] = status.model.split(",")
+    assert received.split("-")[1:3] == [f"{client.context.trace_id:032x}", f"{client.context.span_id:016x}"]
+
+
 async def test_off_without_endpoint_no_interceptors_and_streams_still_work(monkeypatch) -> None:
     monkeypatch.delenv(telemetry.ENDPOINT_ENV, raising=False)
     state = telemetry.setup("loopwire-test")
@@ -193,9 +215,13 @@ async def test_off_without_endpoint_no_interceptors_and_streams_still_work(monke
 async def test_server_span_ends_when_client_cancels_stream(exporter) -> None:
     inference, address = await _serve(Inference(), inference_pb2_grpc.add_InferenceServiceServicer_to_server)
     try:
-        async with grpc.aio.insecure_channel(address, interceptors=telemetry.client_interceptors()) as channel:
+        async with grpc.aio.insecure_channel(
+            address, interceptors=telemetry.client_interceptors()
+        ) as channel:
             call = inference_pb2_grpc.InferenceServiceStub(channel).Generate()
-            await call.write(inference_pb2.GenerateRequest(start=inference_pb2.GenerationStart(request_id="a")))
+            await call.write(
+                inference_pb2.GenerateRequest(start=inference_pb2.GenerationStart(request_id="a"))
+            )
             await call.read()
             call.cancel()
             for _ in range(100):
@@ -225,7 +251,9 @@ def test_metrics_reach_the_prometheus_endpoint() -> None:
         usage = common_pb2.Usage(
             input_tokens=100, cached_input_tokens=75, output_tokens=40, verification_steps=20
         )
-        timings = common_pb2.Timings(ttft_us=250_000, decode_us=2_000_000, tokens_tokenized=12, bytes_received=900)
+        timings = common_pb2.Timings(
+            ttft_us=250_000, decode_us=2_000_000, tokens_tokenized=12, bytes_received=900
+        )
         m.record_generation(usage, timings, model="tiny")
         m.record_response(timings, model="tiny")
         m.set_queue_depth(3, replica_id="r0")
@@ -248,7 +276,7 @@ def test_metrics_reach_the_prometheus_endpoint() -> None:
     assert value("loopwire_prefix_cache_hit_ratio_sum") == 0.75
     assert value("loopwire_speculative_acceptance_length_sum") == 2.0
     assert value("loopwire_turn_tokens_tokenized_sum") == 12
-    assert value("loopwire_turn_bytes_bytes_sum") == 900
+    assert value("loopwire_turn_bytes_sum") == 900
     assert value("loopwire_inference_queue_depth") == 3
 
 

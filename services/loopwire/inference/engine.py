@@ -223,13 +223,14 @@ class AsyncEngine:
                     log.exception("engine step failed")
                     self._fail_all(e)
                     continue
+            if self._time_scale > 0 and self._step_seconds is not None:
+                # The step's tokens exist only once its modelled time has passed.
+                await asyncio.sleep(self._step_seconds() * self._time_scale)  # type: ignore[operator]
+            async with self._lock:
                 self._deliver(outputs)
                 self._publish()
                 self._last_stats = self.core.stats()
-            if self._time_scale > 0 and self._step_seconds is not None:
-                await asyncio.sleep(self._step_seconds() * self._time_scale)  # type: ignore[operator]
-            else:
-                await asyncio.sleep(0)
+            await asyncio.sleep(0)
 
     def _apply_inbox(self) -> None:
         inbox, self._inbox = self._inbox, []

@@ -1,0 +1,485 @@
+"""OpenTelemetry for every service (DESIGN §7): traces over OTLP, metrics for Prometheus.
+
+Why our own small interceptors instead of opentelemetry-instrumentation-grpc: its aio server
+side is known to break on streaming handlers that use ``context.write`` (DESIGN §7), and we need
+exactly one behaviour: the server span wraps the handler's async generator, so it lives as long
+as the stream and every task the handler starts inherits it as parent. grpc.aio files a client
+interceptor under one call kind only, hence one client interceptor per kind.
+
+Cheap when off: without ``OTEL_EXPORTER_OTLP_ENDPOINT`` no tracer provider is built,
+``server_interceptors()`` / ``client_interceptors()`` return nothing and the span helpers hand
+out non-recording spans; without a metrics port the instruments are the API's no-ops.
+
+Call ``setup()`` once per process before building servers and channels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from loopwire.v1 import common_pb2
+
+log = logging.getLogger("loopwire.telemetry")
+
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+INSTRUMENTATION_NAME = "loopwire"
+# Services whose calls are plumbing, not agent work: never traced.
+UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+_TRACE_KEYS = frozenset(_PROPAGATOR.fields)
+
+
+@dataclass
+class _State:
+    tracer: trace.Tracer = field(default_factory=lambda: trace.NoOpTracer())
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    metrics_server: Any = None
+    metrics: Metrics | None = None
+
+
+_state = _State()
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-port``: serve Prometheus metrics there (0 = any free port; unset = off)."""
+    env = os.environ.get("LOOPWIRE_METRICS_PORT", "")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(env) if env else None,
+        help="serve Prometheus metrics on this port (0 = any free port; default: off) [LOOPWIRE_METRICS_PORT]",
+    )
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """What ``setup`` turned on."""
+
+    service_name: str
+    tracing: bool
+    # The port Prometheus scrapes, or None when metrics are off.
+    metrics_port: int | None
+
+
+def setup(
+    service_name: str,
+    *,
+    metrics_port: int | None = None,
+    metrics_host: str = "0.0.0.0",
+    span_exporter: Any = None,
+) -> Telemetry:
+    """Configure tracing and metrics for this process; calling it again replaces the previous setup.
+
+    Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (OTLP over gRPC, batched) or when a
+    ``span_exporter`` is given (exported synchronously, e.g. an in-memory one).
+    """
+    shutdown()
+    tracing = bool(os.environ.get(ENDPOINT_ENV)) or span_exporter is not None
+    if tracing or metrics_port is not None:
+        from opentelemetry.sdk.resources import Resource
+
+        resource = Resource.create({"service.name": service_name})
+    if tracing:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+        provider = TracerProvider(resource=resource)
+        if span_exporter is not None:
+            provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+        else:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        _state.tracer_provider = provider
+        _state.tracer = provider.get_tracer(INSTRUMENTATION_NAME)
+        log.info("tracing %s to %s", service_name, os.environ.get(ENDPOINT_ENV) or "a custom exporter")
+
+    port: int | None = None
+    meter: otel_metrics.Meter = otel_metrics.NoOpMeter(INSTRUMENTATION_NAME)
+    if metrics_port is not None:
+        import prometheus_client
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from opentelemetry.sdk.metrics import MeterProvider
+
+        registry = prometheus_client.CollectorRegistry()
+        reader = PrometheusMetricReader(registry=registry)
+        _state.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        server, _thread = prometheus_client.start_http_server(
+            metrics_port, addr=metrics_host, registry=registry
+        )
+        _state.metrics_server = server
+        port = int(server.server_port)
+        meter = _state.meter_provider.get_meter(INSTRUMENTATION_NAME)
+        log.info("Prometheus metrics of %s on port %d", service_name, port)
+    _state.metrics = Metrics(meter)
+    return Telemetry(service_name=service_name, tracing=tracing, metrics_port=port)
+
+
+def shutdown() -> None:
+    """Flush pending spans and stop the metrics endpoint (also called by the next ``setup``)."""
+    if _state.tracer_provider is not None:
+        _state.tracer_provider.shutdown()
+    if _state.meter_provider is not None:
+        _state.meter_provider.shutdown()
+    if _state.metrics_server is not None:
+        _state.metrics_server.shutdown()
+        _state.metrics_server.server_close()
+    _state.tracer_provider = _state.meter_provider = _state.metrics_server = None
+    _state.tracer = trace.NoOpTracer()
+    _state.metrics = None
+
+
+def tracing_enabled() -> bool:
+    return _state.tracer_provider is not None
+
+
+def tracer() -> trace.Tracer:
+    return _state.tracer
+
+
+# --------------------------------------------------------------------------- propagation
+
+
+def inject(carrier: MutableMapping[str, str], context: otel_context.Context | None = None) -> None:
+    """Write the W3C ``traceparent`` of ``context`` (default: the current one) into ``carrier``."""
+    _PROPAGATOR.inject(carrier, context=context)
+
+
+def extract(carrier: Mapping[str, str]) -> otel_context.Context:
+    """The context a W3C ``traceparent`` in ``carrier`` names (empty context when absent)."""
+    return _PROPAGATOR.extract(carrier)
+
+
+def _metadata_carrier(metadata: Any) -> dict[str, str]:
+    carrier: dict[str, str] = {}
+    for key, value in metadata or ():
+        if isinstance(value, str):
+            carrier[key.lower()] = value
+    return carrier
+
+
+# --------------------------------------------------------------------------- server side
+
+
+def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """Pass to ``grpc.aio.server(interceptors=...)``; empty when tracing is off."""
+    return [TracingServerInterceptor()] if tracing_enabled() else []
+
+
+def _wrap_behavior(method: str, behavior: Callable[..., Any], metadata: Any) -> Callable[..., Any]:
+    """Run ``behavior`` inside a SERVER span whose parent is the caller's ``traceparent``."""
+
+    def start() -> Any:
+        parent = extract(_metadata_carrier(metadata))
+        return _state.tracer.start_as_current_span(
+            method.lstrip("/"),
+            context=parent,
+            kind=trace.SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.method": method},
+        )
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with start():
+                async for response in behavior(request, context):
+                    yield response
+
+        return streaming
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        with start():
+            return await behavior(request, context)
+
+    return unary
+
+
+class TracingServerInterceptor(grpc.aio.ServerInterceptor):
+    """Opens a SERVER span per RPC (the whole stream for streaming RPCs)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Any],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(UNTRACED_PREFIXES):
+            return handler
+        metadata = handler_call_details.invocation_metadata
+        serializers = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_behavior(method, handler.unary_unary, metadata), **serializers
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_behavior(method, handler.unary_stream, metadata), **serializers
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_behavior(method, handler.stream_unary, metadata), **serializers
+            )
+        return grpc.stream_stream_rpc_method_handler(
+            _wrap_behavior(method, handler.stream_stream, metadata), **serializers
+        )
+
+
+# --------------------------------------------------------------------------- client side
+
+
+def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
+    """Pass to ``grpc.aio.insecure_channel(interceptors=...)``; empty when tracing is off."""
+    if not tracing_enabled():
+        return []
+    return [
+        _UnaryUnaryTracing(),
+        _UnaryStreamTracing(),
+        _StreamUnaryTracing(),
+        _StreamStreamTracing(),
+    ]
+
+
+async def _traced_call(continuation: Callable[..., Any], details: Any, request: Any) -> Any:
+    """Open a CLIENT span (ended when the call ends) and send its ``traceparent``."""
+    method = details.method.decode() if isinstance(details.method, bytes) else details.method
+    if method.startswith(UNTRACED_PREFIXES):
+        return await continuation(details, request)
+    span = _state.tracer.start_span(
+        method.lstrip("/"),
+        kind=trace.SpanKind.CLIENT,
+        attributes={"rpc.system": "grpc", "rpc.method": method},
+    )
+    carrier: dict[str, str] = {}
+    inject(carrier, trace.set_span_in_context(span))
+    # Our span's context replaces any the caller put in the metadata itself.
+    metadata = grpc.aio.Metadata(*((k, v) for k, v in (details.metadata or ()) if k not in _TRACE_KEYS))
+    for key, value in carrier.items():
+        metadata.add(key, value)
+    traced = grpc.aio.ClientCallDetails(
+        method=details.method,
+        timeout=details.timeout,
+        metadata=metadata,
+        credentials=details.credentials,
+        wait_for_ready=details.wait_for_ready,
+    )
+    try:
+        call = await continuation(traced, request)
+    except BaseException:
+        span.end()
+        raise
+    call.add_done_callback(lambda _call: span.end())
+    return call
+
+
+class _UnaryUnaryTracing(grpc.aio.UnaryUnaryClientInterceptor):
+    async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await _traced_call(continuation, client_call_details, request)
+
+
+class _UnaryStreamTracing(grpc.aio.UnaryStreamClientInterceptor):
+    async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
+        return await _traced_call(continuation, client_call_details, request)
+
+
+class _StreamUnaryTracing(grpc.aio.StreamUnaryClientInterceptor):
+    async def intercept_stream_unary(
+        self, continuation: Any, client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        return await _traced_call(continuation, client_call_details, request_iterator)
+
+
+class _StreamStreamTracing(grpc.aio.StreamStreamClientInterceptor):
+    async def intercept_stream_stream(
+        self, continuation: Any, client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        return await _traced_call(continuation, client_call_details, request_iterator)
+
+
+# --------------------------------------------------------------------------- GenAI spans
+
+
+class GenAISpan:
+    """A span of agent work carrying GenAI semantic-convention attributes."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+        self._started = time.perf_counter()
+        self._first_chunk_seen = False
+
+    def first_chunk(self) -> None:
+        """Mark the first streamed chunk (only the first call counts)."""
+        if not self._first_chunk_seen:
+            self._first_chunk_seen = True
+            self.span.set_attribute(
+                "gen_ai.response.time_to_first_chunk", time.perf_counter() - self._started
+            )
+
+    def set_usage(self, usage: common_pb2.Usage) -> None:
+        self.span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+        self.span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
+        self.span.set_attribute("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens)
+
+    def finish(self, reason: common_pb2.FinishReason.ValueType) -> None:
+        name = common_pb2.FinishReason.Name(reason).removeprefix("FINISH_REASON_").lower()
+        self.span.set_attribute("gen_ai.response.finish_reasons", [name])
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, value)
+
+
+@contextmanager
+def _genai_span(name: str, kind: trace.SpanKind, attributes: dict[str, Any]) -> Iterator[GenAISpan]:
+    with _state.tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+        yield GenAISpan(span)
+
+
+def turn_span(session_id: str, turn: int, model: str) -> Any:
+    """Harness: one agent turn (model call + its tools)."""
+    return _genai_span(
+        f"invoke_agent {model}".strip(),
+        trace.SpanKind.INTERNAL,
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.request.model": model,
+            "gen_ai.conversation.id": session_id,
+            "loopwire.turn": turn,
+        },
+    )
+
+
+def tool_span(name: str, call_id: str) -> Any:
+    """Harness: one tool call."""
+    return _genai_span(
+        f"execute_tool {name}",
+        trace.SpanKind.INTERNAL,
+        {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id},
+    )
+
+
+def response_span(model: str, response_id: str, *, conversation_id: str = "") -> Any:
+    """Gateway: one CreateResponse."""
+    return _genai_span(
+        f"chat {model}".strip(),
+        trace.SpanKind.SERVER,
+        {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": model,
+            "gen_ai.response.id": response_id,
+            "gen_ai.conversation.id": conversation_id,
+        },
+    )
+
+
+def generation_span(model: str, request_id: str, *, session_id: str = "") -> Any:
+    """Inference: one generation."""
+    return _genai_span(
+        f"text_completion {model}".strip(),
+        trace.SpanKind.SERVER,
+        {
+            "gen_ai.operation.name": "text_completion",
+            "gen_ai.request.model": model,
+            "gen_ai.response.id": request_id,
+            "gen_ai.conversation.id": session_id,
+        },
+    )
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+class Metrics:
+    """The instruments of DESIGN §7, plus one-call recorders from the protos each layer has."""
+
+    def __init__(self, meter: otel_metrics.Meter) -> None:
+        self.ttft = meter.create_histogram(
+            "gen_ai.server.time_to_first_token", unit="s", description="Time to first output token"
+        )
+        self.tokens_per_second = meter.create_histogram(
+            "loopwire.generation.tokens_per_second",
+            unit="{token}/s",
+            description="Decode speed per generation",
+        )
+        self.output_tokens = meter.create_counter(
+            "loopwire.generation.output_tokens", unit="{token}", description="Tokens generated"
+        )
+        self.prefix_cache_queried = meter.create_counter(
+            "loopwire.prefix_cache.queried_tokens", unit="{token}", description="Prompt tokens looked up"
+        )
+        self.prefix_cache_hits = meter.create_counter(
+            "loopwire.prefix_cache.hit_tokens", unit="{token}", description="Prompt tokens served from cache"
+        )
+        self.prefix_cache_hit_ratio = meter.create_histogram(
+            "loopwire.prefix_cache.hit_ratio", unit="1", description="Cached share of each prompt"
+        )
+        self.tokens_tokenized = meter.create_histogram(
+            "loopwire.turn.tokens_tokenized",
+            unit="{token}",
+            description="Tokens the gateway tokenized per turn",
+        )
+        self.bytes_per_turn = meter.create_histogram(
+            "loopwire.turn.bytes", unit="By", description="Request bytes sent per turn"
+        )
+        self.acceptance_length = meter.create_histogram(
+            "loopwire.speculative.acceptance_length",
+            unit="{token}",
+            description="Output tokens per verification step",
+        )
+        self.queue_depth = meter.create_gauge(
+            "loopwire.inference.queue_depth", unit="{request}", description="Generations waiting to run"
+        )
+
+    def record_generation(
+        self, usage: common_pb2.Usage, timings: common_pb2.Timings, model: str = ""
+    ) -> None:
+        """Inference, at GenerationFinished: TTFT, tokens/s, cache hits, acceptance length."""
+        attrs = {"gen_ai.request.model": model}
+        if timings.ttft_us:
+            self.ttft.record(timings.ttft_us / 1e6, attrs)
+        if timings.decode_us and usage.output_tokens:
+            self.tokens_per_second.record(usage.output_tokens / (timings.decode_us / 1e6), attrs)
+        self.output_tokens.add(usage.output_tokens, attrs)
+        self.prefix_cache_queried.add(usage.input_tokens, attrs)
+        self.prefix_cache_hits.add(usage.cached_input_tokens, attrs)
+        if usage.input_tokens:
+            self.prefix_cache_hit_ratio.record(usage.cached_input_tokens / usage.input_tokens, attrs)
+        if usage.verification_steps:
+            self.acceptance_length.record(usage.output_tokens / usage.verification_steps, attrs)
+
+    def record_response(self, timings: common_pb2.Timings, model: str = "") -> None:
+        """Gateway, at ResponseCompleted: tokens tokenized and bytes received for this turn."""
+        attrs = {"gen_ai.request.model": model}
+        self.tokens_tokenized.record(timings.tokens_tokenized, attrs)
+        self.bytes_per_turn.record(timings.bytes_received, attrs)
+
+    def set_queue_depth(self, waiting: int, replica_id: str = "") -> None:
+        self.queue_depth.set(waiting, {"loopwire.replica_id": replica_id})
+
+
+def metrics() -> Metrics:
+    """The instruments of this process (no-ops until ``setup`` is given a metrics port)."""
+    if _state.metrics is None:
+        _state.metrics = Metrics(otel_metrics.NoOpMeter(INSTRUMENTATION_NAME))
+    return _state.metrics

@@ -33,10 +33,15 @@ def _env(name: str, default: str) -> str:
 
 def _cmd_service(args: argparse.Namespace) -> int:
     """Service flags belong to the service module, imported only when that service starts."""
+    from loopwire.common import telemetry
+
     module = importlib.import_module(SERVICE_MODULES[args.command])
     parser = argparse.ArgumentParser(prog=f"loopwire {args.command}")
     module.add_arguments(parser)
+    telemetry.add_arguments(parser)
     service_args = parser.parse_args(args.service_args)
+    # Before any server or channel exists: their interceptors come from this setup.
+    telemetry.setup(f"loopwire-{args.command}", metrics_port=service_args.metrics_port, metrics_host="127.0.0.1")
     asyncio.run(module.serve_from_args(service_args))
     return 0
 

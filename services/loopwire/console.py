@@ -41,8 +41,8 @@ class EventPrinter:
         elif not self.verbose and kind not in ("completed", "failed", "approval_requested"):
             return
         elif kind == "tool_call_began":
-            c = event.tool_call_began.call
-            self.console.print(f"[yellow]tool[/] {c.name} {_short(c.arguments, 120)}", highlight=False)
+            call = event.tool_call_began.call
+            self.console.print(f"[yellow]tool[/] {call.name} {_short(call.arguments, 120)}", highlight=False)
         elif kind == "tool_call_ended":
             e = event.tool_call_ended
             took = (e.finished_at_us - e.started_at_us) / 1000

@@ -188,8 +188,8 @@ def main(args: argparse.Namespace) -> int:
     failed = [(r.mode, run.error) for r in results for run in r.runs if not run.completed]
     console.print(comparison_table(results, f"{len(sessions)} sessions, concurrency {args.concurrency}"))
     if args.plots:
-        for path in plot(results, args.plots):
-            console.print(f"wrote {path}")
+        for written in plot(results, args.plots):
+            console.print(f"wrote {written}")
     for mode, error in failed:
         console.print(f"[red]{mode} session failed:[/] {error}")
     return 1 if failed else 0

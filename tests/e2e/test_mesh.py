@@ -11,8 +11,9 @@ from pathlib import Path
 
 import grpc
 import pytest
-from session_files import session_paths
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from session_files import session_paths
+
 from loopwire.client import run_task
 from loopwire.common.recorded import load_session
 from loopwire.replay import start_for

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from session_files import session_paths, trace_paths
+
 from loopwire.analyze import profile_session
 from loopwire.common.chat_format import chat_format
 from loopwire.common.recorded import load_session

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from loopwire.common.hashing import SequenceHash, block_hashes, sequence_hash
 
 tokens = st.lists(st.integers(0, 100_281), max_size=200)

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from session_files import session_paths, trace_paths
+
 from loopwire.common.chat_format import chat_format
 from loopwire.common.recorded import load_session
 

@@ -12,7 +12,7 @@ class RequestError(Exception):
 
     def __init__(
         self,
-        code: int,
+        code: common_pb2.ErrorCode.ValueType,
         message: str,
         field: str = "",
         *,

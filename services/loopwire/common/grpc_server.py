@@ -8,8 +8,11 @@ import signal
 from collections.abc import Awaitable, Callable, Iterable
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+
+from loopwire.common import telemetry
 
 log = logging.getLogger("loopwire.server")
 
@@ -23,11 +26,30 @@ CHANNEL_OPTIONS = [
 
 
 def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
-    return grpc.aio.server(interceptors=list(interceptors), options=CHANNEL_OPTIONS)
+    """A server that continues the caller's trace (W3C traceparent in metadata)."""
+    return grpc.aio.server(interceptors=[*telemetry.server_interceptors(), *interceptors], options=CHANNEL_OPTIONS)
 
 
 def insecure_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+    """A channel that propagates the current trace to the callee."""
+    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=telemetry.client_interceptors())
+
+
+class _MethodAwarePool:
+    """grpcio-reflection cannot resolve method symbols (grpcurl `describe Service.Method`): look
+    them up through their service."""
+
+    def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
+        self._pool = pool
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pool, name)
+
+    def FindFileContainingSymbol(self, symbol: str) -> object:  # noqa: N802 - the pool's own name
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            return self._pool.FindServiceByName(symbol.rpartition(".")[0]).file
 
 
 async def serve(
@@ -46,7 +68,11 @@ async def serve(
     """
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    reflection.enable_server_reflection(
+        [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME],
+        server,
+        pool=_MethodAwarePool(descriptor_pool.Default()),  # type: ignore[arg-type]
+    )
     port = server.add_insecure_port(address)
     if port == 0:
         raise RuntimeError(f"cannot listen on {address}")
@@ -73,6 +99,7 @@ async def serve(
         await server.stop(drain_seconds)
     if on_stop:
         await on_stop()
+    telemetry.shutdown()
     waiter.cancel()
     stopper.cancel()
     log.info("stopped")

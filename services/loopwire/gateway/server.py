@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from loopwire.common import grpc_server, telemetry
+from loopwire.common import grpc_server
 from loopwire.common.chat_format import DEFAULT_ENCODING, chat_format
 from loopwire.gateway.auth import Authenticator
 from loopwire.gateway.router import POLICIES, Router
@@ -87,7 +87,7 @@ def build_servicer(args: argparse.Namespace) -> GatewayServicer:
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     servicer = build_servicer(args)
     await servicer.router.start()
-    server = grpc_server.make_server(telemetry.server_interceptors())
+    server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
     name = gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"].full_name
 

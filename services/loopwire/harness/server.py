@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from loopwire.common import grpc_server, telemetry
+from loopwire.common import grpc_server
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.service import HarnessService
@@ -67,7 +67,7 @@ def build(config: HarnessConfig, db: Path) -> tuple[HarnessService, SessionStore
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     config = config_from_args(args)
     service, store = build(config, Path(args.db) if args.db else Path(args.state_dir) / "harness.db")
-    server = grpc_server.make_server(telemetry.server_interceptors())
+    server = grpc_server.make_server()
     harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, server)
     name = harness_pb2.DESCRIPTOR.services_by_name["HarnessService"].full_name
 

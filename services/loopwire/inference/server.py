@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loopwire.common import grpc_server, telemetry
+from loopwire.common import grpc_server
 from loopwire.common.chat_format import chat_format
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
@@ -133,7 +133,7 @@ def add_servicer(server: object, engine: Engine, role: str = "both") -> Inferenc
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     engine = build_engine(EngineOptions.from_args(args))
-    server = grpc_server.make_server(telemetry.server_interceptors())
+    server = grpc_server.make_server()
     add_servicer(server, engine, args.role)
     await engine.start()
     await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

@@ -1,0 +1,111 @@
+package dev.loopwire.example;
+
+import com.google.protobuf.TextFormat;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.stub.StreamObserver;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import loopwire.v1.Common.FunctionCall;
+import loopwire.v1.Common.FunctionCallOutput;
+import loopwire.v1.Common.Item;
+import loopwire.v1.Common.ReplayOutput;
+import loopwire.v1.Common.Tool;
+import loopwire.v1.Harness.ReplayScript;
+import loopwire.v1.Harness.ReplayTurn;
+import loopwire.v1.Harness.RunRequest;
+import loopwire.v1.Harness.RunResponse;
+import loopwire.v1.Harness.StartTask;
+import loopwire.v1.HarnessServiceGrpc;
+
+/**
+ * Runs one task on a loopwire harness and prints every event of the run.
+ *
+ * <p>Usage: {@code java -jar loopwire-client-example.jar [HARNESS_ADDRESS] [TASK]}. The address
+ * defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays a built-in
+ * two-turn session (a shell call, then an answer), which needs no model weights. Exits 0 once
+ * the run completes and 1 if it fails.
+ */
+public final class Example {
+  private Example() {}
+
+  static StartTask builtInReplay() {
+    return StartTask.newBuilder()
+        .setTask("Greet from the shell, then say you are done.")
+        .setMaxTurns(4)
+        .setReplay(
+            ReplayScript.newBuilder()
+                .setSource("java client example (built in)")
+                .addTools(
+                    Tool.newBuilder()
+                        .setName("bash")
+                        .setDescription("Run a shell command")
+                        .setParameters(
+                            "{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string\"}},"
+                                + "\"required\":[\"command\"]}"))
+                .addTurns(
+                    ReplayTurn.newBuilder()
+                        .setOutput(
+                            ReplayOutput.newBuilder()
+                                .setText("I will greet from the shell.")
+                                .addFunctionCalls(
+                                    FunctionCall.newBuilder()
+                                        .setCallId("call_1")
+                                        .setName("bash")
+                                        .setArguments("{\"command\":\"echo hello\"}")))
+                        .addFollowups(
+                            Item.newBuilder()
+                                .setFunctionCallOutput(
+                                    FunctionCallOutput.newBuilder()
+                                        .setCallId("call_1")
+                                        .setOutput("hello\n"))))
+                .addTurns(
+                    ReplayTurn.newBuilder()
+                        .setOutput(ReplayOutput.newBuilder().setText("Done: the shell said hello."))))
+        .build();
+  }
+
+  public static void main(String[] args) throws InterruptedException {
+    String env = System.getenv("LOOPWIRE_HARNESS");
+    String address = args.length > 0 ? args[0] : (env != null && !env.isEmpty() ? env : "127.0.0.1:50051");
+    StartTask start =
+        args.length > 1
+            ? StartTask.newBuilder().setTask(args[1]).setMaxTurns(8).build()
+            : builtInReplay();
+    ManagedChannel channel = ManagedChannelBuilder.forTarget(address).usePlaintext().build();
+    CountDownLatch done = new CountDownLatch(1);
+    AtomicInteger exitCode = new AtomicInteger(1);
+    StreamObserver<RunRequest> requests =
+        HarnessServiceGrpc.newStub(channel)
+            .withDeadlineAfter(5, TimeUnit.MINUTES)
+            .run(
+                new StreamObserver<RunResponse>() {
+                  @Override
+                  public void onNext(RunResponse event) {
+                    System.out.println(TextFormat.printer().shortDebugString(event));
+                    if (event.hasCompleted() || event.hasFailed()) {
+                      exitCode.set(event.hasCompleted() ? 0 : 1);
+                      done.countDown();
+                    }
+                  }
+
+                  @Override
+                  public void onError(Throwable error) {
+                    System.err.println("run: " + error);
+                    done.countDown();
+                  }
+
+                  @Override
+                  public void onCompleted() {
+                    System.err.println("stream ended before the run completed");
+                    done.countDown();
+                  }
+                });
+    requests.onNext(RunRequest.newBuilder().setStart(start).build());
+    done.await();
+    System.out.flush();
+    channel.shutdownNow();
+    System.exit(exitCode.get());
+  }
+}

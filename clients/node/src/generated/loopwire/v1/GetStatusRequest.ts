@@ -1,0 +1,8 @@
+// Original file: protos/loopwire/v1/inference.proto
+
+
+export interface GetStatusRequest {
+}
+
+export interface GetStatusRequest__Output {
+}

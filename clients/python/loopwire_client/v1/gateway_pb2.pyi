@@ -1,0 +1,177 @@
+from loopwire_client.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SafetyMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SAFETY_MODE_UNSPECIFIED: _ClassVar[SafetyMode]
+    SAFETY_MODE_STREAM_THEN_CUT: _ClassVar[SafetyMode]
+    SAFETY_MODE_BUFFER_UNTIL_PASS: _ClassVar[SafetyMode]
+    SAFETY_MODE_OFF: _ClassVar[SafetyMode]
+
+class SafetyStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SAFETY_STAGE_UNSPECIFIED: _ClassVar[SafetyStage]
+    SAFETY_STAGE_INPUT: _ClassVar[SafetyStage]
+    SAFETY_STAGE_OUTPUT: _ClassVar[SafetyStage]
+SAFETY_MODE_UNSPECIFIED: SafetyMode
+SAFETY_MODE_STREAM_THEN_CUT: SafetyMode
+SAFETY_MODE_BUFFER_UNTIL_PASS: SafetyMode
+SAFETY_MODE_OFF: SafetyMode
+SAFETY_STAGE_UNSPECIFIED: SafetyStage
+SAFETY_STAGE_INPUT: SafetyStage
+SAFETY_STAGE_OUTPUT: SafetyStage
+
+class CreateResponse(_message.Message):
+    __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store")
+    PREVIOUS_RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLING_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_MODE_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    NO_STORE_FIELD_NUMBER: _ClassVar[int]
+    previous_response_id: str
+    model: str
+    instructions: str
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]
+    input: _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]
+    sampling: _common_pb2.SamplingParams
+    safety_mode: SafetyMode
+    replay: _common_pb2.ReplayOutput
+    retention_seconds: int
+    priority: int
+    no_store: bool
+    def __init__(self, previous_response_id: _Optional[str] = ..., model: _Optional[str] = ..., instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., input: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., safety_mode: _Optional[_Union[SafetyMode, str]] = ..., replay: _Optional[_Union[_common_pb2.ReplayOutput, _Mapping]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., no_store: _Optional[bool] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("response_id",)
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    def __init__(self, response_id: _Optional[str] = ...) -> None: ...
+
+class ConverseRequest(_message.Message):
+    __slots__ = ("create_response", "cancel_response")
+    CREATE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    create_response: CreateResponse
+    cancel_response: CancelResponse
+    def __init__(self, create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ...) -> None: ...
+
+class ResponseCreated(_message.Message):
+    __slots__ = ("response_id", "replica_id")
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    replica_id: str
+    def __init__(self, response_id: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ToolCallStarted(_message.Message):
+    __slots__ = ("call_id", "name", "index")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    name: str
+    index: int
+    def __init__(self, call_id: _Optional[str] = ..., name: _Optional[str] = ..., index: _Optional[int] = ...) -> None: ...
+
+class ToolCallArgumentsDelta(_message.Message):
+    __slots__ = ("call_id", "delta")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    call_id: str
+    delta: str
+    def __init__(self, call_id: _Optional[str] = ..., delta: _Optional[str] = ...) -> None: ...
+
+class ToolCallDone(_message.Message):
+    __slots__ = ("call", "index")
+    CALL_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    call: _common_pb2.FunctionCall
+    index: int
+    def __init__(self, call: _Optional[_Union[_common_pb2.FunctionCall, _Mapping]] = ..., index: _Optional[int] = ...) -> None: ...
+
+class SafetyVerdict(_message.Message):
+    __slots__ = ("stage", "allowed", "category", "detail", "classifier_us", "checked_chars")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    CATEGORY_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    CLASSIFIER_US_FIELD_NUMBER: _ClassVar[int]
+    CHECKED_CHARS_FIELD_NUMBER: _ClassVar[int]
+    stage: SafetyStage
+    allowed: bool
+    category: str
+    detail: str
+    classifier_us: int
+    checked_chars: int
+    def __init__(self, stage: _Optional[_Union[SafetyStage, str]] = ..., allowed: _Optional[bool] = ..., category: _Optional[str] = ..., detail: _Optional[str] = ..., classifier_us: _Optional[int] = ..., checked_chars: _Optional[int] = ...) -> None: ...
+
+class CacheBreak(_message.Message):
+    __slots__ = ("first_differing_item", "reason", "reused_tokens")
+    FIRST_DIFFERING_ITEM_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REUSED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    first_differing_item: int
+    reason: str
+    reused_tokens: int
+    def __init__(self, first_differing_item: _Optional[int] = ..., reason: _Optional[str] = ..., reused_tokens: _Optional[int] = ...) -> None: ...
+
+class ResponseCompleted(_message.Message):
+    __slots__ = ("finish_reason", "usage", "timings", "output")
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    finish_reason: _common_pb2.FinishReason
+    usage: _common_pb2.Usage
+    timings: _common_pb2.Timings
+    output: _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]
+    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., output: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ...) -> None: ...
+
+class ResponseFailed(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: _common_pb2.Error
+    def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
+class ConverseResponse(_message.Message):
+    __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed")
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_STARTED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ARGUMENTS_DELTA_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_DONE_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_FIELD_NUMBER: _ClassVar[int]
+    CACHE_BREAK_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    created: ResponseCreated
+    text_delta: TextDelta
+    tool_call_started: ToolCallStarted
+    tool_call_arguments_delta: ToolCallArgumentsDelta
+    tool_call_done: ToolCallDone
+    safety: SafetyVerdict
+    cache_break: CacheBreak
+    completed: ResponseCompleted
+    failed: ResponseFailed
+    def __init__(self, response_id: _Optional[str] = ..., created: _Optional[_Union[ResponseCreated, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_arguments_delta: _Optional[_Union[ToolCallArgumentsDelta, _Mapping]] = ..., tool_call_done: _Optional[_Union[ToolCallDone, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., cache_break: _Optional[_Union[CacheBreak, _Mapping]] = ..., completed: _Optional[_Union[ResponseCompleted, _Mapping]] = ..., failed: _Optional[_Union[ResponseFailed, _Mapping]] = ...) -> None: ...

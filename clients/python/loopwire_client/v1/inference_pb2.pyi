@@ -1,0 +1,261 @@
+from loopwire_client.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EngineRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENGINE_ROLE_UNSPECIFIED: _ClassVar[EngineRole]
+    ENGINE_ROLE_BOTH: _ClassVar[EngineRole]
+    ENGINE_ROLE_PREFILL: _ClassVar[EngineRole]
+    ENGINE_ROLE_DECODE: _ClassVar[EngineRole]
+
+class CacheEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CACHE_EVENT_TYPE_UNSPECIFIED: _ClassVar[CacheEventType]
+    CACHE_EVENT_TYPE_STORED: _ClassVar[CacheEventType]
+    CACHE_EVENT_TYPE_REMOVED: _ClassVar[CacheEventType]
+    CACHE_EVENT_TYPE_CLEARED: _ClassVar[CacheEventType]
+ENGINE_ROLE_UNSPECIFIED: EngineRole
+ENGINE_ROLE_BOTH: EngineRole
+ENGINE_ROLE_PREFILL: EngineRole
+ENGINE_ROLE_DECODE: EngineRole
+CACHE_EVENT_TYPE_UNSPECIFIED: CacheEventType
+CACHE_EVENT_TYPE_STORED: CacheEventType
+CACHE_EVENT_TYPE_REMOVED: CacheEventType
+CACHE_EVENT_TYPE_CLEARED: CacheEventType
+
+class FullPrompt(_message.Message):
+    __slots__ = ("token_ids",)
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AppendPrompt(_message.Message):
+    __slots__ = ("base_length", "base_hash", "token_ids")
+    BASE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    BASE_HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    base_length: int
+    base_hash: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, base_length: _Optional[int] = ..., base_hash: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GenerationParams(_message.Message):
+    __slots__ = ("temperature", "top_p", "seed", "max_tokens", "stop_token_ids", "speculative_decoding", "num_draft_tokens")
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    SPECULATIVE_DECODING_FIELD_NUMBER: _ClassVar[int]
+    NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    temperature: float
+    top_p: float
+    seed: int
+    max_tokens: int
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    speculative_decoding: bool
+    num_draft_tokens: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
+
+class GenerationStart(_message.Message):
+    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    ORACLE_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    KV_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    KV_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    session_id: str
+    full: FullPrompt
+    append: AppendPrompt
+    params: GenerationParams
+    oracle_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    retention_seconds: int
+    priority: int
+    kv_handle: bytes
+    kv_source: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ...) -> None: ...
+
+class GenerationCancel(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    def __init__(self, request_id: _Optional[str] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("start", "cancel")
+    START_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    start: GenerationStart
+    cancel: GenerationCancel
+    def __init__(self, start: _Optional[_Union[GenerationStart, _Mapping]] = ..., cancel: _Optional[_Union[GenerationCancel, _Mapping]] = ...) -> None: ...
+
+class TokenBatch(_message.Message):
+    __slots__ = ("token_ids",)
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GenerationFinished(_message.Message):
+    __slots__ = ("finish_reason", "usage", "timings", "sequence_length", "sequence_hash", "replica_id")
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_HASH_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    finish_reason: _common_pb2.FinishReason
+    usage: _common_pb2.Usage
+    timings: _common_pb2.Timings
+    sequence_length: int
+    sequence_hash: int
+    replica_id: str
+    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., sequence_length: _Optional[int] = ..., sequence_hash: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
+class GenerateResponse(_message.Message):
+    __slots__ = ("request_id", "tokens", "finished", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tokens: TokenBatch
+    finished: GenerationFinished
+    error: _common_pb2.Error
+    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
+class PrefillRequest(_message.Message):
+    __slots__ = ("request_id", "token_ids", "params")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    params: GenerationParams
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ...) -> None: ...
+
+class PrefillResponse(_message.Message):
+    __slots__ = ("kv_handle", "num_tokens", "cached_tokens", "replica_id", "block_hashes", "timings")
+    KV_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    kv_handle: bytes
+    num_tokens: int
+    cached_tokens: int
+    replica_id: str
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    timings: _common_pb2.Timings
+    def __init__(self, kv_handle: _Optional[bytes] = ..., num_tokens: _Optional[int] = ..., cached_tokens: _Optional[int] = ..., replica_id: _Optional[str] = ..., block_hashes: _Optional[_Iterable[int]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ...) -> None: ...
+
+class PullKvRequest(_message.Message):
+    __slots__ = ("kv_handle",)
+    KV_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    kv_handle: bytes
+    def __init__(self, kv_handle: _Optional[bytes] = ...) -> None: ...
+
+class KvBlock(_message.Message):
+    __slots__ = ("block_hash", "parent_hash", "token_ids", "keys", "values", "dtype", "shape")
+    BLOCK_HASH_FIELD_NUMBER: _ClassVar[int]
+    PARENT_HASH_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    block_hash: int
+    parent_hash: int
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    keys: bytes
+    values: bytes
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, block_hash: _Optional[int] = ..., parent_hash: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ..., keys: _Optional[bytes] = ..., values: _Optional[bytes] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class PullKvResponse(_message.Message):
+    __slots__ = ("block", "tail_token_ids")
+    BLOCK_FIELD_NUMBER: _ClassVar[int]
+    TAIL_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    block: KvBlock
+    tail_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, block: _Optional[_Union[KvBlock, _Mapping]] = ..., tail_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_FREE_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RECENT_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_QUERIED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    engine: str
+    model: str
+    role: EngineRole
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    kv_blocks_free: int
+    kv_blocks_total: int
+    block_size: int
+    recent_tokens_per_second: float
+    prefill_tokens_per_second: float
+    decode_tokens_per_second: float
+    prefix_cache_queried_tokens: int
+    prefix_cache_hit_tokens: int
+    vocab_size: int
+    max_output_tokens: int
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+
+class WatchCacheRequest(_message.Message):
+    __slots__ = ("include_existing",)
+    INCLUDE_EXISTING_FIELD_NUMBER: _ClassVar[int]
+    include_existing: bool
+    def __init__(self, include_existing: _Optional[bool] = ...) -> None: ...
+
+class CacheEvent(_message.Message):
+    __slots__ = ("type", "block_hashes")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    type: CacheEventType
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, type: _Optional[_Union[CacheEventType, str]] = ..., block_hashes: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WatchCacheResponse(_message.Message):
+    __slots__ = ("replica_id", "events", "block_size")
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    replica_id: str
+    events: _containers.RepeatedCompositeFieldContainer[CacheEvent]
+    block_size: int
+    def __init__(self, replica_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[CacheEvent, _Mapping]]] = ..., block_size: _Optional[int] = ...) -> None: ...

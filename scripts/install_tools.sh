@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install everything the end-to-end tests need on a fresh Debian machine (run as root), and
+# build the clients once. Idempotent: a second run only checks. Downloads are cached in the
+# standard places (~/go/pkg/mod, ~/.cargo, ~/.m2, ~/.npm), the Jaeger binary under
+# ~/.cache/loopwire (see scripts/jaeger.sh). Go, Node.js/npm, a JDK with Maven and Rust/cargo
+# are expected on the machine already.
+#
+#   apt     bubblewrap (tool sandbox), protobuf-compiler (protoc for the Rust client)
+#   go      buf, grpcurl, protoc-gen-go, protoc-gen-go-grpc (~/go/bin), Jaeger v2
+#   clients scripts/clients.sh build: go build, npm ci + tsc, cargo build, mvn package
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/go/bin:$HOME/.cargo/bin:$PATH"
+GOBIN_DIR="$(go env GOPATH)/bin"
+log() { printf '== %s (%ss)\n' "$1" "$(( $(date +%s) - started ))"; }
+started=$(date +%s)
+
+for tool in go node npm java mvn cargo; do
+  command -v "$tool" >/dev/null || { echo "missing toolchain: $tool" >&2; exit 1; }
+done
+
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v protoc >/dev/null || missing+=(protobuf-compiler)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go tools, pinned. `go version -m` tells which version an installed binary was built from.
+go_tool() {  # go_tool BINARY MODULE/PATH VERSION
+  local bin="$GOBIN_DIR/$1"
+  if [ -x "$bin" ] && go version -m "$bin" 2>/dev/null | grep -qE "^[[:space:]]+mod[[:space:]]+[^[:space:]]+[[:space:]]+$3([[:space:]]|$)"; then
+    return
+  fi
+  log "go install $2@$3"
+  go install "$2@$3"
+}
+go_tool buf github.com/bufbuild/buf/cmd/buf v1.75.0
+go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl v1.9.3
+go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.11
+go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.1
+
+log "jaeger"
+./scripts/jaeger.sh build >/dev/null
+
+log "clients"
+./scripts/clients.sh build
+
+log "tools ready"

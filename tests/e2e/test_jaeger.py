@@ -130,10 +130,14 @@ def _traces_spanning_all_services(query: str) -> list[dict]:
     return list(found.values())
 
 
+def _parents(span: dict) -> list[str]:
+    return [ref["spanID"] for ref in span["references"] if ref["refType"] == "CHILD_OF"]
+
+
 def _complete(trace: dict) -> bool:
-    """Every parent a span names is in the trace: W3C traceparent crossed each hop."""
+    """Every parent a span names is in the trace: W3C trace context crossed each hop."""
     ids = {span["spanID"] for span in trace["spans"]}
-    return all(ref["spanID"] in ids for span in trace["spans"] for ref in span["references"])
+    return all(parent in ids for span in trace["spans"] for parent in _parents(span))
 
 
 def test_one_trace_spans_harness_gateway_and_inference(jaeger: dict[str, str], tmp_path: Path) -> None:
@@ -148,14 +152,23 @@ def test_one_trace_spans_harness_gateway_and_inference(jaeger: dict[str, str], t
     traces: list[dict] = []
     for _ in range(100):
         traces = [t for t in _traces_spanning_all_services(jaeger["query"]) if _complete(t)]
-        if traces:
+        if len(traces) >= len(result.turns):
             break
         time.sleep(0.2)
     services = _get_json(f"{jaeger['query']}/api/services").get("data")
-    assert traces, f"no complete trace spans all three services; Jaeger knows {services}"
-    [trace] = traces
-    roots = [span for span in trace["spans"] if not span["references"]]
-    assert len(roots) == 1
-    tags = [{tag["key"]: tag["value"] for tag in span["tags"]} for span in trace["spans"]]
-    operations = {t.get("gen_ai.operation.name") for t in tags}
-    assert "chat" in operations, operations
+    # One trace per agent turn, each spanning harness -> gateway -> inference.
+    assert len(traces) == len(result.turns) == 2, f"{len(traces)} complete traces; Jaeger knows {services}"
+    turns = set()
+    for trace in traces:
+        roots = [span for span in trace["spans"] if not _parents(span)]
+        assert len(roots) == 1
+        tags = [{tag["key"]: tag["value"] for tag in span["tags"]} for span in trace["spans"]]
+        root_tags = {tag["key"]: tag["value"] for tag in roots[0]["tags"]}
+        assert root_tags["gen_ai.operation.name"] == "invoke_agent"
+        turns.add(root_tags["loopwire.turn"])
+        operations = {t.get("gen_ai.operation.name") for t in tags}
+        assert {"invoke_agent", "chat", "text_completion"} <= operations, operations
+        generation = next(t for t in tags if t.get("gen_ai.operation.name") == "text_completion")
+        assert generation["gen_ai.usage.output_tokens"] > 0
+        assert "gen_ai.usage.cache_read.input_tokens" in generation
+    assert turns == {1, 2}

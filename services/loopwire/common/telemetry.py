@@ -351,13 +351,26 @@ class GenAISpan:
 
 
 @contextmanager
-def _genai_span(name: str, kind: trace.SpanKind, attributes: dict[str, Any]) -> Iterator[GenAISpan]:
-    with _state.tracer.start_as_current_span(name, kind=kind, attributes=attributes) as span:
+def _genai_span(
+    name: str,
+    kind: trace.SpanKind,
+    attributes: dict[str, Any],
+    parent: otel_context.Context | None = None,
+    links: list[trace.Link] | None = None,
+) -> Iterator[GenAISpan]:
+    with _state.tracer.start_as_current_span(
+        name, context=parent, kind=kind, attributes=attributes, links=links
+    ) as span:
         yield GenAISpan(span)
 
 
 def turn_span(session_id: str, turn: int, model: str) -> Any:
-    """Harness: one agent turn (model call + its tools)."""
+    """Harness: one agent turn (model call + its tools), the root of its own trace.
+
+    The session's stream outlives every turn, so each turn starts a fresh trace (linked to
+    the session's span) and carries it down in ``trace_context`` fields.
+    """
+    session = trace.get_current_span().get_span_context()
     return _genai_span(
         f"invoke_agent {model}".strip(),
         trace.SpanKind.INTERNAL,
@@ -367,6 +380,8 @@ def turn_span(session_id: str, turn: int, model: str) -> Any:
             "gen_ai.conversation.id": session_id,
             "loopwire.turn": turn,
         },
+        parent=otel_context.Context(),
+        links=[trace.Link(session)] if session.is_valid else None,
     )
 
 
@@ -379,8 +394,10 @@ def tool_span(name: str, call_id: str) -> Any:
     )
 
 
-def response_span(model: str, response_id: str, *, conversation_id: str = "") -> Any:
-    """Gateway: one CreateResponse."""
+def response_span(
+    model: str, response_id: str, *, conversation_id: str = "", trace_context: Mapping[str, str] | None = None
+) -> Any:
+    """Gateway: one CreateResponse, in the trace of the turn that asked for it."""
     return _genai_span(
         f"chat {model}".strip(),
         trace.SpanKind.SERVER,
@@ -390,11 +407,14 @@ def response_span(model: str, response_id: str, *, conversation_id: str = "") ->
             "gen_ai.response.id": response_id,
             "gen_ai.conversation.id": conversation_id,
         },
+        parent=extract(trace_context) if trace_context else None,
     )
 
 
-def generation_span(model: str, request_id: str, *, session_id: str = "") -> Any:
-    """Inference: one generation."""
+def generation_span(
+    model: str, request_id: str, *, session_id: str = "", trace_context: Mapping[str, str] | None = None
+) -> Any:
+    """Inference: one generation, in the trace of the response it serves."""
     return _genai_span(
         f"text_completion {model}".strip(),
         trace.SpanKind.SERVER,
@@ -404,6 +424,7 @@ def generation_span(model: str, request_id: str, *, session_id: str = "") -> Any
             "gen_ai.response.id": request_id,
             "gen_ai.conversation.id": session_id,
         },
+        parent=extract(trace_context) if trace_context else None,
     )
 
 

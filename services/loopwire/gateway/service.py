@@ -208,7 +208,8 @@ class ConverseSession:
     async def respond(self, create: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         """One response's events, inside a GenAI span; its timings feed the metrics."""
         response_id = "resp_" + secrets.token_hex(8)
-        with telemetry.response_span(create.model, response_id, conversation_id=self.stream_id) as span:
+        with telemetry.response_span(create.model, response_id, conversation_id=self.stream_id,
+                                     trace_context=create.trace_context) as span:
             async for event in self._respond(create, response_id):
                 kind = event.WhichOneof("event")
                 if kind in ("text_delta", "tool_call_started"):
@@ -493,6 +494,7 @@ class _ResponseRun:
                 retention_seconds=self.create.retention_seconds,
                 priority=self.create.priority,
             )
+            telemetry.inject(start.trace_context)  # the generation joins this response's (turn's) trace
             held = link.held_length
             base_hash = conversation.hash_at(held) if held and not resend_full and not self.p.naive else None
             if base_hash is not None and base_hash == link.held_hash and not self.generated:

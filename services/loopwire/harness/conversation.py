@@ -77,6 +77,7 @@ class Conversation:
         for attempt in range(2):
             request = gateway_pb2.CreateResponse()
             request.CopyFrom(base)
+            telemetry.inject(request.trace_context)  # this turn's trace continues in the gateway
             if use_delta:
                 # Only what is new: the gateway inherits model, instructions and tools.
                 request.previous_response_id = self.last_response_id

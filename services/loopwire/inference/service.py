@@ -203,7 +203,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         prompt_hash: SequenceHash,
         state: _StreamState,
     ) -> None:
-        with telemetry.generation_span(self.engine.model_name, rid, session_id=req.session_id) as span:
+        with telemetry.generation_span(self.engine.model_name, rid, session_id=req.session_id,
+                                       trace_context=start.trace_context) as span:
             try:
                 if start.kv_handle:
                     await self._pull(start.kv_source, start.kv_handle)

@@ -25,43 +25,47 @@ _sym_db = _symbol_database.Default()
 from loopwire.v1 import common_pb2 as loopwire_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loopwire/v1/gateway.proto\x12\x0bloopwire.v1\x1a\x18loopwire/v1/common.proto\"\xde\x02\n\x0e\x43reateResponse\x12\x1c\n\x14previous_response_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x14\n\x0cinstructions\x18\x03 \x01(\t\x12 \n\x05tools\x18\x04 \x03(\x0b\x32\x11.loopwire.v1.Tool\x12 \n\x05input\x18\x05 \x03(\x0b\x32\x11.loopwire.v1.Item\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.loopwire.v1.SamplingParams\x12,\n\x0bsafety_mode\x18\x07 \x01(\x0e\x32\x17.loopwire.v1.SafetyMode\x12)\n\x06replay\x18\x08 \x01(\x0b\x32\x19.loopwire.v1.ReplayOutput\x12\x19\n\x11retention_seconds\x18\t \x01(\r\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x10\n\x08no_store\x18\x0b \x01(\x08\"%\n\x0e\x43\x61ncelResponse\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\"\x8c\x01\n\x0f\x43onverseRequest\x12\x36\n\x0f\x63reate_response\x18\x01 \x01(\x0b\x32\x1b.loopwire.v1.CreateResponseH\x00\x12\x36\n\x0f\x63\x61ncel_response\x18\x02 \x01(\x0b\x32\x1b.loopwire.v1.CancelResponseH\x00\x42\t\n\x07request\":\n\x0fResponseCreated\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"?\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\"8\n\x16ToolCallArgumentsDelta\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"F\n\x0cToolCallDone\x12\'\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.loopwire.v1.FunctionCall\x12\r\n\x05index\x18\x02 \x01(\r\"\x99\x01\n\rSafetyVerdict\x12\'\n\x05stage\x18\x01 \x01(\x0e\x32\x18.loopwire.v1.SafetyStage\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x08\x12\x10\n\x08\x63\x61tegory\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rclassifier_us\x18\x05 \x01(\x04\x12\x15\n\rchecked_chars\x18\x06 \x01(\x04\"Q\n\nCacheBreak\x12\x1c\n\x14\x66irst_differing_item\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rreused_tokens\x18\x03 \x01(\r\"\xb2\x01\n\x11ResponseCompleted\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.loopwire.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.loopwire.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.loopwire.v1.Timings\x12!\n\x06output\x18\x04 \x03(\x0b\x32\x11.loopwire.v1.Item\"3\n\x0eResponseFailed\x12!\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x12.loopwire.v1.Error\"\x8b\x04\n\x10\x43onverseResponse\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12/\n\x07\x63reated\x18\x02 \x01(\x0b\x32\x1c.loopwire.v1.ResponseCreatedH\x00\x12,\n\ntext_delta\x18\x03 \x01(\x0b\x32\x16.loopwire.v1.TextDeltaH\x00\x12\x39\n\x11tool_call_started\x18\x04 \x01(\x0b\x32\x1c.loopwire.v1.ToolCallStartedH\x00\x12H\n\x19tool_call_arguments_delta\x18\x05 \x01(\x0b\x32#.loopwire.v1.ToolCallArgumentsDeltaH\x00\x12\x33\n\x0etool_call_done\x18\x06 \x01(\x0b\x32\x19.loopwire.v1.ToolCallDoneH\x00\x12,\n\x06safety\x18\x07 \x01(\x0b\x32\x1a.loopwire.v1.SafetyVerdictH\x00\x12.\n\x0b\x63\x61\x63he_break\x18\x08 \x01(\x0b\x32\x17.loopwire.v1.CacheBreakH\x00\x12\x33\n\tcompleted\x18\t \x01(\x0b\x32\x1e.loopwire.v1.ResponseCompletedH\x00\x12-\n\x06\x66\x61iled\x18\n \x01(\x0b\x32\x1b.loopwire.v1.ResponseFailedH\x00\x42\x07\n\x05\x65vent*\x82\x01\n\nSafetyMode\x12\x1b\n\x17SAFETY_MODE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSAFETY_MODE_STREAM_THEN_CUT\x10\x01\x12!\n\x1dSAFETY_MODE_BUFFER_UNTIL_PASS\x10\x02\x12\x13\n\x0fSAFETY_MODE_OFF\x10\x03*\\\n\x0bSafetyStage\x12\x1c\n\x18SAFETY_STAGE_UNSPECIFIED\x10\x00\x12\x16\n\x12SAFETY_STAGE_INPUT\x10\x01\x12\x17\n\x13SAFETY_STAGE_OUTPUT\x10\x02\x32]\n\x0eGatewayService\x12K\n\x08\x43onverse\x12\x1c.loopwire.v1.ConverseRequest\x1a\x1d.loopwire.v1.ConverseResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19loopwire/v1/gateway.proto\x12\x0bloopwire.v1\x1a\x18loopwire/v1/common.proto\"\xd9\x03\n\x0e\x43reateResponse\x12\x1c\n\x14previous_response_id\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x14\n\x0cinstructions\x18\x03 \x01(\t\x12 \n\x05tools\x18\x04 \x03(\x0b\x32\x11.loopwire.v1.Tool\x12 \n\x05input\x18\x05 \x03(\x0b\x32\x11.loopwire.v1.Item\x12-\n\x08sampling\x18\x06 \x01(\x0b\x32\x1b.loopwire.v1.SamplingParams\x12,\n\x0bsafety_mode\x18\x07 \x01(\x0e\x32\x17.loopwire.v1.SafetyMode\x12)\n\x06replay\x18\x08 \x01(\x0b\x32\x19.loopwire.v1.ReplayOutput\x12\x19\n\x11retention_seconds\x18\t \x01(\r\x12\x10\n\x08priority\x18\n \x01(\x05\x12\x10\n\x08no_store\x18\x0b \x01(\x08\x12\x44\n\rtrace_context\x18\x0c \x03(\x0b\x32-.loopwire.v1.CreateResponse.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"%\n\x0e\x43\x61ncelResponse\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\"\x8c\x01\n\x0f\x43onverseRequest\x12\x36\n\x0f\x63reate_response\x18\x01 \x01(\x0b\x32\x1b.loopwire.v1.CreateResponseH\x00\x12\x36\n\x0f\x63\x61ncel_response\x18\x02 \x01(\x0b\x32\x1b.loopwire.v1.CancelResponseH\x00\x42\t\n\x07request\":\n\x0fResponseCreated\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12\x12\n\nreplica_id\x18\x02 \x01(\t\"\x19\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\"?\n\x0fToolCallStarted\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05index\x18\x03 \x01(\r\"8\n\x16ToolCallArgumentsDelta\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\t\x12\r\n\x05\x64\x65lta\x18\x02 \x01(\t\"F\n\x0cToolCallDone\x12\'\n\x04\x63\x61ll\x18\x01 \x01(\x0b\x32\x19.loopwire.v1.FunctionCall\x12\r\n\x05index\x18\x02 \x01(\r\"\x99\x01\n\rSafetyVerdict\x12\'\n\x05stage\x18\x01 \x01(\x0e\x32\x18.loopwire.v1.SafetyStage\x12\x0f\n\x07\x61llowed\x18\x02 \x01(\x08\x12\x10\n\x08\x63\x61tegory\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x04 \x01(\t\x12\x15\n\rclassifier_us\x18\x05 \x01(\x04\x12\x15\n\rchecked_chars\x18\x06 \x01(\x04\"Q\n\nCacheBreak\x12\x1c\n\x14\x66irst_differing_item\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x15\n\rreused_tokens\x18\x03 \x01(\r\"\xb2\x01\n\x11ResponseCompleted\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.loopwire.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.loopwire.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.loopwire.v1.Timings\x12!\n\x06output\x18\x04 \x03(\x0b\x32\x11.loopwire.v1.Item\"3\n\x0eResponseFailed\x12!\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x12.loopwire.v1.Error\"\x8b\x04\n\x10\x43onverseResponse\x12\x13\n\x0bresponse_id\x18\x01 \x01(\t\x12/\n\x07\x63reated\x18\x02 \x01(\x0b\x32\x1c.loopwire.v1.ResponseCreatedH\x00\x12,\n\ntext_delta\x18\x03 \x01(\x0b\x32\x16.loopwire.v1.TextDeltaH\x00\x12\x39\n\x11tool_call_started\x18\x04 \x01(\x0b\x32\x1c.loopwire.v1.ToolCallStartedH\x00\x12H\n\x19tool_call_arguments_delta\x18\x05 \x01(\x0b\x32#.loopwire.v1.ToolCallArgumentsDeltaH\x00\x12\x33\n\x0etool_call_done\x18\x06 \x01(\x0b\x32\x19.loopwire.v1.ToolCallDoneH\x00\x12,\n\x06safety\x18\x07 \x01(\x0b\x32\x1a.loopwire.v1.SafetyVerdictH\x00\x12.\n\x0b\x63\x61\x63he_break\x18\x08 \x01(\x0b\x32\x17.loopwire.v1.CacheBreakH\x00\x12\x33\n\tcompleted\x18\t \x01(\x0b\x32\x1e.loopwire.v1.ResponseCompletedH\x00\x12-\n\x06\x66\x61iled\x18\n \x01(\x0b\x32\x1b.loopwire.v1.ResponseFailedH\x00\x42\x07\n\x05\x65vent*\x82\x01\n\nSafetyMode\x12\x1b\n\x17SAFETY_MODE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSAFETY_MODE_STREAM_THEN_CUT\x10\x01\x12!\n\x1dSAFETY_MODE_BUFFER_UNTIL_PASS\x10\x02\x12\x13\n\x0fSAFETY_MODE_OFF\x10\x03*\\\n\x0bSafetyStage\x12\x1c\n\x18SAFETY_STAGE_UNSPECIFIED\x10\x00\x12\x16\n\x12SAFETY_STAGE_INPUT\x10\x01\x12\x17\n\x13SAFETY_STAGE_OUTPUT\x10\x02\x32]\n\x0eGatewayService\x12K\n\x08\x43onverse\x12\x1c.loopwire.v1.ConverseRequest\x1a\x1d.loopwire.v1.ConverseResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loopwire.v1.gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SAFETYMODE']._serialized_start=1885
-  _globals['_SAFETYMODE']._serialized_end=2015
-  _globals['_SAFETYSTAGE']._serialized_start=2017
-  _globals['_SAFETYSTAGE']._serialized_end=2109
+  _globals['_CREATERESPONSE_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_CREATERESPONSE_TRACECONTEXTENTRY']._serialized_options = b'8\001'
+  _globals['_SAFETYMODE']._serialized_start=2008
+  _globals['_SAFETYMODE']._serialized_end=2138
+  _globals['_SAFETYSTAGE']._serialized_start=2140
+  _globals['_SAFETYSTAGE']._serialized_end=2232
   _globals['_CREATERESPONSE']._serialized_start=69
-  _globals['_CREATERESPONSE']._serialized_end=419
-  _globals['_CANCELRESPONSE']._serialized_start=421
-  _globals['_CANCELRESPONSE']._serialized_end=458
-  _globals['_CONVERSEREQUEST']._serialized_start=461
-  _globals['_CONVERSEREQUEST']._serialized_end=601
-  _globals['_RESPONSECREATED']._serialized_start=603
-  _globals['_RESPONSECREATED']._serialized_end=661
-  _globals['_TEXTDELTA']._serialized_start=663
-  _globals['_TEXTDELTA']._serialized_end=688
-  _globals['_TOOLCALLSTARTED']._serialized_start=690
-  _globals['_TOOLCALLSTARTED']._serialized_end=753
-  _globals['_TOOLCALLARGUMENTSDELTA']._serialized_start=755
-  _globals['_TOOLCALLARGUMENTSDELTA']._serialized_end=811
-  _globals['_TOOLCALLDONE']._serialized_start=813
-  _globals['_TOOLCALLDONE']._serialized_end=883
-  _globals['_SAFETYVERDICT']._serialized_start=886
-  _globals['_SAFETYVERDICT']._serialized_end=1039
-  _globals['_CACHEBREAK']._serialized_start=1041
-  _globals['_CACHEBREAK']._serialized_end=1122
-  _globals['_RESPONSECOMPLETED']._serialized_start=1125
-  _globals['_RESPONSECOMPLETED']._serialized_end=1303
-  _globals['_RESPONSEFAILED']._serialized_start=1305
-  _globals['_RESPONSEFAILED']._serialized_end=1356
-  _globals['_CONVERSERESPONSE']._serialized_start=1359
-  _globals['_CONVERSERESPONSE']._serialized_end=1882
-  _globals['_GATEWAYSERVICE']._serialized_start=2111
-  _globals['_GATEWAYSERVICE']._serialized_end=2204
+  _globals['_CREATERESPONSE']._serialized_end=542
+  _globals['_CREATERESPONSE_TRACECONTEXTENTRY']._serialized_start=491
+  _globals['_CREATERESPONSE_TRACECONTEXTENTRY']._serialized_end=542
+  _globals['_CANCELRESPONSE']._serialized_start=544
+  _globals['_CANCELRESPONSE']._serialized_end=581
+  _globals['_CONVERSEREQUEST']._serialized_start=584
+  _globals['_CONVERSEREQUEST']._serialized_end=724
+  _globals['_RESPONSECREATED']._serialized_start=726
+  _globals['_RESPONSECREATED']._serialized_end=784
+  _globals['_TEXTDELTA']._serialized_start=786
+  _globals['_TEXTDELTA']._serialized_end=811
+  _globals['_TOOLCALLSTARTED']._serialized_start=813
+  _globals['_TOOLCALLSTARTED']._serialized_end=876
+  _globals['_TOOLCALLARGUMENTSDELTA']._serialized_start=878
+  _globals['_TOOLCALLARGUMENTSDELTA']._serialized_end=934
+  _globals['_TOOLCALLDONE']._serialized_start=936
+  _globals['_TOOLCALLDONE']._serialized_end=1006
+  _globals['_SAFETYVERDICT']._serialized_start=1009
+  _globals['_SAFETYVERDICT']._serialized_end=1162
+  _globals['_CACHEBREAK']._serialized_start=1164
+  _globals['_CACHEBREAK']._serialized_end=1245
+  _globals['_RESPONSECOMPLETED']._serialized_start=1248
+  _globals['_RESPONSECOMPLETED']._serialized_end=1426
+  _globals['_RESPONSEFAILED']._serialized_start=1428
+  _globals['_RESPONSEFAILED']._serialized_end=1479
+  _globals['_CONVERSERESPONSE']._serialized_start=1482
+  _globals['_CONVERSERESPONSE']._serialized_end=2005
+  _globals['_GATEWAYSERVICE']._serialized_start=2234
+  _globals['_GATEWAYSERVICE']._serialized_end=2327
 # @@protoc_insertion_point(module_scope)

@@ -71,6 +71,26 @@ class CreateResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PREVIOUS_RESPONSE_ID_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     INSTRUCTIONS_FIELD_NUMBER: _builtins.int
@@ -82,6 +102,7 @@ class CreateResponse(_message.Message):
     RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     NO_STORE_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     previous_response_id: _builtins.str
     """Empty for a full request."""
     model: _builtins.str
@@ -106,6 +127,12 @@ class CreateResponse(_message.Message):
     def replay(self) -> _common_pb2.ReplayOutput:
         """Replay of a recorded session: the output to emit for this response."""
 
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context (traceparent, tracestate) of the agent turn this response belongs to,
+        so each turn is one trace across the services although the stream outlives it.
+        """
+
     def __init__(
         self,
         *,
@@ -120,10 +147,11 @@ class CreateResponse(_message.Message):
         retention_seconds: _builtins.int = ...,
         priority: _builtins.int = ...,
         no_store: _builtins.bool = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["replay", b"replay", "sampling", b"sampling"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "instructions", b"instructions", "model", b"model", "no_store", b"no_store", "previous_response_id", b"previous_response_id", "priority", b"priority", "replay", b"replay", "retention_seconds", b"retention_seconds", "safety_mode", b"safety_mode", "sampling", b"sampling", "tools", b"tools"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "instructions", b"instructions", "model", b"model", "no_store", b"no_store", "previous_response_id", b"previous_response_id", "priority", b"priority", "replay", b"replay", "retention_seconds", b"retention_seconds", "safety_mode", b"safety_mode", "sampling", b"sampling", "tools", b"tools", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -165,6 +165,26 @@ class GenerationStart(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     FULL_FIELD_NUMBER: _builtins.int
@@ -175,6 +195,7 @@ class GenerationStart(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     KV_HANDLE_FIELD_NUMBER: _builtins.int
     KV_SOURCE_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Chosen by the caller; echoed on every response of this generation."""
     session_id: _builtins.str
@@ -197,6 +218,10 @@ class GenerationStart(_message.Message):
     def oracle_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Replay: the tokens to emit, chosen by the recorded session instead of the model."""
 
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """W3C trace context of the response this generation serves (one trace per agent turn)."""
+
     def __init__(
         self,
         *,
@@ -210,10 +235,11 @@ class GenerationStart(_message.Message):
         priority: _builtins.int = ...,
         kv_handle: _builtins.bytes = ...,
         kv_source: _builtins.str = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "params", b"params", "prompt", b"prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["full", "append"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015

@@ -29,7 +29,14 @@ SAFETY_STAGE_INPUT: SafetyStage
 SAFETY_STAGE_OUTPUT: SafetyStage
 
 class CreateResponse(_message.Message):
-    __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store")
+    __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PREVIOUS_RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +48,7 @@ class CreateResponse(_message.Message):
     RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     NO_STORE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     previous_response_id: str
     model: str
     instructions: str
@@ -52,7 +60,8 @@ class CreateResponse(_message.Message):
     retention_seconds: int
     priority: int
     no_store: bool
-    def __init__(self, previous_response_id: _Optional[str] = ..., model: _Optional[str] = ..., instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., input: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., safety_mode: _Optional[_Union[SafetyMode, str]] = ..., replay: _Optional[_Union[_common_pb2.ReplayOutput, _Mapping]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., no_store: _Optional[bool] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, previous_response_id: _Optional[str] = ..., model: _Optional[str] = ..., instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., input: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., safety_mode: _Optional[_Union[SafetyMode, str]] = ..., replay: _Optional[_Union[_common_pb2.ReplayOutput, _Mapping]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., no_store: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("response_id",)

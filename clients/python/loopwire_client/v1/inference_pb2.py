@@ -25,17 +25,19 @@ _sym_db = _symbol_database.Default()
 from loopwire_client.v1 import common_pb2 as loopwire_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bloopwire/v1/inference.proto\x12\x0bloopwire.v1\x1a\x18loopwire/v1/common.proto\"\x1f\n\nFullPrompt\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\"I\n\x0c\x41ppendPrompt\x12\x13\n\x0b\x62\x61se_length\x18\x01 \x01(\r\x12\x11\n\tbase_hash\x18\x02 \x01(\x04\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\"\xc6\x01\n\x10GenerationParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\r\x12!\n\x14speculative_decoding\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10num_draft_tokens\x18\x07 \x01(\rB\x17\n\x15_speculative_decoding\"\xb5\x02\n\x0fGenerationStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x04\x66ull\x18\x03 \x01(\x0b\x32\x17.loopwire.v1.FullPromptH\x00\x12+\n\x06\x61ppend\x18\x04 \x01(\x0b\x32\x19.loopwire.v1.AppendPromptH\x00\x12-\n\x06params\x18\x05 \x01(\x0b\x32\x1d.loopwire.v1.GenerationParams\x12\x18\n\x10oracle_token_ids\x18\x06 \x03(\r\x12\x19\n\x11retention_seconds\x18\x07 \x01(\r\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x11\n\tkv_handle\x18\t \x01(\x0c\x12\x11\n\tkv_source\x18\n \x01(\tB\x08\n\x06prompt\"&\n\x10GenerationCancel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"{\n\x0fGenerateRequest\x12-\n\x05start\x18\x01 \x01(\x0b\x32\x1c.loopwire.v1.GenerationStartH\x00\x12/\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1d.loopwire.v1.GenerationCancelH\x00\x42\x08\n\x06\x61\x63tion\"\x1f\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\"\xd4\x01\n\x12GenerationFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.loopwire.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.loopwire.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.loopwire.v1.Timings\x12\x17\n\x0fsequence_length\x18\x04 \x01(\r\x12\x15\n\rsequence_hash\x18\x05 \x01(\x04\x12\x12\n\nreplica_id\x18\x06 \x01(\t\"\xb4\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x06tokens\x18\x02 \x01(\x0b\x32\x17.loopwire.v1.TokenBatchH\x00\x12\x33\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1f.loopwire.v1.GenerationFinishedH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.loopwire.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"f\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12-\n\x06params\x18\x03 \x01(\x0b\x32\x1d.loopwire.v1.GenerationParams\"\xa0\x01\n\x0fPrefillResponse\x12\x11\n\tkv_handle\x18\x01 \x01(\x0c\x12\x12\n\nnum_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x12\n\nreplica_id\x18\x04 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x05 \x03(\x04\x12%\n\x07timings\x18\x06 \x01(\x0b\x32\x14.loopwire.v1.Timings\"\"\n\rPullKvRequest\x12\x11\n\tkv_handle\x18\x01 \x01(\x0c\"\x81\x01\n\x07KvBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x04\x12\x13\n\x0bparent_hash\x18\x02 \x01(\x04\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04keys\x18\x04 \x01(\x0c\x12\x0e\n\x06values\x18\x05 \x01(\x0c\x12\r\n\x05\x64type\x18\x06 \x01(\t\x12\r\n\x05shape\x18\x07 \x03(\r\"M\n\x0ePullKvResponse\x12#\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x14.loopwire.v1.KvBlock\x12\x16\n\x0etail_token_ids\x18\x02 \x03(\r\"\x12\n\x10GetStatusRequest\"\xc8\x03\n\x11GetStatusResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\x04role\x18\x04 \x01(\x0e\x32\x17.loopwire.v1.EngineRole\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x0f\n\x07waiting\x18\x06 \x01(\r\x12\x16\n\x0ekv_blocks_used\x18\x07 \x01(\r\x12\x16\n\x0ekv_blocks_free\x18\x08 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\t \x01(\r\x12\x12\n\nblock_size\x18\n \x01(\r\x12 \n\x18recent_tokens_per_second\x18\x0b \x01(\x01\x12!\n\x19prefill_tokens_per_second\x18\x0c \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\r \x01(\x01\x12#\n\x1bprefix_cache_queried_tokens\x18\x0e \x01(\x04\x12\x1f\n\x17prefix_cache_hit_tokens\x18\x0f \x01(\x04\x12\x12\n\nvocab_size\x18\x10 \x01(\r\x12\x19\n\x11max_output_tokens\x18\x11 \x01(\r\"-\n\x11WatchCacheRequest\x12\x18\n\x10include_existing\x18\x01 \x01(\x08\"M\n\nCacheEvent\x12)\n\x04type\x18\x01 \x01(\x0e\x32\x1b.loopwire.v1.CacheEventType\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\"e\n\x12WatchCacheResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\'\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x17.loopwire.v1.CacheEvent\x12\x12\n\nblock_size\x18\x03 \x01(\r*p\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45NGINE_ROLE_BOTH\x10\x01\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x02\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x03*\x8b\x01\n\x0e\x43\x61\x63heEventType\x12 \n\x1c\x43\x41\x43HE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41\x43HE_EVENT_TYPE_STORED\x10\x01\x12\x1c\n\x18\x43\x41\x43HE_EVENT_TYPE_REMOVED\x10\x02\x12\x1c\n\x18\x43\x41\x43HE_EVENT_TYPE_CLEARED\x10\x03\x32\x87\x03\n\x10InferenceService\x12K\n\x08Generate\x12\x1c.loopwire.v1.GenerateRequest\x1a\x1d.loopwire.v1.GenerateResponse(\x01\x30\x01\x12\x44\n\x07Prefill\x12\x1b.loopwire.v1.PrefillRequest\x1a\x1c.loopwire.v1.PrefillResponse\x12\x43\n\x06PullKv\x12\x1a.loopwire.v1.PullKvRequest\x1a\x1b.loopwire.v1.PullKvResponse0\x01\x12J\n\tGetStatus\x12\x1d.loopwire.v1.GetStatusRequest\x1a\x1e.loopwire.v1.GetStatusResponse\x12O\n\nWatchCache\x12\x1e.loopwire.v1.WatchCacheRequest\x1a\x1f.loopwire.v1.WatchCacheResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bloopwire/v1/inference.proto\x12\x0bloopwire.v1\x1a\x18loopwire/v1/common.proto\"\x1f\n\nFullPrompt\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\"I\n\x0c\x41ppendPrompt\x12\x13\n\x0b\x62\x61se_length\x18\x01 \x01(\r\x12\x11\n\tbase_hash\x18\x02 \x01(\x04\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\"\xc6\x01\n\x10GenerationParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_p\x18\x02 \x01(\x02\x12\x0c\n\x04seed\x18\x03 \x01(\x04\x12\x12\n\nmax_tokens\x18\x04 \x01(\x05\x12\x16\n\x0estop_token_ids\x18\x05 \x03(\r\x12!\n\x14speculative_decoding\x18\x06 \x01(\x08H\x00\x88\x01\x01\x12\x18\n\x10num_draft_tokens\x18\x07 \x01(\rB\x17\n\x15_speculative_decoding\"\xb1\x03\n\x0fGenerationStart\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\'\n\x04\x66ull\x18\x03 \x01(\x0b\x32\x17.loopwire.v1.FullPromptH\x00\x12+\n\x06\x61ppend\x18\x04 \x01(\x0b\x32\x19.loopwire.v1.AppendPromptH\x00\x12-\n\x06params\x18\x05 \x01(\x0b\x32\x1d.loopwire.v1.GenerationParams\x12\x18\n\x10oracle_token_ids\x18\x06 \x03(\r\x12\x19\n\x11retention_seconds\x18\x07 \x01(\r\x12\x10\n\x08priority\x18\x08 \x01(\x05\x12\x11\n\tkv_handle\x18\t \x01(\x0c\x12\x11\n\tkv_source\x18\n \x01(\t\x12\x45\n\rtrace_context\x18\x0b \x03(\x0b\x32..loopwire.v1.GenerationStart.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x08\n\x06prompt\"&\n\x10GenerationCancel\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"{\n\x0fGenerateRequest\x12-\n\x05start\x18\x01 \x01(\x0b\x32\x1c.loopwire.v1.GenerationStartH\x00\x12/\n\x06\x63\x61ncel\x18\x02 \x01(\x0b\x32\x1d.loopwire.v1.GenerationCancelH\x00\x42\x08\n\x06\x61\x63tion\"\x1f\n\nTokenBatch\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\"\xd4\x01\n\x12GenerationFinished\x12\x30\n\rfinish_reason\x18\x01 \x01(\x0e\x32\x19.loopwire.v1.FinishReason\x12!\n\x05usage\x18\x02 \x01(\x0b\x32\x12.loopwire.v1.Usage\x12%\n\x07timings\x18\x03 \x01(\x0b\x32\x14.loopwire.v1.Timings\x12\x17\n\x0fsequence_length\x18\x04 \x01(\r\x12\x15\n\rsequence_hash\x18\x05 \x01(\x04\x12\x12\n\nreplica_id\x18\x06 \x01(\t\"\xb4\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12)\n\x06tokens\x18\x02 \x01(\x0b\x32\x17.loopwire.v1.TokenBatchH\x00\x12\x33\n\x08\x66inished\x18\x03 \x01(\x0b\x32\x1f.loopwire.v1.GenerationFinishedH\x00\x12#\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x12.loopwire.v1.ErrorH\x00\x42\x07\n\x05\x65vent\"f\n\x0ePrefillRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12-\n\x06params\x18\x03 \x01(\x0b\x32\x1d.loopwire.v1.GenerationParams\"\xa0\x01\n\x0fPrefillResponse\x12\x11\n\tkv_handle\x18\x01 \x01(\x0c\x12\x12\n\nnum_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\x12\x12\n\nreplica_id\x18\x04 \x01(\t\x12\x14\n\x0c\x62lock_hashes\x18\x05 \x03(\x04\x12%\n\x07timings\x18\x06 \x01(\x0b\x32\x14.loopwire.v1.Timings\"\"\n\rPullKvRequest\x12\x11\n\tkv_handle\x18\x01 \x01(\x0c\"\x81\x01\n\x07KvBlock\x12\x12\n\nblock_hash\x18\x01 \x01(\x04\x12\x13\n\x0bparent_hash\x18\x02 \x01(\x04\x12\x11\n\ttoken_ids\x18\x03 \x03(\r\x12\x0c\n\x04keys\x18\x04 \x01(\x0c\x12\x0e\n\x06values\x18\x05 \x01(\x0c\x12\r\n\x05\x64type\x18\x06 \x01(\t\x12\r\n\x05shape\x18\x07 \x03(\r\"M\n\x0ePullKvResponse\x12#\n\x05\x62lock\x18\x01 \x01(\x0b\x32\x14.loopwire.v1.KvBlock\x12\x16\n\x0etail_token_ids\x18\x02 \x03(\r\"\x12\n\x10GetStatusRequest\"\xc8\x03\n\x11GetStatusResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\x0e\n\x06\x65ngine\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12%\n\x04role\x18\x04 \x01(\x0e\x32\x17.loopwire.v1.EngineRole\x12\x0f\n\x07running\x18\x05 \x01(\r\x12\x0f\n\x07waiting\x18\x06 \x01(\r\x12\x16\n\x0ekv_blocks_used\x18\x07 \x01(\r\x12\x16\n\x0ekv_blocks_free\x18\x08 \x01(\r\x12\x17\n\x0fkv_blocks_total\x18\t \x01(\r\x12\x12\n\nblock_size\x18\n \x01(\r\x12 \n\x18recent_tokens_per_second\x18\x0b \x01(\x01\x12!\n\x19prefill_tokens_per_second\x18\x0c \x01(\x01\x12 \n\x18\x64\x65\x63ode_tokens_per_second\x18\r \x01(\x01\x12#\n\x1bprefix_cache_queried_tokens\x18\x0e \x01(\x04\x12\x1f\n\x17prefix_cache_hit_tokens\x18\x0f \x01(\x04\x12\x12\n\nvocab_size\x18\x10 \x01(\r\x12\x19\n\x11max_output_tokens\x18\x11 \x01(\r\"-\n\x11WatchCacheRequest\x12\x18\n\x10include_existing\x18\x01 \x01(\x08\"M\n\nCacheEvent\x12)\n\x04type\x18\x01 \x01(\x0e\x32\x1b.loopwire.v1.CacheEventType\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\"e\n\x12WatchCacheResponse\x12\x12\n\nreplica_id\x18\x01 \x01(\t\x12\'\n\x06\x65vents\x18\x02 \x03(\x0b\x32\x17.loopwire.v1.CacheEvent\x12\x12\n\nblock_size\x18\x03 \x01(\r*p\n\nEngineRole\x12\x1b\n\x17\x45NGINE_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45NGINE_ROLE_BOTH\x10\x01\x12\x17\n\x13\x45NGINE_ROLE_PREFILL\x10\x02\x12\x16\n\x12\x45NGINE_ROLE_DECODE\x10\x03*\x8b\x01\n\x0e\x43\x61\x63heEventType\x12 \n\x1c\x43\x41\x43HE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41\x43HE_EVENT_TYPE_STORED\x10\x01\x12\x1c\n\x18\x43\x41\x43HE_EVENT_TYPE_REMOVED\x10\x02\x12\x1c\n\x18\x43\x41\x43HE_EVENT_TYPE_CLEARED\x10\x03\x32\x87\x03\n\x10InferenceService\x12K\n\x08Generate\x12\x1c.loopwire.v1.GenerateRequest\x1a\x1d.loopwire.v1.GenerateResponse(\x01\x30\x01\x12\x44\n\x07Prefill\x12\x1b.loopwire.v1.PrefillRequest\x1a\x1c.loopwire.v1.PrefillResponse\x12\x43\n\x06PullKv\x12\x1a.loopwire.v1.PullKvRequest\x1a\x1b.loopwire.v1.PullKvResponse0\x01\x12J\n\tGetStatus\x12\x1d.loopwire.v1.GetStatusRequest\x1a\x1e.loopwire.v1.GetStatusResponse\x12O\n\nWatchCache\x12\x1e.loopwire.v1.WatchCacheRequest\x1a\x1f.loopwire.v1.WatchCacheResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'loopwire_client.v1.inference_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENGINEROLE']._serialized_start=2509
-  _globals['_ENGINEROLE']._serialized_end=2621
-  _globals['_CACHEEVENTTYPE']._serialized_start=2624
-  _globals['_CACHEEVENTTYPE']._serialized_end=2763
+  _globals['_GENERATIONSTART_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_GENERATIONSTART_TRACECONTEXTENTRY']._serialized_options = b'8\001'
+  _globals['_ENGINEROLE']._serialized_start=2633
+  _globals['_ENGINEROLE']._serialized_end=2745
+  _globals['_CACHEEVENTTYPE']._serialized_start=2748
+  _globals['_CACHEEVENTTYPE']._serialized_end=2887
   _globals['_FULLPROMPT']._serialized_start=70
   _globals['_FULLPROMPT']._serialized_end=101
   _globals['_APPENDPROMPT']._serialized_start=103
@@ -43,37 +45,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GENERATIONPARAMS']._serialized_start=179
   _globals['_GENERATIONPARAMS']._serialized_end=377
   _globals['_GENERATIONSTART']._serialized_start=380
-  _globals['_GENERATIONSTART']._serialized_end=689
-  _globals['_GENERATIONCANCEL']._serialized_start=691
-  _globals['_GENERATIONCANCEL']._serialized_end=729
-  _globals['_GENERATEREQUEST']._serialized_start=731
-  _globals['_GENERATEREQUEST']._serialized_end=854
-  _globals['_TOKENBATCH']._serialized_start=856
-  _globals['_TOKENBATCH']._serialized_end=887
-  _globals['_GENERATIONFINISHED']._serialized_start=890
-  _globals['_GENERATIONFINISHED']._serialized_end=1102
-  _globals['_GENERATERESPONSE']._serialized_start=1105
-  _globals['_GENERATERESPONSE']._serialized_end=1285
-  _globals['_PREFILLREQUEST']._serialized_start=1287
-  _globals['_PREFILLREQUEST']._serialized_end=1389
-  _globals['_PREFILLRESPONSE']._serialized_start=1392
-  _globals['_PREFILLRESPONSE']._serialized_end=1552
-  _globals['_PULLKVREQUEST']._serialized_start=1554
-  _globals['_PULLKVREQUEST']._serialized_end=1588
-  _globals['_KVBLOCK']._serialized_start=1591
-  _globals['_KVBLOCK']._serialized_end=1720
-  _globals['_PULLKVRESPONSE']._serialized_start=1722
-  _globals['_PULLKVRESPONSE']._serialized_end=1799
-  _globals['_GETSTATUSREQUEST']._serialized_start=1801
-  _globals['_GETSTATUSREQUEST']._serialized_end=1819
-  _globals['_GETSTATUSRESPONSE']._serialized_start=1822
-  _globals['_GETSTATUSRESPONSE']._serialized_end=2278
-  _globals['_WATCHCACHEREQUEST']._serialized_start=2280
-  _globals['_WATCHCACHEREQUEST']._serialized_end=2325
-  _globals['_CACHEEVENT']._serialized_start=2327
-  _globals['_CACHEEVENT']._serialized_end=2404
-  _globals['_WATCHCACHERESPONSE']._serialized_start=2406
-  _globals['_WATCHCACHERESPONSE']._serialized_end=2507
-  _globals['_INFERENCESERVICE']._serialized_start=2766
-  _globals['_INFERENCESERVICE']._serialized_end=3157
+  _globals['_GENERATIONSTART']._serialized_end=813
+  _globals['_GENERATIONSTART_TRACECONTEXTENTRY']._serialized_start=752
+  _globals['_GENERATIONSTART_TRACECONTEXTENTRY']._serialized_end=803
+  _globals['_GENERATIONCANCEL']._serialized_start=815
+  _globals['_GENERATIONCANCEL']._serialized_end=853
+  _globals['_GENERATEREQUEST']._serialized_start=855
+  _globals['_GENERATEREQUEST']._serialized_end=978
+  _globals['_TOKENBATCH']._serialized_start=980
+  _globals['_TOKENBATCH']._serialized_end=1011
+  _globals['_GENERATIONFINISHED']._serialized_start=1014
+  _globals['_GENERATIONFINISHED']._serialized_end=1226
+  _globals['_GENERATERESPONSE']._serialized_start=1229
+  _globals['_GENERATERESPONSE']._serialized_end=1409
+  _globals['_PREFILLREQUEST']._serialized_start=1411
+  _globals['_PREFILLREQUEST']._serialized_end=1513
+  _globals['_PREFILLRESPONSE']._serialized_start=1516
+  _globals['_PREFILLRESPONSE']._serialized_end=1676
+  _globals['_PULLKVREQUEST']._serialized_start=1678
+  _globals['_PULLKVREQUEST']._serialized_end=1712
+  _globals['_KVBLOCK']._serialized_start=1715
+  _globals['_KVBLOCK']._serialized_end=1844
+  _globals['_PULLKVRESPONSE']._serialized_start=1846
+  _globals['_PULLKVRESPONSE']._serialized_end=1923
+  _globals['_GETSTATUSREQUEST']._serialized_start=1925
+  _globals['_GETSTATUSREQUEST']._serialized_end=1943
+  _globals['_GETSTATUSRESPONSE']._serialized_start=1946
+  _globals['_GETSTATUSRESPONSE']._serialized_end=2402
+  _globals['_WATCHCACHEREQUEST']._serialized_start=2404
+  _globals['_WATCHCACHEREQUEST']._serialized_end=2449
+  _globals['_CACHEEVENT']._serialized_start=2451
+  _globals['_CACHEEVENT']._serialized_end=2528
+  _globals['_WATCHCACHERESPONSE']._serialized_start=2530
+  _globals['_WATCHCACHERESPONSE']._serialized_end=2631
+  _globals['_INFERENCESERVICE']._serialized_start=2890
+  _globals['_INFERENCESERVICE']._serialized_end=3281
 # @@protoc_insertion_point(module_scope)

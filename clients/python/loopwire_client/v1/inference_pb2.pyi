@@ -65,7 +65,14 @@ class GenerationParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerationStart(_message.Message):
-    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source")
+    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     FULL_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +83,7 @@ class GenerationStart(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     KV_HANDLE_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     full: FullPrompt
@@ -86,7 +94,8 @@ class GenerationStart(_message.Message):
     priority: int
     kv_handle: bytes
     kv_source: str
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GenerationCancel(_message.Message):
     __slots__ = ("request_id",)

@@ -147,7 +147,10 @@ type CreateResponse struct {
 	RetentionSeconds uint32 `protobuf:"varint,9,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
 	Priority         int32  `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Do not keep this response for a later previous_response_id (stateless clients).
-	NoStore       bool `protobuf:"varint,11,opt,name=no_store,json=noStore,proto3" json:"no_store,omitempty"`
+	NoStore bool `protobuf:"varint,11,opt,name=no_store,json=noStore,proto3" json:"no_store,omitempty"`
+	// W3C trace context (traceparent, tracestate) of the agent turn this response belongs to,
+	// so each turn is one trace across the services although the stream outlives it.
+	TraceContext  map[string]string `protobuf:"bytes,12,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -257,6 +260,13 @@ func (x *CreateResponse) GetNoStore() bool {
 		return x.NoStore
 	}
 	return false
+}
+
+func (x *CreateResponse) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 // Stop a response in flight.
@@ -1126,7 +1136,7 @@ var File_loopwire_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"\xd8\x03\n" +
+	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"\xed\x04\n" +
 	"\x0eCreateResponse\x120\n" +
 	"\x14previous_response_id\x18\x01 \x01(\tR\x12previousResponseId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\"\n" +
@@ -1140,7 +1150,11 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x11retention_seconds\x18\t \x01(\rR\x10retentionSeconds\x12\x1a\n" +
 	"\bpriority\x18\n" +
 	" \x01(\x05R\bpriority\x12\x19\n" +
-	"\bno_store\x18\v \x01(\bR\anoStore\"1\n" +
+	"\bno_store\x18\v \x01(\bR\anoStore\x12R\n" +
+	"\rtrace_context\x18\f \x03(\v2-.loopwire.v1.CreateResponse.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\x0eCancelResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\"\xac\x01\n" +
@@ -1227,7 +1241,7 @@ func file_loopwire_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(SafetyMode)(0),                // 0: loopwire.v1.SafetyMode
 	(SafetyStage)(0),               // 1: loopwire.v1.SafetyStage
@@ -1244,47 +1258,49 @@ var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(*ResponseCompleted)(nil),      // 12: loopwire.v1.ResponseCompleted
 	(*ResponseFailed)(nil),         // 13: loopwire.v1.ResponseFailed
 	(*ConverseResponse)(nil),       // 14: loopwire.v1.ConverseResponse
-	(*Tool)(nil),                   // 15: loopwire.v1.Tool
-	(*Item)(nil),                   // 16: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 17: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 18: loopwire.v1.ReplayOutput
-	(*FunctionCall)(nil),           // 19: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 20: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 21: loopwire.v1.Usage
-	(*Timings)(nil),                // 22: loopwire.v1.Timings
-	(*Error)(nil),                  // 23: loopwire.v1.Error
+	nil,                            // 15: loopwire.v1.CreateResponse.TraceContextEntry
+	(*Tool)(nil),                   // 16: loopwire.v1.Tool
+	(*Item)(nil),                   // 17: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 18: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 19: loopwire.v1.ReplayOutput
+	(*FunctionCall)(nil),           // 20: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 21: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 22: loopwire.v1.Usage
+	(*Timings)(nil),                // 23: loopwire.v1.Timings
+	(*Error)(nil),                  // 24: loopwire.v1.Error
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
-	15, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	16, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	17, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	16, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	17, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	18, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
 	0,  // 3: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	18, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	2,  // 5: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
-	3,  // 6: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	19, // 7: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 8: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	20, // 9: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	21, // 10: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	22, // 11: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	16, // 12: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	23, // 13: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	5,  // 14: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	6,  // 15: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	7,  // 16: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	8,  // 17: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	9,  // 18: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	10, // 19: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	11, // 20: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	12, // 21: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	13, // 22: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	4,  // 23: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	14, // 24: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	24, // [24:25] is the sub-list for method output_type
-	23, // [23:24] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	19, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	15, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	2,  // 6: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
+	3,  // 7: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
+	20, // 8: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 9: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	21, // 10: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	22, // 11: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	23, // 12: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	17, // 13: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	24, // 14: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	5,  // 15: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	6,  // 16: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	7,  // 17: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	8,  // 18: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	9,  // 19: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	10, // 20: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	11, // 21: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	12, // 22: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	13, // 23: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	4,  // 24: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	14, // 25: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1314,7 +1330,7 @@ func file_loopwire_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_gateway_proto_rawDesc), len(file_loopwire_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

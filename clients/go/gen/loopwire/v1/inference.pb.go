@@ -354,7 +354,9 @@ type GenerationStart struct {
 	// Opaque handle from Prefill on another replica: pull its KV instead of prefilling.
 	KvHandle []byte `protobuf:"bytes,9,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
 	// Address of the replica that holds kv_handle.
-	KvSource      string `protobuf:"bytes,10,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
+	KvSource string `protobuf:"bytes,10,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
+	// W3C trace context of the response this generation serves (one trace per agent turn).
+	TraceContext  map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,6 +470,13 @@ func (x *GenerationStart) GetKvSource() string {
 		return x.KvSource
 	}
 	return ""
+}
+
+func (x *GenerationStart) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
 }
 
 type isGenerationStart_Prompt interface {
@@ -1585,7 +1594,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x126\n" +
 	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x12(\n" +
 	"\x10num_draft_tokens\x18\a \x01(\rR\x0enumDraftTokensB\x17\n" +
-	"\x15_speculative_decoding\"\xa1\x03\n" +
+	"\x15_speculative_decoding\"\xb7\x04\n" +
 	"\x0fGenerationStart\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1599,7 +1608,11 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\bpriority\x18\b \x01(\x05R\bpriority\x12\x1b\n" +
 	"\tkv_handle\x18\t \x01(\fR\bkvHandle\x12\x1b\n" +
 	"\tkv_source\x18\n" +
-	" \x01(\tR\bkvSourceB\b\n" +
+	" \x01(\tR\bkvSource\x12S\n" +
+	"\rtrace_context\x18\v \x03(\v2..loopwire.v1.GenerationStart.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
 	"\x06prompt\"1\n" +
 	"\x10GenerationCancel\x12\x1d\n" +
 	"\n" +
@@ -1723,7 +1736,7 @@ func file_loopwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_loopwire_v1_inference_proto_goTypes = []any{
 	(EngineRole)(0),            // 0: loopwire.v1.EngineRole
 	(CacheEventType)(0),        // 1: loopwire.v1.CacheEventType
@@ -1746,44 +1759,46 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*WatchCacheRequest)(nil),  // 18: loopwire.v1.WatchCacheRequest
 	(*CacheEvent)(nil),         // 19: loopwire.v1.CacheEvent
 	(*WatchCacheResponse)(nil), // 20: loopwire.v1.WatchCacheResponse
-	(FinishReason)(0),          // 21: loopwire.v1.FinishReason
-	(*Usage)(nil),              // 22: loopwire.v1.Usage
-	(*Timings)(nil),            // 23: loopwire.v1.Timings
-	(*Error)(nil),              // 24: loopwire.v1.Error
+	nil,                        // 21: loopwire.v1.GenerationStart.TraceContextEntry
+	(FinishReason)(0),          // 22: loopwire.v1.FinishReason
+	(*Usage)(nil),              // 23: loopwire.v1.Usage
+	(*Timings)(nil),            // 24: loopwire.v1.Timings
+	(*Error)(nil),              // 25: loopwire.v1.Error
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
 	3,  // 1: loopwire.v1.GenerationStart.append:type_name -> loopwire.v1.AppendPrompt
 	4,  // 2: loopwire.v1.GenerationStart.params:type_name -> loopwire.v1.GenerationParams
-	5,  // 3: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
-	6,  // 4: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
-	21, // 5: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
-	22, // 6: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
-	23, // 7: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
-	8,  // 8: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
-	9,  // 9: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
-	24, // 10: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
-	4,  // 11: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	23, // 12: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
-	14, // 13: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
-	0,  // 14: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
-	1,  // 15: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
-	19, // 16: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	7,  // 17: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	11, // 18: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	13, // 19: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	16, // 20: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	18, // 21: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	10, // 22: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	12, // 23: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	15, // 24: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	17, // 25: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	20, // 26: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	22, // [22:27] is the sub-list for method output_type
-	17, // [17:22] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	21, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
+	5,  // 4: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
+	6,  // 5: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
+	22, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
+	23, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
+	24, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
+	8,  // 9: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
+	9,  // 10: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
+	25, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
+	4,  // 12: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
+	24, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	14, // 14: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
+	0,  // 15: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
+	1,  // 16: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
+	19, // 17: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
+	7,  // 18: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	11, // 19: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	13, // 20: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	16, // 21: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	18, // 22: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	10, // 23: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	12, // 24: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	15, // 25: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	17, // 26: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	20, // 27: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	23, // [23:28] is the sub-list for method output_type
+	18, // [18:23] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }
@@ -1812,7 +1827,7 @@ func file_loopwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_inference_proto_rawDesc), len(file_loopwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

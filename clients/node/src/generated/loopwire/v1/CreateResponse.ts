@@ -18,6 +18,7 @@ export interface CreateResponse {
   'retentionSeconds'?: (number);
   'priority'?: (number);
   'noStore'?: (boolean);
+  'traceContext'?: ({[key: string]: string});
 }
 
 export interface CreateResponse__Output {
@@ -32,4 +33,5 @@ export interface CreateResponse__Output {
   'retentionSeconds': (number);
   'priority': (number);
   'noStore': (boolean);
+  'traceContext': ({[key: string]: string});
 }

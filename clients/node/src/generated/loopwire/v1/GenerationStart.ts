@@ -15,6 +15,7 @@ export interface GenerationStart {
   'priority'?: (number);
   'kvHandle'?: (Buffer | Uint8Array | string);
   'kvSource'?: (string);
+  'traceContext'?: ({[key: string]: string});
   'prompt'?: "full"|"append";
 }
 
@@ -29,5 +30,6 @@ export interface GenerationStart__Output {
   'priority': (number);
   'kvHandle': (Buffer);
   'kvSource': (string);
+  'traceContext': ({[key: string]: string});
   'prompt'?: "full"|"append";
 }

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import importlib
 import logging
-import os
 import signal
 import sys
 import time
 from pathlib import Path
+
+from loopwire.common.config import env as _env
 
 SERVICE_MODULES = {
     "inference": "loopwire.inference.server",
@@ -25,10 +26,6 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname).1s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(f"LOOPWIRE_{name}", default)
 
 
 def _cmd_service(args: argparse.Namespace) -> int:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from collections.abc import Callable
 
 from loopwire.common import grpc_server
 from loopwire.common.chat_format import DEFAULT_ENCODING, chat_format
+from loopwire.common.config import env as _env
+from loopwire.common.config import env_int as _env_int
 from loopwire.gateway.auth import Authenticator
 from loopwire.gateway.router import POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
@@ -24,12 +25,6 @@ SAFETY_MODES = {
 }
 
 
-def _env(flag: str, default: str) -> str:
-    return os.environ.get("LOOPWIRE_" + flag.upper().replace("-", "_"), default)
-
-
-def _env_int(flag: str, default: int) -> int:
-    return int(_env(flag, str(default)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from loopwire.common import grpc_server
+from loopwire.common.config import env as _env
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.service import HarnessService
@@ -17,9 +17,6 @@ from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 log = logging.getLogger("loopwire.harness")
 
-
-def _env(flag: str, default: str) -> str:
-    return os.environ.get(f"LOOPWIRE_{flag.upper().replace('-', '_')}", default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

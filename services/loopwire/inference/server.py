@@ -9,12 +9,12 @@ In-process use (tests, benches, the router benchmark's simulated replicas)::
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from loopwire.common import grpc_server
 from loopwire.common.chat_format import chat_format
+from loopwire.common.config import env as _env
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
@@ -92,9 +92,6 @@ def build_engine(options: EngineOptions) -> Engine:
         )
     raise ValueError(f"unknown engine {options.engine!r}; choose reference, simulated or trtllm")
 
-
-def _env(flag: str, default: str) -> str:
-    return os.environ.get("LOOPWIRE_" + flag.upper().replace("-", "_"), default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

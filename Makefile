@@ -4,6 +4,8 @@ VENV    := .venv
 GOBIN   ?= $(HOME)/go/bin
 BUF     ?= $(GOBIN)/buf
 export PATH := $(GOBIN):$(PATH)
+# Turns of each bundled session that `make run` replays (about two minutes on 2 cores; 0 = all).
+RUN_TURNS ?= 24
 
 .PHONY: setup protos check-protos lint test test-gpu run bench clients jaeger breaking clean
 
@@ -42,7 +44,7 @@ test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
 	fi
 
 run: $(VENV)/.installed  ## start the mesh, replay the bundled sessions both ways, print the comparison
-	$(VENV)/bin/loopwire replay examples/sessions --mode both --plots bench/results/replay
+	$(VENV)/bin/loopwire replay examples/sessions --mode both --max-turns $(RUN_TURNS) --events --plots .state/plots/replay
 
 bench: $(VENV)/.installed  ## every benchmark: tables on stdout, PNGs and markdown in bench/results/
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from rich.table import Table
 from loopwire.analyze import expand_paths
 from loopwire.client import RunResult, run_task
 from loopwire.common.recorded import RecordedSession, load_session
+from loopwire.console import EventPrinter
 from loopwire.v1 import harness_pb2
 
 MODES = {
@@ -74,7 +76,12 @@ def start_for(session: RecordedSession, mode: str, workspace: str = "") -> harne
 
 
 async def replay_sessions(
-    harness: str, sessions: list[RecordedSession], mode: str, concurrency: int, progress: Progress | None = None
+    harness: str,
+    sessions: list[RecordedSession],
+    mode: str,
+    concurrency: int,
+    progress: Progress | None = None,
+    printer: Callable[[harness_pb2.RunResponse], None] | None = None,
 ) -> ModeResult:
     result = ModeResult(mode)
     total_turns = sum(len(s.turns) for s in sessions)
@@ -82,6 +89,8 @@ async def replay_sessions(
     gate = asyncio.Semaphore(concurrency)
 
     def on_event(event: harness_pb2.RunResponse) -> None:
+        if printer is not None:
+            printer(event)
         if progress is not None and task is not None and event.WhichOneof("event") == "turn_completed":
             progress.advance(task)
 
@@ -113,6 +122,27 @@ def comparison_table(results: list[ModeResult], title: str) -> Table:
         if len(values) == 2:
             cells.append(f"{values[1] / values[0]:.1f}×" if values[0] else "-")
         table.add_row(name, *cells)
+    return table
+
+
+def per_turn_table(results: list[ModeResult], session_index: int) -> Table:
+    """One session turn by turn, every mode side by side: where the naive way's cost grows."""
+    runs = [r.runs[session_index] for r in results]
+    table = Table(title=f"per turn, session {runs[0].session_id or session_index}")
+    table.add_column("turn", justify="right")
+    for name in ("bytes sent", "tokenized", "prefilled", "TTFT ms"):
+        for r in results:
+            table.add_column(f"{name}\n{r.mode}", justify="right")
+    for i in range(max(len(run.turns) for run in runs)):
+        cells = [str(i + 1)]
+        for getter in (
+            lambda p: f"{p.bytes_sent:,}",
+            lambda p: f"{p.timings.tokens_tokenized:,}",
+            lambda p: f"{p.usage.input_tokens - p.usage.cached_input_tokens:,}",
+            lambda p: f"{p.timings.ttft_us / 1000:.1f}",
+        ):
+            cells += [getter(run.turns[i]) if i < len(run.turns) else "-" for run in runs]
+        table.add_row(*cells)
     return table
 
 
@@ -158,6 +188,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
     parser.add_argument("--plots", default="", help="write PNG plots with this path prefix")
     parser.add_argument("--engine", default="reference", choices=["reference", "simulated"])
+    parser.add_argument("--events", action="store_true", help="stream every run event of the first mode")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -184,8 +215,11 @@ def main(args: argparse.Namespace) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         for mode in modes:
-            results.append(asyncio.run(_replay_mode(args, sessions, mode, progress)))
+            printer = EventPrinter(progress.console) if args.events and mode == modes[0] else None
+            results.append(asyncio.run(_replay_mode(args, sessions, mode, progress, printer)))
     failed = [(r.mode, run.error) for r in results for run in r.runs if not run.completed]
+    longest = max(range(len(sessions)), key=lambda i: len(sessions[i].turns))
+    console.print(per_turn_table(results, longest))
     console.print(comparison_table(results, f"{len(sessions)} sessions, concurrency {args.concurrency}"))
     if args.plots:
         for written in plot(results, args.plots):
@@ -196,9 +230,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession], mode: str,
-                       progress: Progress) -> ModeResult:
+                       progress: Progress, printer: Callable[[harness_pb2.RunResponse], None] | None) -> ModeResult:
     if args.harness:
-        return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress)
+        return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress, printer)
     from loopwire.mesh import start_mesh
 
     extra = {k: list(v) for k, v in (STATELESS_SERVICE_ARGS if mode == "stateless" else {}).items()}
@@ -206,6 +240,6 @@ async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession]
     with tempfile.TemporaryDirectory(prefix="loopwire-replay-") as state:
         mesh = await asyncio.to_thread(start_mesh, Path(state), extra_args=extra)
         try:
-            return await replay_sessions(mesh.harness, sessions, mode, args.concurrency, progress)
+            return await replay_sessions(mesh.harness, sessions, mode, args.concurrency, progress, printer)
         finally:
             await asyncio.to_thread(mesh.stop)

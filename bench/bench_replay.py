@@ -126,13 +126,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--traces", default=str(DEFAULT_TRACES if DEFAULT_TRACES.is_dir() else ROOT / "examples" / "sessions"))
     parser.add_argument("--quick", action="store_true", help="4 sessions, 20 turns each, concurrency 1 only")
+    parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=160)
     sessions = [load_session(p) for p in expand_paths([args.traces])]
     if args.quick:
         sessions = sessions[:4]
-        for s in sessions:
-            s.turns = s.turns[:20]
+    max_turns = 20 if args.quick else args.max_turns
+    for s in sessions:
+        s.turns = s.turns[:max_turns] if max_turns else s.turns
     console.print(f"{len(sessions)} sessions, {sum(len(s.turns) for s in sessions)} turns from {args.traces}")
     summaries = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

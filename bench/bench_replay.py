@@ -178,6 +178,7 @@ def plot(summaries: list[Summary], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     labels = [s.config.label for s in summaries]
@@ -190,6 +191,7 @@ def plot(summaries: list[Summary], path: Path) -> None:
         ax.barh(labels, values, color=colors)
         ax.set_title(title)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.invert_yaxis()
         ax.tick_params(axis="y", labelsize=7)
     fig.suptitle("stateful (blue) vs stateless (red), real sessions through the mesh, simulated H200 + 8B")

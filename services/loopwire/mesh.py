@@ -7,7 +7,6 @@ is what runs in production; the mesh waits until every one answers its health ch
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -21,8 +20,6 @@ from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-SERVICES = ("inference", "gateway", "harness")
 
 
 def free_port() -> int:
@@ -142,12 +139,3 @@ def start_mesh(
         mesh.stop()
         raise
     return mesh
-
-
-@contextlib.contextmanager
-def running_mesh(state_dir: Path, **kwargs):  # type: ignore[no-untyped-def]
-    mesh = start_mesh(state_dir, **kwargs)
-    try:
-        yield mesh
-    finally:
-        mesh.stop()

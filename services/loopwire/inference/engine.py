@@ -24,7 +24,7 @@ import numpy as np
 
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
-from loopwire.inference.kv_cache import CacheEvent, CacheEventKind
+from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
 from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
 
 log = logging.getLogger("loopwire.inference")
@@ -107,7 +107,7 @@ class AsyncEngine:
         self._inbox: list[tuple[str, object]] = []
         self._streams: dict[str, _Stream] = {}
         self._wake = asyncio.Event()
-        self._watchers: list[asyncio.Queue[list[CacheEvent]]] = []
+        self._cache_feed = CacheEventFeed()
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # serialises core access between the loop and transfers
         # While a step runs in the worker thread the core is not read: stats come from here.
@@ -163,16 +163,12 @@ class AsyncEngine:
         return self._last_stats
 
     async def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]:
-        queue: asyncio.Queue[list[CacheEvent]] = asyncio.Queue()
+        initial = None
         if include_existing:
             async with self._lock:
-                queue.put_nowait([CacheEvent(CacheEventKind.STORED, self.core.blocks.cached_hashes())])
-        self._watchers.append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._watchers.remove(queue)
+                initial = [CacheEvent(CacheEventKind.STORED, self.core.blocks.cached_hashes())]
+        async for events in self._cache_feed.subscribe(initial):
+            yield events
 
     # -- KV transfer ------------------------------------------------------------------
 
@@ -262,5 +258,4 @@ class AsyncEngine:
     def _publish(self) -> None:
         events = self.core.blocks.drain_events()
         if events:
-            for queue in self._watchers:
-                queue.put_nowait(events)
+            self._cache_feed.publish(events)

@@ -18,8 +18,9 @@ hands a prompt's KV to a decode replica.
 
 from __future__ import annotations
 
+import asyncio
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -37,6 +38,29 @@ class CacheEventKind(Enum):
 class CacheEvent:
     kind: CacheEventKind
     block_hashes: list[int]
+
+
+class CacheEventFeed:
+    """Fans a replica's cache events out to every WatchCache subscriber."""
+
+    def __init__(self) -> None:
+        self._queues: list[asyncio.Queue[list[CacheEvent]]] = []
+
+    def publish(self, events: list[CacheEvent]) -> None:
+        for queue in self._queues:
+            queue.put_nowait(events)
+
+    async def subscribe(self, initial: list[CacheEvent] | None = None) -> AsyncIterator[list[CacheEvent]]:
+        """Events from now on, after ``initial`` (a snapshot of what the replica holds) if given."""
+        queue: asyncio.Queue[list[CacheEvent]] = asyncio.Queue()
+        if initial is not None:
+            queue.put_nowait(initial)
+        self._queues.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._queues.remove(queue)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from loopwire.common.chat_format import chat_format
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
 from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.engine_core import EngineStats
-from loopwire.inference.kv_cache import CacheEvent, CacheEventKind
+from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
 from loopwire.inference.sequence import (
     Finished,
     FinishReason,
@@ -77,7 +77,7 @@ class TrtLlmEngine:
         self.model_name = model_name
         self.vocab_size = chat_format().vocab_size
         self._handles: dict[str, Any] = {}
-        self._watchers: list[asyncio.Queue[list[CacheEvent]]] = []
+        self._cache_feed = CacheEventFeed()
         self._trt_to_ours: dict[int, int] = {}
         self._poller: asyncio.Task[None] | None = None
         self._running = 0
@@ -206,15 +206,9 @@ class TrtLlmEngine:
 
     async def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]:
         await self.start()
-        queue: asyncio.Queue[list[CacheEvent]] = asyncio.Queue()
-        if include_existing:
-            queue.put_nowait([CacheEvent(CacheEventKind.STORED, list(self._trt_to_ours.values()))])
-        self._watchers.append(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._watchers.remove(queue)
+        initial = [CacheEvent(CacheEventKind.STORED, list(self._trt_to_ours.values()))] if include_existing else None
+        async for events in self._cache_feed.subscribe(initial):
+            yield events
 
     async def export_kv(self, block_hashes: list[int]) -> list[KvBlockData]:
         raise NotImplementedError("the trtllm engine moves KV with TensorRT-LLM's disaggregated transport")
@@ -229,8 +223,7 @@ class TrtLlmEngine:
             raw = await asyncio.to_thread(self.llm.get_kv_cache_events, 0.2)
             events = self.translate_events(raw or [])
             if events:
-                for queue in self._watchers:
-                    queue.put_nowait(events)
+                self._cache_feed.publish(events)
             await asyncio.sleep(_EVENT_POLL_S)
 
     def translate_events(self, raw: list[dict]) -> list[CacheEvent]:

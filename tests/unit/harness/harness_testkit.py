@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loopwire.common.grpc_server import insecure_channel, make_server
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build
+from loopwire.mesh import free_port, wait_healthy
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[3]
@@ -180,49 +179,20 @@ def of(events: list[harness_pb2.RunResponse], kind: str) -> list:
 # -- harness subprocesses (crash and restart tests) ----------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# What the CLI does for `loopwire harness`: the server module's own flags and entry point.
-_BOOT = (
-    "import argparse, asyncio, logging, sys\n"
-    "from loopwire.harness import server\n"
-    "logging.basicConfig(level=logging.INFO)\n"
-    "parser = argparse.ArgumentParser()\n"
-    "server.add_arguments(parser)\n"
-    "asyncio.run(server.serve_from_args(parser.parse_args(sys.argv[1:])))\n"
-)
-
-
 class HarnessProcess:
-    """The harness server as a child process, so a test can SIGKILL it mid-run."""
+    """The harness server as a child process (`loopwire harness`), so a test can SIGKILL it mid-run."""
 
     def __init__(self, state_dir: Path, gateway: str, *extra: str) -> None:
         self.address = f"127.0.0.1:{free_port()}"
         self.log = (state_dir / "harness.log").open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOT, "--listen", self.address, "--gateway", gateway,
+            [sys.executable, "-m", "loopwire.cli", "harness", "--listen", self.address, "--gateway", gateway,
              "--state-dir", str(state_dir), *extra],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     async def wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        async with insecure_channel(self.address) as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                assert self.proc.poll() is None, "harness exited during startup"
-                try:
-                    r = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if r.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.aio.AioRpcError:
-                    pass
-                assert time.monotonic() < deadline, "harness did not become healthy"
-                await asyncio.sleep(0.1)
+        await asyncio.to_thread(wait_healthy, self.address, timeout, self.proc)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -18,3 +18,8 @@ def trace_paths() -> list[Path]:
     if SHARED_TRACES.is_dir():
         return sorted(p for p in SHARED_TRACES.rglob("*") if p.suffix in (".json", ".traj"))
     return session_paths()
+
+
+def session_path(name_part: str) -> Path:
+    """The bundled session whose file name contains ``name_part``."""
+    return next(p for p in session_paths() if name_part in p.name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-from session_files import session_paths
+from session_files import session_path
 
 from loopwire.client import run_task
 from loopwire.common.recorded import load_session
@@ -37,7 +37,7 @@ EXPECTED_METHODS = {
 
 
 def _session(name: str):
-    return load_session(next(p for p in session_paths() if p.name.startswith(name)))
+    return load_session(session_path(name))
 
 
 def test_replayed_session_runs_to_completion_and_is_stored(mesh):
@@ -199,7 +199,7 @@ def test_harness_bad_request_names_the_field(mesh):
 
 
 def test_cli_run_streams_a_replay(mesh):
-    path = next(p for p in session_paths() if p.name.startswith("function_calling_simple"))
+    path = session_path("function_calling_simple")
     out = subprocess.run(
         [sys.executable, "-m", "loopwire.cli", "run", "--harness", mesh.harness, "--replay", str(path)],
         capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", "PATH": ""},

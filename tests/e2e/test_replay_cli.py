@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 import pytest
-from session_files import session_paths
+from session_files import session_path
 
 pytestmark = pytest.mark.e2e
 
 
 def test_replay_both_modes_prints_ratios_and_writes_plots(tmp_path):
-    path = next(p for p in session_paths() if p.name.startswith("function_calling_simple"))
+    path = session_path("function_calling_simple")
     out = subprocess.run(
         [sys.executable, "-m", "loopwire.cli", "replay", str(path), "--mode", "both", "--plots", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=600, env={"COLUMNS": "200", "PATH": ""},

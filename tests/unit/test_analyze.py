@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from session_files import session_paths, trace_paths
+from session_files import session_path, session_paths, trace_paths
 
 from loopwire.analyze import profile_session
 from loopwire.common.chat_format import chat_format
@@ -15,7 +15,7 @@ from loopwire.common.recorded import load_session
 
 def test_profile_counts_are_consistent():
     fmt = chat_format()
-    s = load_session(next(p for p in session_paths() if p.name.endswith('.traj.json')))
+    s = load_session(session_path(".traj.json"))
     p = profile_session(s, fmt)
     full = len(fmt.render_conversation(s.instructions, s.tools, s.items()))
     assert p.turns == len(s.turns)

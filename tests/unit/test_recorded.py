@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from session_files import session_paths, trace_paths
+from session_files import session_path, session_paths, trace_paths
 
 from loopwire.common.chat_format import chat_format
 from loopwire.common.recorded import load_session
@@ -29,7 +29,7 @@ def test_every_trace_imports(path):
 
 
 def test_mini_swe_agent_fields_match_the_raw_file():
-    path = next(p for p in session_paths() if p.name.endswith(".traj.json"))
+    path = session_path(".traj.json")
     raw = json.loads(path.read_text())["messages"]
     s = load_session(path)
     assistants = [m for m in raw if m["role"] == "assistant"]

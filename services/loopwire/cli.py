@@ -51,8 +51,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
     console = Console()
     ports = {"harness": args.harness_port, "gateway": args.gateway_port, "inference": args.inference_port}
     extra = {"inference": ["--engine", args.engine]}
-    if args.weights:
-        extra["inference"] += ["--weights", args.weights]
+    if args.model:
+        extra["inference"] += ["--model", args.model]
     mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
                       extra_args=extra, log=sys.stdout)
     console.print(
@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inference-port", type=int, default=50053)
     p.add_argument("--replicas", type=int, default=1, help="inference replicas (consecutive ports)")
     p.add_argument("--engine", default="reference", choices=["reference", "simulated", "trtllm"])
-    p.add_argument("--weights", default="", help="dummy:<seed> or a checkpoint directory")
+    p.add_argument("--model", default="",
+                   help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> | FILE.gguf | a Hugging Face "
+                        "directory (default: the real model on reference, dummy:0 on simulated)")
     p.set_defaults(func=_cmd_up)
 
     p = sub.add_parser("run", help="run a task on a running harness and stream its events")

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from loopwire.v1 import harness_pb2
+from loopwire.v1 import common_pb2, harness_pb2
+
+FINISH_REASONS = {
+    common_pb2.FINISH_REASON_STOP: "stop",
+    common_pb2.FINISH_REASON_LENGTH: "length (max output tokens)",
+    common_pb2.FINISH_REASON_TOOL_CALLS: "tool calls",
+}
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -15,23 +21,41 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-class EventPrinter:
-    """Prints each RunResponse as one readable line (text deltas are joined per turn)."""
+def finish_reason_name(reason: int) -> str:
+    return FINISH_REASONS.get(reason, common_pb2.FinishReason.Name(reason).removeprefix("FINISH_REASON_").lower())
 
-    def __init__(self, console: Console, verbose: bool = True) -> None:
+
+class EventPrinter:
+    """Prints run events as a person reads them: the model's text streams in whole as it arrives,
+    everything else is one line per event."""
+
+    def __init__(self, console: Console, verbose: bool = True, stream_text: bool = True) -> None:
         self.console = console
         self.verbose = verbose
+        self.stream_text = stream_text
         self._text: list[str] = []
+        self._streaming = False
 
     def _flush_text(self) -> None:
-        if self._text:
+        if self._streaming:
+            self.console.file.write("\n")
+            self.console.file.flush()
+            self._streaming = False
+        elif self._text:
             self.console.print(f"[cyan]assistant[/] {_short(''.join(self._text))}", highlight=False)
-            self._text = []
+        self._text = []
 
     def __call__(self, event: harness_pb2.RunResponse) -> None:
         kind = event.WhichOneof("event")
         if kind == "text_delta":
-            self._text.append(event.text_delta.text)
+            if not self.stream_text:
+                self._text.append(event.text_delta.text)
+                return
+            if not self._streaming:
+                self.console.print("[cyan]assistant[/] ", end="")
+                self._streaming = True
+            self.console.file.write(event.text_delta.text)
+            self.console.file.flush()
             return
         self._flush_text()
         if kind == "started":
@@ -51,7 +75,8 @@ class EventPrinter:
         elif kind == "turn_completed":
             p = event.turn_completed.profile
             self.console.print(
-                f"[dim]turn {p.turn}: {p.usage.input_tokens} in ({p.usage.cached_input_tokens} cached), "
+                f"[dim]turn {p.turn} ended by {finish_reason_name(p.finish_reason)}: "
+                f"{p.usage.input_tokens} in ({p.usage.cached_input_tokens} cached), "
                 f"{p.usage.output_tokens} out, ttft {p.timings.ttft_us / 1000:.1f} ms, "
                 f"sent {p.bytes_sent} B, tools {p.tool_us / 1000:.0f} ms[/]"
             )
@@ -65,7 +90,7 @@ class EventPrinter:
             self.console.print(f"[red]diagnostic[/] {event.diagnostic.source}: {event.diagnostic.message}")
         elif kind == "completed":
             c = event.completed
-            self.console.print(f"[green]completed[/] after {c.turns} turns: {_short(c.final_text)}")
+            self.console.print(f"[green]completed[/] after {c.turns} turn{'s' if c.turns != 1 else ''}")
         elif kind == "failed":
             self.console.print(f"[red]failed[/] {event.failed.error.message}")
 

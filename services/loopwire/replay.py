@@ -187,7 +187,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="sessions replayed at once")
     parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
     parser.add_argument("--plots", default="", help="write PNG plots with this path prefix")
-    parser.add_argument("--engine", default="reference", choices=["reference", "simulated"])
+    parser.add_argument("--engine", default="reference", choices=["reference", "simulated"],
+                        help="inference engine for the replay (default: %(default)s)")
+    parser.add_argument("--model", default="dummy:0",
+                        help="model the replica serves (default: %(default)s, random weights of the tiny shape with "
+                             "the cl100k tokenizer: the recorded turns are emitted by the replay oracle, so the "
+                             "real model's numpy speed would only stretch the run)")
     parser.add_argument("--events", action="store_true", help="stream every run event of the first mode")
 
 
@@ -215,7 +220,7 @@ def main(args: argparse.Namespace) -> int:
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         for mode in modes:
-            printer = EventPrinter(progress.console) if args.events and mode == modes[0] else None
+            printer = EventPrinter(progress.console, stream_text=False) if args.events and mode == modes[0] else None
             results.append(asyncio.run(_replay_mode(args, sessions, mode, progress, printer)))
     failed = [(r.mode, run.error) for r in results for run in r.runs if not run.completed]
     longest = max(range(len(sessions)), key=lambda i: len(sessions[i].turns))
@@ -236,7 +241,7 @@ async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession]
     from loopwire.mesh import start_mesh
 
     extra = {k: list(v) for k, v in (STATELESS_SERVICE_ARGS if mode == "stateless" else {}).items()}
-    extra.setdefault("inference", []).extend(["--engine", args.engine])
+    extra.setdefault("inference", []).extend(["--engine", args.engine, "--model", args.model])
     with tempfile.TemporaryDirectory(prefix="loopwire-replay-") as state:
         mesh = await asyncio.to_thread(start_mesh, Path(state), extra_args=extra)
         try:

@@ -1,10 +1,16 @@
-"""Token state of one conversation: only new items are rendered and tokenized.
+"""Token state of one conversation: only the new part is tokenized, and the ids stay exact.
 
-Every rendering unit (an item, or an assistant message with the calls right after it)
-starts and ends at a special token, so appending the render of new units to the stored
-ids equals rendering the whole conversation again (DESIGN §3 invariant 1). The state
-keeps, per unit, where it ends and the rolling hash there, so the forwarder can tell in
-O(log n) whether the sequence a replica holds is a prefix of the new prompt.
+The model's own template renders the whole conversation as text (cheap: string work).
+The new rendering must extend the previous one as text; then only the text after the
+last special token already held (a point BPE merges cannot cross) is tokenized, with
+that special token in front so the tokenizer sees the same context as in one call.
+So the stored ids always equal ``tokenizer.encode(render(conversation))`` called once —
+except where the model generated them: its output enters as the ids it produced, never
+detokenized and tokenized again, and the next rendering is checked to reproduce its text.
+
+A checkpoint after every request and every response records where the text, ids and
+rolling hash stood, so the forwarder can tell whether the sequence a replica holds is a
+prefix of the new prompt, and a fork reuses ids instead of tokenizing.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loopwire.common.chat_format import ChatFormat, group_assistant_items
 from loopwire.common.hashing import SequenceHash, block_hash
+from loopwire.common.prompt import ChatPrompt
 from loopwire.v1 import common_pb2
 
 
@@ -23,47 +29,57 @@ from loopwire.v1 import common_pb2
 class Difference:
     """Where a full request stops extending the held conversation (a cache break)."""
 
-    first_differing_item: int  # -1: instructions or tools
+    first_differing_item: int  # -1: instructions, tools or the template's rendering
     reason: str
 
 
-def opens_turn(item: common_pb2.Item) -> bool:
-    kind = item.WhichOneof("item")
-    return kind == "function_call" or (kind == "message" and item.message.role == common_pb2.ROLE_ASSISTANT)
+@dataclass(frozen=True)
+class _Checkpoint:
+    items: int  # items covered
+    text_len: int  # rendered text covered
+    anchor_char: int  # text offset just after the last special token committed to ids
+    anchor_special: str  # that special token ("" at the very start)
+    ids_len: int
+    hash: int
 
 
 class Conversation:
     """Instructions, tools and items of one conversation with their token ids."""
 
-    def __init__(self, fmt: ChatFormat, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> None:
-        self.fmt = fmt
+    def __init__(self, prompt: ChatPrompt, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> None:
+        self.prompt = prompt
+        self.tokenizer = prompt.model.tokenizer
         self.model = model
         self.instructions = instructions
         self.tools = list(tools)
         self.tools_key = tuple(t.SerializeToString(deterministic=True) for t in tools)
-        prefix = fmt.render_prefix(instructions, tools)
-        self.ids = array("I", prefix)
-        self._hash = SequenceHash().extend(prefix)
-        self.prefix_length = len(prefix)
-        self.prefix_hash = self._hash.value
-        self.groups: list[list[common_pb2.Item]] = []
-        self.group_ends: list[int] = []
-        self.group_hashes: list[int] = []
-        self.call_ids: dict[str, int] = {}  # call_id -> index of the group that made the call
+        self.items: list[common_pb2.Item] = []
+        self.raw: dict[int, str] = {}  # index of an item opening a model turn -> the text the model generated
+        self.call_ids: dict[str, int] = {}  # call_id -> index of the item that made the call
+        self.text = ""
+        self.ids = array("I")
+        self.tail_ids: list[int] = []  # ids of the text after the anchor, plus the generation prompt
+        self._anchor_char = 0
+        self._anchor_special = ""
+        self._hash = SequenceHash()
+        self._checkpoints = [_Checkpoint(0, 0, 0, "", 0, self._hash.value)]
         self._blocks: list[int] = []
         self._block_size = 0
+        # Responses whose text the template did not reproduce (their output was tokenized again).
+        self.outputs_retokenized = 0
+        # Appends whose rendering did not extend the text held (the whole conversation was tokenized again).
+        self.template_breaks = 0
+        self.initial_tokens = self._render_from(self.items, self.raw)
 
     # -- size and identity ------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self.ids)
+        """Length of the prompt the next generation gets (generation prompt included)."""
+        return len(self.ids) + len(self.tail_ids)
 
     @property
     def item_count(self) -> int:
-        return sum(len(g) for g in self.groups)
-
-    def items(self) -> list[common_pb2.Item]:
-        return [item for group in self.groups for item in group]
+        return len(self.items)
 
     def same_header(self, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> bool:
         return (
@@ -72,78 +88,145 @@ class Conversation:
             and tuple(t.SerializeToString(deterministic=True) for t in tools) == self.tools_key
         )
 
-    # -- growing and shrinking --------------------------------------------------------
+    # -- tokenizing only what is new ------------------------------------------------------
+
+    def _encode_after(self, special: str, text: str) -> list[int]:
+        """Ids of ``text`` as they come after ``special`` in one tokenizer call on the whole text."""
+        if not text:
+            return []
+        if not special:
+            return self.tokenizer.encode(text)
+        ids = self.tokenizer.encode(special + text)
+        return ids[1:]
+
+    def _render_from(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
+        """Render ``items`` in full as text and tokenize what lies past the anchor; returns tokens tokenized.
+
+        Raises ``_NotAnExtension`` when the rendering does not extend the text held.
+        """
+        full = self.prompt.render(self.instructions, self.tools, items, raw)
+        with_prompt = self.prompt.render(self.instructions, self.tools, items, raw, add_generation_prompt=True)
+        if not full.startswith(self.text) or not with_prompt.startswith(full):
+            raise _NotAnExtension()
+        new_text = full[self._anchor_char :]
+        cut, special = 0, self._anchor_special
+        for match in self.prompt.model.split_pattern.finditer(new_text):
+            cut, special = match.end(), match.group()
+        committed = self._encode_after(self._anchor_special, new_text[:cut])
+        self.tail_ids = self._encode_after(special, new_text[cut:] + with_prompt[len(full) :])
+        self._commit(committed, self._anchor_char + cut, special)
+        self.text, self.items, self.raw = full, items, raw
+        self._checkpoint()
+        return len(committed) + len(self.tail_ids)
+
+    def _commit(self, ids: Sequence[int], anchor_char: int, special: str) -> None:
+        self.ids.extend(ids)
+        self._hash.extend(ids)
+        self._anchor_char, self._anchor_special = anchor_char, special
+
+    def _checkpoint(self) -> None:
+        self._checkpoints.append(_Checkpoint(len(self.items), len(self.text), self._anchor_char,
+                                             self._anchor_special, len(self.ids), self._hash.value))
+        self.call_ids = {}
+        for i, item in enumerate(self.items):
+            if item.WhichOneof("item") == "function_call":
+                self.call_ids[item.function_call.call_id] = i
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
-        """Render and tokenize only ``items``; returns how many tokens were tokenized.
+        """Add input items; returns how many tokens were tokenized.
 
-        A function call that continues the last assistant turn re-renders that one turn,
-        because the chat format renders a turn and its calls as one unit.
+        When the template's rendering of the longer conversation does not extend the text
+        held (a template that rewrites earlier turns), the whole conversation is tokenized
+        again, which is what the caller is told by the count.
         """
-        pending = list(items)
-        if pending and pending[0].WhichOneof("item") == "function_call" and self.groups and opens_turn(
-            self.groups[-1][0]
-        ):
-            reopened = self.groups[-1]
-            self.truncate(len(self.groups) - 1)
-            pending = reopened + pending
-        tokenized = 0
-        for group in group_assistant_items(pending):
-            ids = self.fmt.render_group(group)
-            tokenized += len(ids)
-            self.ids.extend(ids)
-            self._hash.extend(ids)
-            self.groups.append(group)
-            self.group_ends.append(len(self.ids))
-            self.group_hashes.append(self._hash.value)
-            for item in group:
-                if item.WhichOneof("item") == "function_call":
-                    self.call_ids[item.function_call.call_id] = len(self.groups) - 1
-        return tokenized
+        if not items:
+            return 0
+        new_items = [*self.items, *items]
+        try:
+            return self._render_from(new_items, self.raw)
+        except _NotAnExtension:
+            return self._rebuild(new_items, self.raw)
 
-    def truncate(self, n_groups: int) -> None:
-        """Keep the first ``n_groups`` rendering units."""
-        if n_groups >= len(self.groups):
-            return
-        end = self.group_ends[n_groups - 1] if n_groups else self.prefix_length
-        value = self.group_hashes[n_groups - 1] if n_groups else self.prefix_hash
-        del self.ids[end:]
-        del self.groups[n_groups:]
-        del self.group_ends[n_groups:]
-        del self.group_hashes[n_groups:]
-        self._hash = SequenceHash(value, end)
-        self.call_ids = {c: g for c, g in self.call_ids.items() if g < n_groups}
+    def complete(self, output: Sequence[common_pb2.Item], generated: Sequence[int], output_text: str) -> int:
+        """Add the model's answer as the ids it generated; returns how many tokens were tokenized.
+
+        ``output_text`` is the generated text without its stop token. The ids are kept when
+        the template renders the turn back as exactly that text followed by the stop token;
+        otherwise (cut by length, a stop string, or a template that reformats the turn) the
+        rendering is tokenized like any input.
+        """
+        if not output:
+            return 0
+        start = len(self.items)
+        items = [*self.items, *output]
+        raw = {**self.raw, start: output_text}
+        stops = self.prompt.model.stop_token_ids
+        stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if generated else ""
+        generated_as_text = self.prompt.render(self.instructions, self.tools, self.items, self.raw,
+                                               add_generation_prompt=True) + output_text + stop_text
+        full = self.prompt.render(self.instructions, self.tools, items, raw)
+        if not (generated and generated[-1] in stops and full.startswith(generated_as_text)):
+            self.outputs_retokenized += 1
+            return self.append_rendered(items, raw)
+        with_prompt = self.prompt.render(self.instructions, self.tools, items, raw, add_generation_prompt=True)
+        self._commit([*self.tail_ids, *generated], len(generated_as_text), stop_text)
+        self.tail_ids = self._encode_after(stop_text, with_prompt[self._anchor_char :])
+        self.text, self.items, self.raw = full, items, raw
+        self._checkpoint()
+        return len(self.tail_ids)
+
+    def append_rendered(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
+        try:
+            return self._render_from(items, raw)
+        except _NotAnExtension:
+            return self._rebuild(items, raw)
+
+    def _rebuild(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
+        self.template_breaks += 1
+        self._truncate_to(self._checkpoints[0])
+        self.text = ""
+        return self._render_from(items, raw)
+
+    # -- shrinking and forking ------------------------------------------------------------
+
+    def _truncate_to(self, cp: _Checkpoint) -> None:
+        del self.ids[cp.ids_len :]
+        self._hash = SequenceHash(cp.hash, cp.ids_len)
+        self._anchor_char, self._anchor_special = cp.anchor_char, cp.anchor_special
+        self.items = self.items[: cp.items]
+        self.raw = {i: r for i, r in self.raw.items() if i < cp.items}
+        self.text = self.text[: cp.text_len]
+        self._checkpoints = [c for c in self._checkpoints if c.items <= cp.items and c.ids_len <= cp.ids_len]
         if self._block_size:
-            del self._blocks[end // self._block_size :]
+            del self._blocks[cp.ids_len // self._block_size :]
 
-    def fork(self, n_groups: int) -> Conversation:
-        """A copy holding the first ``n_groups`` units (copies ids, tokenizes nothing)."""
+    def fork(self, n_items: int) -> Conversation:
+        """A copy holding the first ``n_items`` items, reusing ids up to the last checkpoint within them."""
         other = Conversation.__new__(Conversation)
         other.__dict__.update(self.__dict__)
         other.ids = array("I", self.ids)
-        other.groups = [list(g) for g in self.groups]
-        other.group_ends = list(self.group_ends)
-        other.group_hashes = list(self.group_hashes)
-        other.call_ids = dict(self.call_ids)
-        other._blocks = list(self._blocks)
         other._hash = self._hash.copy()
-        other.truncate(n_groups)
+        other._checkpoints = list(self._checkpoints)
+        other._blocks = list(self._blocks)
+        other.tail_ids = list(self.tail_ids)
+        if n_items >= len(self.items):
+            return other
+        cp = max((c for c in self._checkpoints if c.items <= n_items), key=lambda c: (c.items, c.ids_len))
+        other._truncate_to(cp)
+        other.append_rendered(self.items[:n_items], {i: r for i, r in self.raw.items() if i < n_items})
         return other
 
     # -- what the forwarder and the router ask ------------------------------------------
 
     def hash_at(self, length: int) -> int | None:
-        """The sequence hash of the first ``length`` ids, when that is a unit boundary."""
-        if length == self.prefix_length:
-            return self.prefix_hash
-        i = bisect.bisect_left(self.group_ends, length)
-        if i < len(self.group_ends) and self.group_ends[i] == length:
-            return self.group_hashes[i]
-        return None
+        """The sequence hash of the first ``length`` ids, when a checkpoint ends there."""
+        ends = [c.ids_len for c in self._checkpoints]
+        i = bisect.bisect_left(ends, length)
+        return self._checkpoints[i].hash if i < len(ends) and ends[i] == length else None
 
     def prompt_ids(self, start: int = 0) -> list[int]:
-        """Ids from ``start`` to the end, followed by the generation prompt."""
-        return [*self.ids[start:], *self.fmt.generation_prompt()]
+        """Prompt ids from ``start`` to the end, generation prompt included."""
+        return [*self.ids[start:], *self.tail_ids]
 
     def block_hashes(self, block_size: int) -> list[int]:
         """Chained prefix-cache hashes of the prompt's full blocks, extended incrementally."""
@@ -161,9 +244,9 @@ class Conversation:
     def difference(
         self, model: str, instructions: str, tools: Sequence[common_pb2.Tool], items: Sequence[common_pb2.Item]
     ) -> tuple[int, Difference | None]:
-        """How many units a full request shares with this conversation, and where it breaks.
+        """How many items a full request shares with this conversation, and where it breaks.
 
-        Returns ``(shared_groups, difference)``; ``difference`` is None when the request
+        Returns ``(shared_items, difference)``; ``difference`` is None when the request
         extends the conversation (the prefix cache stays usable).
         """
         if model != self.model:
@@ -172,13 +255,14 @@ class Conversation:
             return 0, Difference(-1, "instructions changed")
         if tuple(t.SerializeToString(deterministic=True) for t in tools) != self.tools_key:
             return 0, Difference(-1, "tool list changed")
-        index = 0
-        for g, group in enumerate(self.groups):
-            for item in group:
-                if index >= len(items):
-                    return g, Difference(index, "request drops items the previous prompt had")
-                if items[index] != item:
-                    kind = item.WhichOneof("item")
-                    return g, Difference(index, f"item {index} ({kind}) differs from the previous prompt")
-                index += 1
-        return len(self.groups), None
+        for index, item in enumerate(self.items):
+            if index >= len(items):
+                return index, Difference(index, "request drops items the previous prompt had")
+            if items[index] != item:
+                kind = item.WhichOneof("item")
+                return index, Difference(index, f"item {index} ({kind}) differs from the previous prompt")
+        return len(self.items), None
+
+
+class _NotAnExtension(Exception):
+    """The new rendering does not start with the text held."""

@@ -1,18 +1,22 @@
 """Turns the model's token stream into text deltas and tool-call events.
 
-The chat format writes a call as ``<|tool_call|>NAME<|tool_args|>JSON<|tool_call_end|>``
-and ends the turn with ``<|im_end|>``; the parser follows those special tokens as a
-small state machine, so a harness can start a tool the moment its call is complete.
+Tokens are detokenized (bytes carried until they form UTF-8), the turn ends at one of
+the model's stop ids, and tool calls are found in the text in the model's format:
+Hermes, ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``. A call is
+announced as soon as its name is complete, its arguments stream as they arrive, and it
+is done at ``</tool_call>``, so a harness can start a tool while the model keeps going.
 Every event records how far the safety-checked text had grown when it was produced
 (``safety_offset``), so buffer mode can release exactly what has been checked.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from loopwire.common.chat_format import ChatFormat
+from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.detokenizer import StopStringFilter, Utf8Stream
 from loopwire.v1 import common_pb2
 
@@ -48,14 +52,25 @@ class CallDoneOut:
 
 OutputEvent = TextOut | CallStartedOut | CallArgumentsOut | CallDoneOut
 
-_TEXT, _NAME, _ARGS, _DONE = range(4)
+_TEXT, _CALL, _DONE = range(3)
+CALL_OPEN = "<tool_call>"
+CALL_CLOSE = "</tool_call>"
+_CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest tail of ``text`` that could still grow into ``marker``."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
 
 
 @dataclass
 class OutputParser:
     """Feed generated token ids; collect events, the released text and the finished calls."""
 
-    fmt: ChatFormat
+    model: ModelDefinition
     stops: Sequence[str] = ()
     call_id_for: Callable[[int], str] = field(default=lambda n: f"call_{n}")
     text: str = ""
@@ -64,13 +79,19 @@ class OutputParser:
     safety_text: list[str] = field(default_factory=list)
     safety_chars: int = 0
     saw_stop_token: bool = False
+    # The whole generated text before its stop token, markup included: what the model said.
+    raw_text: str = ""
 
     def __post_init__(self) -> None:
         self._mode = _TEXT
         self._utf8 = Utf8Stream()
         self._stop = StopStringFilter(self.stops)
-        self._name = ""
-        self._args = ""
+        self._stop_ids = frozenset(self.model.stop_token_ids)
+        self._pending = ""  # text not yet classified (may be the start of a call marker)
+        self._call = ""  # the current call's body so far
+        self._name: str | None = None
+        self._args_start = 0
+        self._args_sent = 0
         self._call_id = ""
 
     @property
@@ -83,66 +104,100 @@ class OutputParser:
 
     def feed(self, token_ids: Sequence[int]) -> list[OutputEvent]:
         out: list[OutputEvent] = []
-        fmt = self.fmt
-        specials = fmt.id_to_special
-        n_vocab = fmt.encoding.n_vocab
-        plain: list[int] = []  # a run of ordinary tokens, decoded in one call
+        data = bytearray()
+        token_bytes = self.model.tokenizer.token_bytes
         for tok in token_ids:
-            if self.done:
-                break
-            if tok not in specials:
-                if tok < n_vocab:
-                    plain.append(tok)
-                continue
-            if plain:
-                self._plain(plain, out)
-                plain = []
-                if self.done:
-                    break
-            if tok == fmt.im_end:
-                self._end_segment(out)
+            if tok in self._stop_ids:
                 self.saw_stop_token = True
-                self._mode = _DONE
-            elif tok == fmt.tool_call and self._mode == _TEXT:
-                self._end_segment(out)
-                self._mode, self._name = _NAME, ""
-            elif tok == fmt.tool_args and self._mode == _NAME:
-                self._name += self._utf8.flush()
-                self._call_id = self.call_id_for(len(self.calls))
-                self._mode, self._args = _ARGS, ""
-                out.append(CallStartedOut(len(self.calls), self._call_id, self._name, self._grow(self._name + " ")))
-            elif tok == fmt.tool_call_end and self._mode == _ARGS:
-                self._add_args(self._utf8.flush(), out)
-                call = common_pb2.FunctionCall(call_id=self._call_id, name=self._name, arguments=self._args)
-                self.calls.append(call)
-                out.append(CallDoneOut(len(self.calls) - 1, call, self.safety_chars))
-                self._mode = _TEXT
-            # any other special token out of place carries no text
-        if plain and not self.done:
-            self._plain(plain, out)
+                break
+            data += token_bytes(tok)
+        if self.done:
+            return out
+        chunk = self._utf8.feed(bytes(data))
+        if self.saw_stop_token:
+            chunk += self._utf8.flush()
+        self.raw_text += chunk
+        self._consume(chunk, out)
+        if self.saw_stop_token:
+            out += self.finish()
         return out
 
-    def _plain(self, token_ids: list[int], out: list[OutputEvent]) -> None:
-        chunk = self._utf8.feed(self.fmt.encoding.decode_bytes(token_ids))
-        if self._mode == _TEXT:
-            self._add_text(self._stop.feed(chunk), out)
-        elif self._mode == _NAME:
-            self._name += chunk
-        elif self._mode == _ARGS:
-            self._add_args(chunk, out)
+    def _consume(self, chunk: str, out: list[OutputEvent]) -> None:
+        self._pending += chunk
+        while self._pending and not self.done:
+            if self._mode == _TEXT:
+                at = self._pending.find(CALL_OPEN)
+                if at < 0:
+                    keep = _partial_suffix(self._pending, CALL_OPEN)
+                    self._add_text(self._stop.feed(self._pending[: len(self._pending) - keep]), out)
+                    self._pending = self._pending[len(self._pending) - keep :]
+                    return
+                self._add_text(self._stop.feed(self._pending[:at]), out)
+                if self._stop.stopped:
+                    return
+                self._add_text(self._stop.flush(), out)
+                self._pending = self._pending[at + len(CALL_OPEN) :]
+                self._mode, self._call, self._name, self._args_sent = _CALL, "", None, 0
+            else:
+                at = self._pending.find(CALL_CLOSE)
+                if at < 0:
+                    keep = _partial_suffix(self._pending, CALL_CLOSE)
+                    self._call += self._pending[: len(self._pending) - keep]
+                    self._pending = self._pending[len(self._pending) - keep :]
+                    self._stream_call(out, final=False)
+                    return
+                self._call += self._pending[:at]
+                self._pending = self._pending[at + len(CALL_CLOSE) :]
+                self._end_call(out)
+
+    def _stream_call(self, out: list[OutputEvent], final: bool) -> None:
+        if self._name is None:
+            m = _CALL_HEAD.match(self._call)
+            if m is None or m.end() == len(self._call):  # the arguments have not begun yet
+                return
+            try:
+                self._name = json.loads(f'"{m.group(1)}"')
+            except ValueError:
+                self._name = m.group(1)
+            self._args_start = m.end()
+            self._call_id = self.call_id_for(len(self.calls))
+            out.append(CallStartedOut(len(self.calls), self._call_id, self._name, self._grow(self._name + " ")))
+        args = self._call[self._args_start :]
+        # The object's closing brace is not part of the arguments: hold back from the last one.
+        brace = len(args.rstrip()) - 1 if final else args.rfind("}")
+        end = len(args[: max(brace, 0)].rstrip())
+        if end > self._args_sent:
+            self._add_args(args[self._args_sent : end], out)
+
+    def _end_call(self, out: list[OutputEvent]) -> None:
+        self._stream_call(out, final=True)
+        if self._name is None:  # not a call after all: what the model wrote stays text
+            self._add_text(self._stop.feed(CALL_OPEN + self._call + CALL_CLOSE), out)
+        else:
+            arguments = self._call[self._args_start :][: self._args_sent]
+            call = common_pb2.FunctionCall(call_id=self._call_id, name=self._name, arguments=arguments)
+            self.calls.append(call)
+            out.append(CallDoneOut(len(self.calls) - 1, call, self.safety_chars))
+        self._mode = _TEXT
 
     def finish(self) -> list[OutputEvent]:
         """Generation ended (stop token, length, cancel): release what was held back."""
         out: list[OutputEvent] = []
-        if self._mode == _TEXT:
-            self._end_segment(out)
+        if self._mode == _DONE:
+            return out
+        tail = self._utf8.flush()
+        self.raw_text += tail
+        self._consume(tail, out)
+        if self._mode == _CALL:  # cut off inside a call: keep its text, start nothing
+            if self._name is None:
+                self._add_text(self._stop.feed(CALL_OPEN + self._call + self._pending), out)
+            self._pending = ""
+        elif self._pending:
+            self._add_text(self._stop.feed(self._pending), out)
+            self._pending = ""
+        self._add_text(self._stop.flush(), out)
         self._mode = _DONE
         return out
-
-    def _end_segment(self, out: list[OutputEvent]) -> None:
-        if self._mode == _TEXT:
-            self._add_text(self._stop.feed(self._utf8.flush()), out)
-            self._add_text(self._stop.flush(), out)
 
     def _add_text(self, text: str, out: list[OutputEvent]) -> None:
         if text:
@@ -151,7 +206,7 @@ class OutputParser:
 
     def _add_args(self, delta: str, out: list[OutputEvent]) -> None:
         if delta:
-            self._args += delta
+            self._args_sent += len(delta)
             out.append(CallArgumentsOut(len(self.calls), self._call_id, delta, self._grow(delta)))
 
     def _grow(self, text: str) -> int:
@@ -162,8 +217,9 @@ class OutputParser:
     def output_items(self) -> list[common_pb2.Item]:
         """The response as transcript items: the assistant message (if any text or no calls), then calls."""
         items = []
-        if self.text or not self.calls:
+        text = self.text.strip() if self.calls else self.text
+        if text or not self.calls:
             items.append(common_pb2.Item(message=common_pb2.Message(
-                role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=self.text)])))
+                role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=text)])))
         items += [common_pb2.Item(function_call=c) for c in self.calls]
         return items

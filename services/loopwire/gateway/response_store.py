@@ -52,7 +52,7 @@ class ResponseStore:
         self._entries.move_to_end(key)
         self.total_tokens += len(conversation) - entry.tokens
         entry.tokens = len(conversation)
-        entry.response_ids[response_id] = len(conversation.groups)
+        entry.response_ids[response_id] = conversation.item_count
         if no_store:
             entry.private_to[response_id] = stream_id
         self._by_response[response_id] = key
@@ -84,10 +84,10 @@ class ResponseStore:
                 retryable=True,
             )
         self._entries.move_to_end(key)  # type: ignore[arg-type]
-        groups = entry.response_ids[response_id]
+        n_items = entry.response_ids[response_id]
         conversation = entry.conversation
-        if groups != len(conversation.groups):
-            return conversation.fork(groups)
+        if n_items != conversation.item_count:
+            return conversation.fork(n_items)
         # Continuing in place: older ids of this chain now point past their end.
         for rid in list(entry.response_ids):
             if rid != response_id:

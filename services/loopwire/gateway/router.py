@@ -107,6 +107,8 @@ class Router:
             self.replicas.append(Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel)))
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
+        # The digest of the model definition the gateway tokenizes with ("" = not known yet).
+        self.model_digest = ""
 
     async def start(self) -> None:
         for replica in self.replicas:
@@ -137,6 +139,15 @@ class Router:
     ) -> Replica:
         """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily."""
         candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        mismatched = [r for r in candidates if self._mismatched(r)]
+        if mismatched and len(mismatched) == len(candidates):
+            r = mismatched[0]
+            raise RequestError(
+                common_pb2.ERROR_CODE_FAILED_PRECONDITION,
+                f"replica {r.name} serves a model with tokenizer digest {r.status.tokenizer_digest[:16]}, but the "
+                f"gateway tokenizes with {self.model_digest[:16]}: restart the gateway against this model",
+            )
+        candidates = [r for r in candidates if r not in mismatched]
         if not candidates:
             raise RequestError(
                 common_pb2.ERROR_CODE_UNAVAILABLE,
@@ -156,6 +167,25 @@ class Router:
         chosen.routed += 1
         return chosen
 
+    def _mismatched(self, replica: Replica) -> bool:
+        digest = replica.status.tokenizer_digest
+        return bool(self.model_digest and digest and digest != self.model_digest)
+
+    async def fetch_model(self, timeout_s: float = 60.0) -> inference_pb2.ModelInfo:
+        """The model the replicas serve, from the first one that answers (they start in any order)."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        last = ""
+        while True:
+            for replica in self.replicas:
+                try:
+                    reply = await replica.stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10.0)
+                    return reply.model
+                except grpc.aio.AioRpcError as e:
+                    last = f"{replica.address}: {e.code().name} {e.details()}"
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"no inference replica told its model within {timeout_s:.0f} s (last: {last})")
+            await asyncio.sleep(0.2)
+
     @staticmethod
     def predicted_ttft_s(replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
         uncached = max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
@@ -172,6 +202,9 @@ class Router:
                     self.mark_down(replica)
             else:
                 replica.failed_polls = 0
+                if self._mismatched(replica) and replica.status.tokenizer_digest != status.tokenizer_digest:
+                    log.error("replica %s serves tokenizer digest %s, the gateway's is %s: not routing to it",
+                              replica.name, status.tokenizer_digest[:16], self.model_digest[:16])
                 replica.status = status
                 replica.replica_id = status.replica_id
                 if status.block_size:

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import ChatFormat
+from loopwire.common.model_def import ModelDefinition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway.detokenizer import Utf8Stream
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2, inference_pb2_grpc
 
@@ -103,23 +104,30 @@ _GUARD_PROMPT = (
 class GuardModelClassifier:
     """A guard model (Llama Guard style) served by an inference service, asked per check."""
 
-    def __init__(self, target: str, fmt: ChatFormat, max_tokens: int = 8) -> None:
+    def __init__(self, target: str, max_tokens: int = 8) -> None:
         self._channel = grpc_server.insecure_channel(target)
         self._stub = inference_pb2_grpc.InferenceServiceStub(self._channel)
-        self._fmt = fmt
+        self._model: ModelDefinition | None = None  # the guard replica's own model, asked once
         self._max_tokens = max_tokens
         self._n = 0
+
+    async def _guard_model(self) -> ModelDefinition:
+        if self._model is None:
+            reply = await self._stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30.0)
+            self._model = ModelDefinition.from_proto(reply.model)
+        return self._model
 
     async def classify(self, text: str, stage: int) -> Verdict:
         cats = ", ".join(f"{k}: {v}" for k, v in CATEGORIES.items())
         user = common_pb2.Item(message=common_pb2.Message(
             role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=_GUARD_PROMPT.format(cats=cats, text=text))]))
-        prompt = [*self._fmt.render_item(user), *self._fmt.generation_prompt()]
+        model = await self._guard_model()
+        prompt = ChatPrompt(model).encode_conversation("", [], [user], add_generation_prompt=True)
         self._n += 1
         start = inference_pb2.GenerationStart(
             request_id=f"guard-{self._n}",
             full=inference_pb2.FullPrompt(token_ids=prompt),
-            params=inference_pb2.GenerationParams(max_tokens=self._max_tokens, stop_token_ids=[self._fmt.im_end]),
+            params=inference_pb2.GenerationParams(max_tokens=self._max_tokens, stop_token_ids=model.stop_token_ids),
         )
         decoder = Utf8Stream()
         answer = ""
@@ -128,9 +136,8 @@ class GuardModelClassifier:
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "tokens":
-                    answer += "".join(
-                        decoder.feed(self._fmt.token_bytes(t)) for t in event.tokens.token_ids if t != self._fmt.im_end
-                    )
+                    answer += "".join(decoder.feed(model.tokenizer.token_bytes(t))
+                                      for t in event.tokens.token_ids if t not in model.stop_token_ids)
                 elif kind == "error":
                     raise RuntimeError(f"guard model: {event.error.message}")
                 else:

@@ -7,9 +7,9 @@ import logging
 from collections.abc import Callable
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import DEFAULT_ENCODING, chat_format
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
+from loopwire.common.model_def import ModelDefinition, ModelError
 from loopwire.gateway.auth import Authenticator
 from loopwire.gateway.router import POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
@@ -33,8 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inference replicas, host:port,host:port,...")
     parser.add_argument("--auth-config", default=_env("auth_config", ""),
                         help="JSON or TOML file of tenants, hashed keys and limits (none: anonymous tenant 'default')")
-    parser.add_argument("--encoding", default=_env("encoding", DEFAULT_ENCODING),
-                        help="tiktoken encoding name or a .tiktoken BPE file[:specials.json]")
     parser.add_argument("--safety-mode", choices=sorted(SAFETY_MODES), default=_env("safety_mode", "stream-then-cut"))
     parser.add_argument("--safety-classifier", default=_env("safety_classifier", "lexicon"),
                         help="'lexicon' (offline rules) or 'guard:host:port' (a guard model on an inference service)")
@@ -54,13 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-tokenize and forward every request in full (the naive way, for comparison)")
 
 
-def build_servicer(args: argparse.Namespace) -> GatewayServicer:
-    fmt = chat_format(args.encoding)
-    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing)
+def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Router) -> GatewayServicer:
     authenticator = Authenticator.from_file(args.auth_config) if args.auth_config else Authenticator.open()
     classifier: SafetyClassifier
     if args.safety_classifier.startswith("guard:"):
-        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"), fmt)
+        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"))
     elif args.safety_classifier == "lexicon":
         classifier = LexiconClassifier()
     else:
@@ -76,11 +72,19 @@ def build_servicer(args: argparse.Namespace) -> GatewayServicer:
         safety_overlap_chars=args.safety_overlap_chars,
         stateless=args.stateless,
     )
-    return GatewayServicer(fmt, router, authenticator, classifier, config)
+    return GatewayServicer(model, router, authenticator, classifier, config)
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
-    servicer = build_servicer(args)
+    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing)
+    try:
+        info = await router.fetch_model()
+        model = ModelDefinition.from_proto(info)
+    except (RuntimeError, ModelError) as e:
+        await router.close()
+        raise SystemExit(f"gateway: {e}") from None
+    log.info("gateway tokenizes for model %s (%s, tokenizer digest %s)", model.name, model.source, model.digest[:16])
+    servicer = build_servicer(args, model, router)
     await servicer.router.start()
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)

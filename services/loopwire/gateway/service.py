@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import grpc
 
 from loopwire.common import telemetry
-from loopwire.common.chat_format import ChatFormat
 from loopwire.common.errors import RequestError, invalid
+from loopwire.common.model_def import ModelDefinition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway import validation
 from loopwire.gateway.auth import Authenticator, AuthError, Tenant
 from loopwire.gateway.conversation import Conversation, Difference
@@ -85,14 +86,16 @@ _CANCEL = _Cancel()
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(
         self,
-        fmt: ChatFormat,
+        model: ModelDefinition,
         router: Router,
         authenticator: Authenticator,
         classifier: SafetyClassifier,
         config: GatewayConfig | None = None,
     ) -> None:
-        self.fmt = fmt
+        self.model = model
+        self.prompt = ChatPrompt(model)
         self.router = router
+        router.model_digest = model.digest
         self.auth = authenticator
         self.classifier = classifier
         self.config = config or GatewayConfig()
@@ -278,12 +281,15 @@ class ConverseSession:
                 shared, difference = previous.difference(create.model, create.instructions, create.tools, create.input)
             if previous is not None and not (difference and difference.first_differing_item == -1):
                 conversation = previous.fork(shared)  # copies ids, re-tokenizes nothing
-                reused, tokenized = len(conversation), 0
+                reused, tokenized = len(conversation.ids), 0
             else:
-                conversation = Conversation(gw.fmt, create.model, create.instructions, create.tools)
-                tokenized = len(conversation)
+                conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools)
+                tokenized = conversation.initial_tokens
             new_items = list(create.input[conversation.item_count :])
+        breaks_before = conversation.template_breaks
         tokenized += conversation.append(new_items)
+        if conversation.template_breaks != breaks_before and difference is None:
+            difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
         tokenize_ns = time.thread_time_ns() - t0
         if len(conversation) > cfg.max_session_tokens:
             raise RequestError(
@@ -339,15 +345,14 @@ class _ResponseRun:
         self.watch = watch
         self.started = started
         self.queue: asyncio.Queue[object] = asyncio.Queue()
-        fmt = self.gw.fmt
         replay_ids = [c.call_id for c in create.replay.function_calls] if create.HasField("replay") else []
         self.parser = OutputParser(
-            fmt,
+            self.gw.model,
             stops=list(create.sampling.stop),
             call_id_for=lambda n: replay_ids[n] if n < len(replay_ids) and replay_ids[n] else f"call_{response_id}_{n}",
         )
         self.oracle = (
-            fmt.render_assistant_output(create.replay.text, create.replay.function_calls)
+            self.gw.prompt.output_ids(create.replay.text, create.replay.function_calls)
             if create.HasField("replay")
             else []
         )
@@ -548,7 +553,7 @@ class _ResponseRun:
             top_p=s.top_p,
             seed=s.seed,
             max_tokens=max(1, max_tokens - len(self.generated)),
-            stop_token_ids=self.gw.fmt.stop_token_ids,
+            stop_token_ids=self.gw.model.stop_token_ids,
         )
         if s.HasField("speculative_decoding"):
             params.speculative_decoding = s.speculative_decoding
@@ -663,7 +668,7 @@ class _ResponseRun:
             conversation = self.p.conversation
             output = self.parser.output_items()
             t0 = time.thread_time_ns()
-            tokenized = conversation.append(output)
+            tokenized = conversation.complete(output, self.generated, self.parser.raw_text)
             tokenize_us = self.p.tokenize_us + (time.thread_time_ns() - t0) // 1000
             if link is not None and not self.parser.stopped_by_string:
                 link.done(self.request_id)

@@ -22,6 +22,7 @@ from typing import Protocol
 
 import numpy as np
 
+from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
@@ -44,6 +45,7 @@ class KvBlockData:
 class Engine(Protocol):
     name: str
     model_name: str
+    definition: ModelDefinition
     config: EngineConfig
     vocab_size: int
     # Whether export_kv/import_kv work (Prefill/PullKv through this service).
@@ -91,6 +93,7 @@ class AsyncEngine:
         core: EngineCore,
         name: str,
         model_name: str,
+        definition: ModelDefinition,
         *,
         offload: bool,
         time_scale: float = 0.0,
@@ -100,6 +103,7 @@ class AsyncEngine:
         self.config = core.config
         self.name = name
         self.model_name = model_name
+        self.definition = definition
         self.vocab_size = core.config.model.vocab_size
         self._offload = offload
         self._time_scale = time_scale

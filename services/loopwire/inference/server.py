@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
 from loopwire.common.config import env as _env
-from loopwire.inference.config import MODEL_SIZES, EngineConfig, model_preset
+from loopwire.common.model_def import ModelDefinition, load_definition
+from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
 from loopwire.inference.service import InferenceServicer
@@ -29,7 +29,9 @@ class EngineOptions:
     """Everything ``build_engine`` needs; mirrors the command-line flags."""
 
     engine: str = "reference"
-    weights: str = "dummy:0"
+    # default (SmolLM2-135M-Instruct) | dummy:<seed> | FILE.gguf | a Hugging Face directory; "" = the
+    # engine's default: the real model on reference, dummy:0 (cl100k) on simulated.
+    model: str = ""
     model_size: str = "tiny"
     replica_id: str = "replica-0"
     kv_blocks: int = 0  # 0: 4096 for reference; what fits on the GPU for simulated
@@ -48,12 +50,22 @@ class EngineOptions:
         return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__})
 
 
+def model_spec(options: EngineOptions) -> str:
+    if options.model:
+        return options.model
+    if options.engine == "trtllm":
+        raise ValueError("--model: the trtllm engine needs a Hugging Face checkpoint directory")
+    return "default" if options.engine == "reference" else "dummy:0"
+
+
 def build_engine(options: EngineOptions) -> Engine:
     """An engine ready to serve (its step loop starts with the first request)."""
+    spec = model_spec(options)
     if options.engine == "trtllm":
         from loopwire.inference.trtllm_engine import TrtLlmEngine
 
-        return TrtLlmEngine.from_options(options)
+        return TrtLlmEngine.from_options(options, load_definition(spec))
+    definition = load_definition(spec)
     base = EngineConfig(
         replica_id=options.replica_id,
         block_size=options.block_size,
@@ -66,15 +78,12 @@ def build_engine(options: EngineOptions) -> Engine:
         from loopwire.inference.reference_engine import reference_core
         from loopwire.inference.weights import load_weights
 
-        model_config, weights = load_weights(options.weights, model_preset(options.model_size))
-        vocab = chat_format().vocab_size
-        if model_config.vocab_size != vocab:
-            raise ValueError(f"weights {options.weights}: vocab_size {model_config.vocab_size} != loopwire "
-                             f"vocabulary {vocab} (the gateway's encoding plus its special tokens)")
-        config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or 4096,
+        model_config, weights = load_weights(definition.source, model_preset(options.model_size))
+        check_vocabulary(model_config.vocab_size, definition)
+        config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or kv_blocks_for(model_config),
                             max_batch_tokens=options.max_batch_tokens or 1024)
         core = reference_core(config, LlamaModel(model_config, weights))
-        return AsyncEngine(core, "reference", f"llama-{model_config.name} ({options.weights})", offload=True)
+        return AsyncEngine(core, "reference", f"{definition.name} ({definition.source})", definition, offload=True)
     if options.engine == "simulated":
         from loopwire.inference.simulated_engine import simulated_core
 
@@ -85,23 +94,42 @@ def build_engine(options: EngineOptions) -> Engine:
             max_batch_tokens=options.max_batch_tokens or 8192,
             max_running=256,
         )
-        core, executor = simulated_core(config, cost)
+        core, executor = simulated_core(config, cost, definition)
         return AsyncEngine(
-            core, "simulated", f"llama-{options.model_params} on {options.gpu} (simulated)",
-            offload=False, time_scale=options.time_scale, step_seconds=lambda: executor.last_step_seconds,
+            core, "simulated", f"llama-{options.model_params} on {options.gpu} (simulated, {definition.name} tokenizer)",
+            definition, offload=False, time_scale=options.time_scale, step_seconds=lambda: executor.last_step_seconds,
         )
     raise ValueError(f"unknown engine {options.engine!r}; choose reference, simulated or trtllm")
 
+
+
+def check_vocabulary(weights_vocab: int, definition: ModelDefinition) -> None:
+    """The weights must cover every id the tokenizer can produce (an embedding may be padded larger)."""
+    if weights_vocab < definition.vocab_size:
+        raise ValueError(f"model {definition.source}: the weights have {weights_vocab} embeddings but the tokenizer "
+                         f"has {definition.vocab_size} tokens")
+
+
+# Memory the reference engine's KV cache may take by default (float32 keys and values).
+_KV_BYTES_DEFAULT = 2 << 30
+
+
+def kv_blocks_for(model: ModelConfig, block_size: int = 16, budget_bytes: int = _KV_BYTES_DEFAULT) -> int:
+    """KV blocks that fit the budget: float32 keys and values for every layer and KV head."""
+    per_block = 2 * 4 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * block_size
+    return max(64, min(4096 * 16, budget_bytes // per_block))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EngineOptions()
     parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50053"), help="host:port (port 0: any free port)")
     parser.add_argument("--engine", choices=["reference", "simulated", "trtllm"], default=_env("engine", d.engine))
-    parser.add_argument("--weights", default=_env("weights", d.weights),
-                        help="dummy:<seed> or a Hugging Face Llama checkpoint directory (trtllm: a model path)")
+    parser.add_argument("--model", default=_env("model", d.model),
+                        help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> (random weights, cl100k) | "
+                             "FILE.gguf | a Hugging Face model directory (default: the real model on reference, "
+                             "dummy:0 on simulated; trtllm needs a directory)")
     parser.add_argument("--model-size", choices=MODEL_SIZES, default=_env("model_size", d.model_size),
-                        help="shape of dummy weights (reference engine)")
+                        help="shape of dummy:<seed> weights (reference engine)")
     parser.add_argument("--replica-id", default=_env("replica_id", d.replica_id))
     parser.add_argument("--kv-blocks", type=int, default=int(_env("kv_blocks", "0")),
                         help="KV cache blocks (0: engine default)")

@@ -16,7 +16,6 @@ import grpc
 import numpy as np
 
 from loopwire.common import grpc_server, telemetry
-from loopwire.common.chat_format import chat_format
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.hashing import SequenceHash
 from loopwire.inference.engine import Engine, KvBlockData
@@ -117,7 +116,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self.config = engine.config
         self.role = role
         self.vocab_size = engine.vocab_size
-        self._stop_ids = tuple(chat_format().stop_token_ids)
+        self._stop_ids = tuple(engine.definition.stop_token_ids)
+        self._model_info = inference_pb2.GetModelInfoResponse(model=engine.definition.to_proto(engine.name))
         self._handles: dict[bytes, _PrefillHandle] = {}
         self._streams = 0
 
@@ -364,7 +364,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             prefix_cache_hit_tokens=s.prefix_cache_hit_tokens,
             vocab_size=self.vocab_size,
             max_output_tokens=self.config.max_output_tokens,
+            tokenizer_digest=self._model_info.model.tokenizer_digest,
         )
+
+    async def GetModelInfo(
+        self, request: inference_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext
+    ) -> inference_pb2.GetModelInfoResponse:
+        return self._model_info
 
     async def WatchCache(
         self, request: inference_pb2.WatchCacheRequest, context: grpc.aio.ServicerContext

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loopwire.common.chat_format import chat_format
+from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.clock import VirtualClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.cost_model import CostModel
@@ -25,12 +25,12 @@ from loopwire.inference.sequence import Sequence
 class CostModelExecutor:
     kv_store: KvStore | None = None  # modelled, not stored
 
-    def __init__(self, cost: CostModel, clock: VirtualClock) -> None:
+    def __init__(self, cost: CostModel, clock: VirtualClock, definition: ModelDefinition) -> None:
         self.cost = cost
         self.clock = clock
         self.last_step_seconds = 0.0
         self.busy_seconds = 0.0
-        self._plain_vocab = chat_format().encoding.n_vocab
+        self._plain_lo, self._plain_hi = plain_id_range(definition)
 
     def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
         seconds = self.cost.step_seconds([(item.start, len(item.token_ids)) for item in batch])
@@ -40,10 +40,19 @@ class CostModelExecutor:
         return [None] * len(batch)
 
     def synthetic_token(self, seq: Sequence, position: int) -> int:
-        return hash((seq.req.sampling.seed, seq.prompt_len, position)) % self._plain_vocab
+        span = self._plain_hi - self._plain_lo
+        return self._plain_lo + hash((seq.req.sampling.seed, seq.prompt_len, position)) % span
 
 
-def simulated_core(config: EngineConfig, cost: CostModel) -> tuple[EngineCore, CostModelExecutor]:
+def plain_id_range(definition: ModelDefinition) -> tuple[int, int]:
+    """The longest run of ids with no special or added token in it: synthetic output stays decodable text."""
+    bounds = sorted({-1, definition.vocab_size, *definition.tokenizer.added_tokens.values()})
+    lo, hi = max(zip(bounds, bounds[1:], strict=False), key=lambda b: b[1] - b[0])
+    return lo + 1, hi
+
+
+def simulated_core(config: EngineConfig, cost: CostModel,
+                   definition: ModelDefinition) -> tuple[EngineCore, CostModelExecutor]:
     clock = VirtualClock()
-    executor = CostModelExecutor(cost, clock)
+    executor = CostModelExecutor(cost, clock, definition)
     return EngineCore(config, executor, clock), executor

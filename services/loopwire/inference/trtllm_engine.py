@@ -14,6 +14,12 @@ work on machines without it. What maps to what:
 * replay oracle → a logits processor that masks every token but the recorded next one.
 * retention hints → ``KvCacheRetentionConfig`` with a duration for the prompt's blocks.
 
+The model definition (tokenizer, chat template, stops) is read from the same checkpoint
+directory the LLM loads; the engine refuses to start when the checkpoint's vocabulary does not
+cover the tokenizer's, and TensorRT-LLM's own tokenizer is not initialised (ids come in, ids go
+out). Load figures come from ``LLM.get_stats`` (iteration stats with ``kvCacheStats``); what it
+does not report is logged once and left out, never reported as zero.
+
 KV export/import between replicas (Prefill/PullKv) goes through TensorRT-LLM's own
 ``DisaggregatedParams`` transport, not through this process; ``export_kv``/``import_kv``
 raise ``NotImplementedError`` and the service answers UNIMPLEMENTED.
@@ -23,12 +29,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from loopwire.common.chat_format import chat_format
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
+from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.engine_core import EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
@@ -44,6 +52,8 @@ from loopwire.inference.sequence import (
 if TYPE_CHECKING:
     from loopwire.inference.engine import KvBlockData
     from loopwire.inference.server import EngineOptions
+
+log = logging.getLogger("loopwire.inference.trtllm")
 
 # How often KV cache events are polled from the executor (seconds).
 _EVENT_POLL_S = 0.05
@@ -71,11 +81,14 @@ class TrtLlmEngine:
     name = "trtllm"
     supports_kv_transfer = False
 
-    def __init__(self, llm: Any, config: EngineConfig, model_name: str) -> None:
+    def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition) -> None:
         self.llm = llm
         self.config = config
-        self.model_name = model_name
-        self.vocab_size = chat_format().vocab_size
+        self.definition = definition
+        self.model_name = f"{definition.name} ({definition.source})"
+        self.vocab_size = definition.vocab_size
+        self._kv_stats: dict[str, Any] = {}
+        self._missing_stats_logged = False
         self._handles: dict[str, Any] = {}
         self._cache_feed = CacheEventFeed()
         self._trt_to_ours: dict[int, int] = {}
@@ -84,7 +97,11 @@ class TrtLlmEngine:
         self._generated: list[tuple[float, int]] = []
 
     @classmethod
-    def from_options(cls, options: EngineOptions) -> TrtLlmEngine:
+    def from_options(cls, options: EngineOptions, definition: ModelDefinition) -> TrtLlmEngine:
+        from loopwire.inference.config import load_model_config
+        from loopwire.inference.server import check_vocabulary
+
+        check_vocabulary(load_model_config(definition.source).vocab_size, definition)
         from tensorrt_llm import LLM
         from tensorrt_llm.llmapi import KvCacheConfig, NGramDecodingConfig
 
@@ -98,7 +115,7 @@ class TrtLlmEngine:
         if options.num_draft_tokens > 0:
             spec = NGramDecodingConfig(max_draft_len=options.num_draft_tokens, max_matching_ngram_size=3,
                                        is_keep_all=True, is_use_oldest=True, is_public_pool=False)
-        llm = LLM(model=options.weights, kv_cache_config=kv, speculative_config=spec,
+        llm = LLM(model=definition.source, kv_cache_config=kv, speculative_config=spec, skip_tokenizer_init=True,
                   max_num_tokens=options.max_batch_tokens or 8192)
         config = EngineConfig(
             model=model_preset(options.model_params), replica_id=options.replica_id,
@@ -106,7 +123,7 @@ class TrtLlmEngine:
             max_output_tokens=options.max_output_tokens, num_draft_tokens=options.num_draft_tokens,
             prefix_cache=options.prefix_cache,
         )
-        return cls(llm, config, options.weights)
+        return cls(llm, config, definition)
 
     async def start(self) -> None:
         if self._poller is None:
@@ -191,12 +208,8 @@ class TrtLlmEngine:
         now = time.monotonic()
         self._generated = [(t, n) for t, n in self._generated if t > now - 10.0]
         rate = sum(n for _, n in self._generated) / 10.0
-        kv = getattr(self.llm, "get_kv_cache_stats", None)
-        used = free = total = 0
-        if callable(kv):
-            with contextlib.suppress(Exception):
-                s = kv()
-                used, free, total = int(s.used_num_blocks), int(s.free_num_blocks), int(s.max_num_blocks)
+        kv = self._kv_stats
+        used, free, total = (int(kv.get(k, 0)) for k in ("usedNumBlocks", "freeNumBlocks", "maxNumBlocks"))
         return EngineStats(
             running=self._running, waiting=0, kv_blocks_used=used, kv_blocks_free=free, kv_blocks_total=total,
             block_size=self.config.block_size, recent_tokens_per_second=rate, prefill_tokens_per_second=0.0,
@@ -224,7 +237,20 @@ class TrtLlmEngine:
             events = self.translate_events(raw or [])
             if events:
                 self._cache_feed.publish(events)
+            self.read_iteration_stats(await asyncio.to_thread(self.llm.get_stats, 0.05))
             await asyncio.sleep(_EVENT_POLL_S)
+
+    def read_iteration_stats(self, stats: list[Any]) -> None:
+        """Keep the newest ``kvCacheStats`` of TensorRT-LLM's iteration stats (dicts or JSON strings)."""
+        for item in reversed(stats or []):
+            data = json.loads(item) if isinstance(item, str) else item
+            kv = data.get("kvCacheStats") if isinstance(data, dict) else None
+            if kv:
+                self._kv_stats = kv
+                return
+        if stats and not self._missing_stats_logged:
+            self._missing_stats_logged = True
+            log.warning("TensorRT-LLM iteration stats carry no kvCacheStats: KV block counts are not reported")
 
     def translate_events(self, raw: list[dict]) -> list[CacheEvent]:
         """TensorRT-LLM event dicts → events keyed by loopwire's chained block hashes."""

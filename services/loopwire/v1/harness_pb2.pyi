@@ -615,6 +615,7 @@ class TurnProfile(_message.Message):
     ITEMS_SENT_FIELD_NUMBER: _builtins.int
     FULL_REQUEST_FIELD_NUMBER: _builtins.int
     RESENDS_FIELD_NUMBER: _builtins.int
+    FINISH_REASON_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
     tool_us: _builtins.int
     bytes_sent: _builtins.int
@@ -628,6 +629,8 @@ class TurnProfile(_message.Message):
     """The request carried the whole transcript (first turn, stateless mode or a resend)."""
     resends: _builtins.int
     """Full resends after PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream)."""
+    finish_reason: _common_pb2.FinishReason.ValueType
+    """Why the model stopped: stop token, length, tool calls, ..."""
     @_builtins.property
     def usage(self) -> _common_pb2.Usage: ...
     @_builtins.property
@@ -646,10 +649,11 @@ class TurnProfile(_message.Message):
         items_sent: _builtins.int = ...,
         full_request: _builtins.bool = ...,
         resends: _builtins.int = ...,
+        finish_reason: _common_pb2.FinishReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_sent", b"bytes_sent", "full_request", b"full_request", "harness_ttft_us", b"harness_ttft_us", "items_sent", b"items_sent", "resends", b"resends", "timings", b"timings", "tool_calls", b"tool_calls", "tool_us", b"tool_us", "turn", b"turn", "usage", b"usage", "wall_us", b"wall_us"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes_sent", b"bytes_sent", "finish_reason", b"finish_reason", "full_request", b"full_request", "harness_ttft_us", b"harness_ttft_us", "items_sent", b"items_sent", "resends", b"resends", "timings", b"timings", "tool_calls", b"tool_calls", "tool_us", b"tool_us", "turn", b"turn", "usage", b"usage", "wall_us", b"wall_us"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

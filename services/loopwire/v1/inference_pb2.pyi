@@ -592,6 +592,7 @@ class GetStatusResponse(_message.Message):
     PREFIX_CACHE_HIT_TOKENS_FIELD_NUMBER: _builtins.int
     VOCAB_SIZE_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_DIGEST_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     engine: _builtins.str
     """"reference", "simulated" or "trtllm"."""
@@ -610,6 +611,10 @@ class GetStatusResponse(_message.Message):
     prefix_cache_hit_tokens: _builtins.int
     vocab_size: _builtins.int
     max_output_tokens: _builtins.int
+    tokenizer_digest: _builtins.str
+    """Digest of the served model definition (ModelInfo.tokenizer_digest): the router
+    refuses a replica whose digest differs from the one the gateway tokenizes with.
+    """
     def __init__(
         self,
         *,
@@ -630,10 +635,11 @@ class GetStatusResponse(_message.Message):
         prefix_cache_hit_tokens: _builtins.int = ...,
         vocab_size: _builtins.int = ...,
         max_output_tokens: _builtins.int = ...,
+        tokenizer_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -713,3 +719,138 @@ class WatchCacheResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchCacheResponse: _TypeAlias = WatchCacheResponse  # noqa: Y015
+
+@_typing.final
+class GetModelInfoRequest(_message.Message):
+    """Ask which model a replica serves."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelInfoRequest: _TypeAlias = GetModelInfoRequest  # noqa: Y015
+
+@_typing.final
+class ModelInfo(_message.Message):
+    """One model definition: weights aside, everything a gateway needs to speak its ids."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SpecialTokensEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    VOCAB_SIZE_FIELD_NUMBER: _builtins.int
+    TOKENIZER_DIGEST_FIELD_NUMBER: _builtins.int
+    TOKENIZER_KIND_FIELD_NUMBER: _builtins.int
+    TOKENIZER_DATA_FIELD_NUMBER: _builtins.int
+    CHAT_TEMPLATE_FIELD_NUMBER: _builtins.int
+    BOS_TOKEN_FIELD_NUMBER: _builtins.int
+    EOS_TOKEN_FIELD_NUMBER: _builtins.int
+    SPECIAL_TOKENS_FIELD_NUMBER: _builtins.int
+    STOP_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
+    ENGINE_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_FORMAT_FIELD_NUMBER: _builtins.int
+    ARCHITECTURE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    vocab_size: _builtins.int
+    """Size of the tokenizer's vocabulary, added tokens included."""
+    tokenizer_digest: _builtins.str
+    """sha256 over the tokenizer, chat template, stop ids and tool-call format."""
+    tokenizer_kind: _builtins.str
+    """"hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken"."""
+    tokenizer_data: _builtins.str
+    """The tokenizer's own serialization, so the gateway needs no model files."""
+    chat_template: _builtins.str
+    """The model's Jinja chat template."""
+    bos_token: _builtins.str
+    eos_token: _builtins.str
+    context_length: _builtins.int
+    engine: _builtins.str
+    """"reference", "simulated" or "trtllm"."""
+    tool_call_format: _builtins.str
+    """How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>)."""
+    architecture: _builtins.str
+    """"llama", or "dummy" for random weights."""
+    source: _builtins.str
+    """Where it was loaded from: a directory, a GGUF file, or dummy:<seed>."""
+    @_builtins.property
+    def special_tokens(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Special and added tokens by content."""
+
+    @_builtins.property
+    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        vocab_size: _builtins.int = ...,
+        tokenizer_digest: _builtins.str = ...,
+        tokenizer_kind: _builtins.str = ...,
+        tokenizer_data: _builtins.str = ...,
+        chat_template: _builtins.str = ...,
+        bos_token: _builtins.str = ...,
+        eos_token: _builtins.str = ...,
+        special_tokens: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        stop_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        context_length: _builtins.int = ...,
+        engine: _builtins.str = ...,
+        tool_call_format: _builtins.str = ...,
+        architecture: _builtins.str = ...,
+        source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bos_token", b"bos_token", "chat_template", b"chat_template", "context_length", b"context_length", "engine", b"engine", "eos_token", b"eos_token", "name", b"name", "source", b"source", "special_tokens", b"special_tokens", "stop_token_ids", b"stop_token_ids", "tokenizer_data", b"tokenizer_data", "tokenizer_digest", b"tokenizer_digest", "tokenizer_kind", b"tokenizer_kind", "tool_call_format", b"tool_call_format", "vocab_size", b"vocab_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelInfo: _TypeAlias = ModelInfo  # noqa: Y015
+
+@_typing.final
+class GetModelInfoResponse(_message.Message):
+    """The served model."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def model(self) -> Global___ModelInfo: ...
+    def __init__(
+        self,
+        *,
+        model: Global___ModelInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelInfoResponse: _TypeAlias = GetModelInfoResponse  # noqa: Y015

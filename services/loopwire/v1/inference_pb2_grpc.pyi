@@ -45,6 +45,8 @@ class InferenceServiceStub:
     """Load, queue and cache occupancy for routers."""
     WatchCache: _grpc.UnaryStreamMultiCallable[_inference_pb2.WatchCacheRequest, _inference_pb2.WatchCacheResponse]
     """KV block stored/removed events for cache-aware routing."""
+    GetModelInfo: _grpc.UnaryUnaryMultiCallable[_inference_pb2.GetModelInfoRequest, _inference_pb2.GetModelInfoResponse]
+    """The model this replica serves: the gateway tokenizes and renders with exactly it."""
 
 @_typing.type_check_only
 class InferenceServiceAsyncStub(InferenceServiceStub):
@@ -63,6 +65,8 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     """Load, queue and cache occupancy for routers."""
     WatchCache: _aio.UnaryStreamMultiCallable[_inference_pb2.WatchCacheRequest, _inference_pb2.WatchCacheResponse]  # type: ignore[assignment]
     """KV block stored/removed events for cache-aware routing."""
+    GetModelInfo: _aio.UnaryUnaryMultiCallable[_inference_pb2.GetModelInfoRequest, _inference_pb2.GetModelInfoResponse]  # type: ignore[assignment]
+    """The model this replica serves: the gateway tokenizes and renders with exactly it."""
 
 class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
     """The model server. Speaks token ids only. One Generate stream per agent session,
@@ -108,5 +112,13 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_inference_pb2.WatchCacheResponse], _abc.AsyncIterator[_inference_pb2.WatchCacheResponse]]:
         """KV block stored/removed events for cache-aware routing."""
+
+    @_abc_1.abstractmethod
+    def GetModelInfo(
+        self,
+        request: _inference_pb2.GetModelInfoRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.GetModelInfoResponse, _abc.Awaitable[_inference_pb2.GetModelInfoResponse]]:
+        """The model this replica serves: the gateway tokenizes and renders with exactly it."""
 
 def add_InferenceServiceServicer_to_server(servicer: InferenceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

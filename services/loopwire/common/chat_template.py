@@ -1,0 +1,67 @@
+"""A model's own Jinja ``chat_template``, rendered the way transformers' ``apply_chat_template`` does.
+
+Same environment (sandboxed, ``trim_blocks``, ``lstrip_blocks``, loop controls), same
+helpers (``raise_exception``, ``tojson`` without ASCII escaping, ``strftime_now``) and the
+same variables (``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``,
+``eos_token``), so a template behaves here as it does in the ecosystem it came from.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class ChatTemplateError(ValueError):
+    """The template does not compile, or raised while rendering (names the cause)."""
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None,
+            separators: tuple[str, str] | None = None, sort_keys: bool = False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class ChatTemplate:
+    def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = _strftime_now
+        try:
+            self._template = env.from_string(source)
+        except jinja2.exceptions.TemplateError as e:
+            raise ChatTemplateError(f"chat template does not compile: {e}") from None
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        # Whether the template lays out tools and tool calls itself (else the prompt layer does).
+        self.handles_tools = "tools" in source
+        self.handles_tool_calls = "tool_calls" in source
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+               add_generation_prompt: bool = False) -> str:
+        try:
+            return self._template.render(
+                messages=messages,
+                tools=tools or None,
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token,
+                eos_token=self.eos_token,
+            )
+        except jinja2.exceptions.TemplateError as e:
+            raise ChatTemplateError(f"chat template failed to render: {e}") from None
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise ChatTemplateError(f"chat template failed to render: {type(e).__name__}: {e}") from None

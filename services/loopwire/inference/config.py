@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from loopwire.common.chat_format import chat_format
+from loopwire.common.model_def import dummy_definition
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,8 @@ class ModelConfig:
     rope_theta: float = 10000.0
     tie_word_embeddings: bool = False
     name: str = "custom"
+    # Positions the model was trained for (``max_position_embeddings``; 0 = unknown).
+    context_length: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -53,6 +55,9 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, data: dict, name: str = "checkpoint") -> ModelConfig:
         heads = int(data["num_attention_heads"])
+        head_dim = data.get("head_dim")
+        if head_dim is not None and int(head_dim) != int(data["hidden_size"]) // heads:
+            raise ValueError(f"head_dim {head_dim} != hidden_size / num_attention_heads: not supported")
         return cls(
             vocab_size=int(data["vocab_size"]),
             hidden_size=int(data["hidden_size"]),
@@ -64,6 +69,7 @@ class ModelConfig:
             rope_theta=float(data.get("rope_theta", 10000.0)),
             tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
             name=name,
+            context_length=int(data.get("max_position_embeddings") or 0),
         )
 
     def to_hf(self) -> dict:
@@ -79,17 +85,18 @@ class ModelConfig:
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
             "tie_word_embeddings": self.tie_word_embeddings,
+            **({"max_position_embeddings": self.context_length} if self.context_length else {}),
         }
 
 
 def model_preset(size: str) -> ModelConfig:
-    """A named shape with the loopwire vocabulary."""
+    """A named shape with the dummy model's vocabulary (cl100k and two ChatML tokens)."""
     try:
         layers, hidden, inter, heads, kv_heads, theta = _PRESETS[size]
     except KeyError:
         raise ValueError(f"unknown model size {size!r}; choose one of {', '.join(_PRESETS)}") from None
     return ModelConfig(
-        vocab_size=chat_format().vocab_size,
+        vocab_size=dummy_definition().vocab_size,
         hidden_size=hidden,
         intermediate_size=inter,
         num_hidden_layers=layers,

@@ -9,6 +9,7 @@ In-process use (tests, benches, the router benchmark's simulated replicas)::
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
 from loopwire.inference.service import InferenceServicer
 from loopwire.v1 import inference_pb2, inference_pb2_grpc
+
+log = logging.getLogger("loopwire.inference")
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
 
@@ -150,6 +153,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="simulated engine: real seconds per modelled second (0: virtual time, no sleeping)")
 
 
+def describe(engine: Engine) -> str:
+    """One line saying what this replica serves, for its start-up log."""
+    d, c = engine.definition, engine.config
+    kv = ""
+    if engine.name == "reference":
+        m = c.model
+        mib = 2 * 4 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * c.block_size * c.num_kv_blocks / 2**20
+        kv = f", KV cache {c.num_kv_blocks} blocks x {c.block_size} tokens ({mib:.0f} MiB float32)"
+    return (f"serving {d.name} from {d.source} on the {engine.name} engine: vocabulary {d.vocab_size}, "
+            f"context {d.context_length or 'unknown'}, tokenizer digest {d.digest[:16]}{kv}")
+
+
 def add_servicer(server: object, engine: Engine, role: str = "both") -> InferenceServicer:
     servicer = InferenceServicer(engine, role)
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
@@ -157,7 +172,11 @@ def add_servicer(server: object, engine: Engine, role: str = "both") -> Inferenc
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
-    engine = build_engine(EngineOptions.from_args(args))
+    try:
+        engine = build_engine(EngineOptions.from_args(args))
+    except (ValueError, OSError) as e:  # ModelError, TokenizerError, ChatTemplateError are ValueErrors
+        raise SystemExit(f"inference: {e}") from None
+    log.info("%s", describe(engine))
     server = grpc_server.make_server()
     add_servicer(server, engine, args.role)
     await engine.start()

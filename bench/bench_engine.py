@@ -32,14 +32,17 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from loopwire.common.chat_format import chat_format  # noqa: E402
+from loopwire.common.model_def import dummy_definition  # noqa: E402
+from loopwire.common.prompt import ChatPrompt, assistant_text  # noqa: E402
 from loopwire.common.recorded import load_session, user_item  # noqa: E402
+from loopwire.gateway.conversation import Conversation  # noqa: E402
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import PromptLookupDrafter  # noqa: E402
 from loopwire.inference.engine_core import EngineCore  # noqa: E402
 from loopwire.inference.sampling import verify_oracle  # noqa: E402
 from loopwire.inference.sequence import Finished, GenerationRequest  # noqa: E402
 from loopwire.inference.server import EngineOptions, build_engine  # noqa: E402
+from loopwire.v1 import common_pb2  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -56,23 +59,26 @@ class Turn:
 
 
 def session_turns(path: Path) -> list[Turn]:
-    """Each assistant turn of a recorded session: the prompt before it and its tokens."""
-    cf = chat_format()
+    """Each assistant turn of a recorded session: the prompt before it and its tokens, as the gateway
+    builds them for the dummy model (ChatML template; each output kept as the ids emitted)."""
+    prompt = ChatPrompt(dummy_definition())
     s = load_session(path)
-    prompt = cf.render_prefix(s.instructions, s.tools) + cf.render_item(user_item(s.task))
+    conv = Conversation(prompt, "", s.instructions, s.tools)
+    conv.append([user_item(s.task)])
     turns = []
     for t in s.turns:
-        prompt = prompt + cf.generation_prompt()
-        out = cf.render_assistant_output(t.text, t.calls)
-        turns.append(Turn(prompt, out))
-        prompt = prompt + out
-        for item in t.followups:
-            prompt = prompt + cf.render_item(item)
+        out = prompt.output_ids(t.text, t.calls)
+        turns.append(Turn(conv.prompt_ids(), out))
+        output = [common_pb2.Item(message=common_pb2.Message(
+            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=t.text)]))]
+        output += [common_pb2.Item(function_call=c) for c in t.calls]
+        conv.complete(output, out, assistant_text(t.text, t.calls))
+        conv.append(list(t.followups))
     return turns
 
 
 def core(**options: object) -> EngineCore:
-    engine = build_engine(EngineOptions(**{"kv_blocks": 2048, **options}))  # type: ignore[arg-type]
+    engine = build_engine(EngineOptions(**{"model": "dummy:0", "kv_blocks": 2048, **options}))  # type: ignore[arg-type]
     return engine.core  # type: ignore[attr-defined]
 
 
@@ -90,7 +96,7 @@ def run(c: EngineCore, requests: list[GenerationRequest]) -> dict[str, Finished]
 def replay(c: EngineCore, turn: Turn, rid: str, speculative: bool = True, max_out: int = 4096) -> tuple[Finished, float]:
     oracle = turn.oracle[:max_out]
     t0 = time.perf_counter()
-    fin = run(c, [GenerationRequest(rid, turn.prompt, max_out, stop_token_ids=(chat_format().im_end,),
+    fin = run(c, [GenerationRequest(rid, turn.prompt, max_out, stop_token_ids=tuple(dummy_definition().stop_token_ids),
                                     oracle=oracle, speculative=speculative)])[rid]
     return fin, time.perf_counter() - t0
 

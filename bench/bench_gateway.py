@@ -35,7 +35,7 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
-from loopwire.common.chat_format import chat_format  # noqa: E402
+from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
 from loopwire.gateway.auth import Authenticator  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
@@ -98,7 +98,8 @@ async def start_mesh(
     addresses, closers = await start_replicas(replicas, time_scale, kv_blocks, gpu=gpu, params=params)
     router = Router(addresses, routing, poll_interval_s=0.1)
     await router.start()
-    gateway = GatewayServicer(chat_format(), router, Authenticator.open(), classifier or LexiconClassifier(),
+    model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
+    gateway = GatewayServicer(model, router, Authenticator.open(), classifier or LexiconClassifier(),
                               config or GatewayConfig())
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
@@ -268,7 +269,7 @@ async def bench_safety(sessions: list[RecordedSession], turns: int) -> dict[str,
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("safety: serial vs concurrent", total=2 * len(sessions) * turns)
             for name, serial in (("serial", True), ("concurrent", False)):
-                classifier = GuardModelClassifier(guard_addresses[0], chat_format(), max_tokens=2)
+                classifier = GuardModelClassifier(guard_addresses[0], max_tokens=2)
                 mesh = await start_mesh(time_scale=1.0, classifier=classifier, gpu="b200", params="70b",
                                         config=GatewayConfig(safety_serial=serial))
                 try:

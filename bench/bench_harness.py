@@ -39,7 +39,7 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
-from loopwire.common.chat_format import chat_format  # noqa: E402
+from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.auth import Authenticator  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
@@ -74,7 +74,8 @@ class Mesh:
         await engine.start()
         router = Router([replica], "cache-aware", poll_interval_s=0.1)
         await router.start()
-        gateway = GatewayServicer(chat_format(), router, Authenticator.open(), LexiconClassifier(), GatewayConfig())
+        model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
+        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig())
         self.gateway = await self._serve(lambda s: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, s))
         self.config = HarnessConfig(gateway=self.gateway, workspace_root=self.state / "workspaces",
                                     shell_timeout=30, background_after=30)

@@ -10,13 +10,14 @@ import pytest
 
 @pytest.fixture(scope="session")
 def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The three real services as subprocesses on free loopback ports (embedded default)."""
+    """The three real services as subprocesses on free loopback ports (the reference engine on the tiny
+    dummy model: random weights, cl100k + ChatML; the real model's numpy speed would only slow the replays)."""
     from loopwire.mesh import start_mesh
 
     state = tmp_path_factory.mktemp("mesh")
     env = {}
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
-    m = start_mesh(state, env=env)
+    m = start_mesh(state, env=env, extra_args={"inference": ["--model", "dummy:0"]})
     yield m
     m.stop()

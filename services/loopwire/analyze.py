@@ -71,10 +71,10 @@ def profile_session(session: RecordedSession, model: ModelDefinition) -> Session
     tool_sizes: list[int] = []
     commands: Counter[str] = Counter()
     sleeps = 0
-    first = True
     for turn in session.turns:
-        new_tokens = conversation.append(pending) + (conversation.initial_tokens if first else 0)
-        first = False
+        tokenized = conversation.append(pending)
+        # The first request sends its whole prompt; later ones what follows the ids the replica holds.
+        new_tokens = len(conversation) if not new_inputs else tokenized
         pending_bytes = sum(_item_bytes(i) for i in pending)
         transcript_bytes += pending_bytes
         stateless_tokens += len(conversation)

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from loopwire.v1 import common_pb2, harness_pb2
 
-FINISH_REASONS = {
+FINISH_REASONS: dict[int, str] = {
     common_pb2.FINISH_REASON_STOP: "stop",
     common_pb2.FINISH_REASON_LENGTH: "length (max output tokens)",
     common_pb2.FINISH_REASON_TOOL_CALLS: "tool calls",
@@ -22,7 +22,8 @@ def _short(text: str, limit: int = 160) -> str:
 
 
 def finish_reason_name(reason: int) -> str:
-    return FINISH_REASONS.get(reason, common_pb2.FinishReason.Name(reason).removeprefix("FINISH_REASON_").lower())
+    name = FINISH_REASONS.get(reason)
+    return name or common_pb2.FinishReason.Name(reason).removeprefix("FINISH_REASON_").lower()  # type: ignore[arg-type]
 
 
 class EventPrinter:

@@ -85,7 +85,8 @@ def test_get_status(grpcurl: str, mesh) -> None:
     status = json.loads(
         _grpcurl(grpcurl, "-d", "{}", mesh.inference[0], "loopwire.v1.InferenceService/GetStatus")
     )
-    assert status["vocab_size"] == 100282
+    assert status["vocab_size"] == 100279  # the dummy model: cl100k and <|im_start|>, <|im_end|>
+    assert len(status["tokenizer_digest"]) == 64
     assert int(status["kv_blocks_total"]) > 0
     assert status["replica_id"]
 

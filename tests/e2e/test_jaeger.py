@@ -142,7 +142,7 @@ def _complete(trace: dict) -> bool:
 
 def test_one_trace_spans_harness_gateway_and_inference(jaeger: dict[str, str], tmp_path: Path) -> None:
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger["otlp"], "OTEL_BSP_SCHEDULE_DELAY": "200"}
-    mesh = start_mesh(tmp_path / "mesh", env=env)
+    mesh = start_mesh(tmp_path / "mesh", env=env, extra_args={"inference": ["--model", "dummy:0"]})
     try:
         result = asyncio.run(run_task(mesh.harness, _start_task(), timeout=240))
         assert result.completed, result.error

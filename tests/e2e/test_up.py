@@ -23,7 +23,7 @@ def test_up_serves_prints_a_key_and_stops_cleanly(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "loopwire.cli", "up", "--state-dir", str(tmp_path),
          "--harness-port", str(ports["harness"]), "--gateway-port", str(ports["gateway"]),
-         "--inference-port", str(ports["inference"])],
+         "--inference-port", str(ports["inference"]), "--model", "dummy:0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"},
         start_new_session=True,
     )
@@ -42,8 +42,11 @@ def test_up_serves_prints_a_key_and_stops_cleanly(tmp_path):
         for port in ports.values():
             wait_healthy(f"127.0.0.1:{port}", timeout=10)
         with grpc.insecure_channel(f"127.0.0.1:{ports['inference']}") as ch:
-            status = inference_pb2_grpc.InferenceServiceStub(ch).GetStatus(inference_pb2.GetStatusRequest(), timeout=10)
+            stub = inference_pb2_grpc.InferenceServiceStub(ch)
+            status = stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=10)
+            info = stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10).model
         assert status.engine == "reference" and status.kv_blocks_free > 0
+        assert info.source == "dummy:0" and info.tokenizer_digest == status.tokenizer_digest  # --model reached it
         # The key works at the gateway: the SQLite state and the auth file live in the state dir.
         assert (tmp_path / "auth.json").exists() and key.group(1) not in (tmp_path / "auth.json").read_text()
     finally:

@@ -1,5 +1,6 @@
 """The TensorRT-LLM engine on a real GPU (make test-gpu). Needs ``tensorrt_llm`` and a
-Llama checkpoint whose path is in ``LOOPWIRE_TRTLLM_MODEL``."""
+Llama checkpoint directory (Hugging Face layout: the model definition is read from it too)
+whose path is in ``LOOPWIRE_TRTLLM_MODEL``."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def engine():
     model = os.environ.get("LOOPWIRE_TRTLLM_MODEL")
     if not model:
         pytest.skip("set LOOPWIRE_TRTLLM_MODEL to a Llama checkpoint")
-    return build_engine(EngineOptions(engine="trtllm", weights=model, block_size=32))
+    engine = build_engine(EngineOptions(engine="trtllm", model=model, block_size=32))
+    assert engine.definition.source == model and engine.vocab_size == engine.definition.vocab_size
+    return engine
 
 
 async def test_streams_tokens_and_reuses_the_prefix(engine) -> None:

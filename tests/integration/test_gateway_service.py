@@ -14,7 +14,8 @@ import grpc
 import pytest
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
+from loopwire.common.model_def import ModelDefinition, dummy_definition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway.auth import Authenticator
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
@@ -22,7 +23,7 @@ from loopwire.gateway.service import GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-FMT = chat_format()
+PROMPT = ChatPrompt(dummy_definition())
 
 
 def user(text: str) -> common_pb2.Item:
@@ -70,7 +71,8 @@ async def real_mesh():
             addresses.append(f"127.0.0.1:{port}")
         router = Router(addresses, routing, poll_interval_s=0.1)
         await router.start()
-        gateway = GatewayServicer(FMT, router, Authenticator.open(), LexiconClassifier())
+        model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))  # as the gateway server starts
+        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
         gw_server = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
         port = gw_server.add_insecure_port("127.0.0.1:0")
@@ -104,7 +106,13 @@ async def test_deltas_are_appends_and_hit_the_prefix_cache(real_mesh):
     second = await until_end(call)
     completed = second[-1].completed
     assert completed.finish_reason == common_pb2.FINISH_REASON_STOP
-    assert completed.timings.tokens_forwarded == len(FMT.render_item(user("go on"))) + len(FMT.generation_prompt())
+    # Forwarded: only what follows the first prompt and the ids the replica generated for it.
+    instructions = "You are a careful engineer. " * 20
+    held = len(PROMPT.encode_conversation(instructions, [], [user("fix the bug")], add_generation_prompt=True))
+    held += len(PROMPT.output_ids("Let me look at the code first.", []))
+    whole = PROMPT.encode_conversation(instructions, [], [user("fix the bug"), *done.output, user("go on")],
+                                       add_generation_prompt=True)
+    assert completed.timings.tokens_forwarded == len(whole) - held
     assert completed.usage.cached_input_tokens > 0
     assert mesh.gateway.metrics.append_sends == 1 and mesh.gateway.metrics.full_sends == 1
     await call.done_writing()
@@ -130,8 +138,9 @@ async def test_state_lost_is_resent_in_full(real_mesh):
     # that kept the stream): its append is refused with STATE_LOST and it resends in full.
     (session,) = mesh.gateway.sessions.values()
     conversation = session.conversation
-    session.link.held_length = conversation.prefix_length
-    session.link.held_hash = conversation.prefix_hash
+    prefix = next(n for n in range(1, len(conversation.ids)) if conversation.hash_at(n) is not None)  # the first prompt's
+    session.link.held_length = prefix
+    session.link.held_hash = conversation.hash_at(prefix)
     await call.write(create(previous_response_id=first[0].response_id, input=[user("two")],
                             replay=common_pb2.ReplayOutput(text="B")))
     second = await until_end(call)

@@ -9,8 +9,10 @@ import grpc
 import pytest
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
 from loopwire.common.hashing import SequenceHash, block_hashes
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt, assistant_text
+from loopwire.gateway.conversation import Conversation
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
@@ -39,7 +41,8 @@ class Replica:
 
 
 def reference(**kw: object) -> EngineOptions:
-    return EngineOptions(**{"kv_blocks": 512, "max_output_tokens": 256, **kw})  # type: ignore[arg-type]
+    """The reference engine on the tiny dummy model (random weights, cl100k + ChatML)."""
+    return EngineOptions(**{"model": "dummy:0", "kv_blocks": 512, "max_output_tokens": 256, **kw})  # type: ignore[arg-type]
 
 
 class Session:
@@ -76,6 +79,10 @@ class Session:
     async def close(self) -> None:
         await self.queue.put(None)
         assert await self.call.read() is grpc.aio.EOF
+
+
+def user(text: str) -> common_pb2.Item:
+    return common_pb2.Item(message=common_pb2.Message(role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=text)]))
 
 
 def params(max_tokens: int = 8, **kw: object) -> inference_pb2.GenerationParams:
@@ -162,7 +169,8 @@ async def test_cancel_frees_blocks_and_status_reports_it() -> None:
         assert done.finished.finish_reason == common_pb2.FINISH_REASON_CANCELLED
         idle = await rep.stub.GetStatus(inference_pb2.GetStatusRequest())
         assert idle.running == 0 and idle.kv_blocks_used == 0 and idle.kv_blocks_total == 1024
-        assert idle.engine == "reference" and idle.vocab_size == chat_format().vocab_size
+        assert idle.engine == "reference" and idle.vocab_size == dummy_definition().vocab_size
+        assert idle.tokenizer_digest == dummy_definition().digest
         await s.cancel("nothing")
         r = await s.call.read()
         assert r.error.field == "cancel.request_id"
@@ -235,20 +243,25 @@ async def test_prefill_on_one_replica_decode_on_another_gives_the_same_tokens() 
 
 async def test_replayed_session_over_the_stream_with_simulated_replica() -> None:
     """The simulated engine serves replay: oracle tokens out, appends hit the cache, virtual time."""
-    cf = chat_format()
+    model = dummy_definition()
+    chat = ChatPrompt(model)
     async with Replica(EngineOptions(engine="simulated", replica_id="sim")) as rep:
         s = Session(rep.stub)
-        prompt = cf.render_prefix("You are terse.", []) + cf.header("user") + cf.encode_text("hi") + [cf.im_end]
-        prompt += cf.generation_prompt()
+        conv = Conversation(chat, "m", "You are terse.", [])  # builds the prompts as the gateway does
+        conv.append([user("hi")])
+        prompt = conv.prompt_ids()
+        assert prompt == chat.encode_conversation("You are terse.", [], [user("hi")], add_generation_prompt=True)
         held: list[int] = []
         seq_hash = 0
         for turn in range(3):
-            oracle = cf.render_assistant_output(f"answer {turn} " * 5, [])
+            text = f"answer {turn} " * 5
+            oracle = chat.output_ids(text, [])
             if turn == 0:
                 await s.start(request_id=f"t{turn}", full=inference_pb2.FullPrompt(token_ids=prompt),
                               params=params(100), oracle_token_ids=oracle)
             else:
-                new = cf.header("user") + cf.encode_text(f"more {turn}") + [cf.im_end] + cf.generation_prompt()
+                conv.append([user(f"more {turn}")])
+                new = conv.prompt_ids(len(held))
                 await s.start(request_id=f"t{turn}", params=params(100), oracle_token_ids=oracle,
                               append=inference_pb2.AppendPrompt(base_length=len(held), base_hash=seq_hash,
                                                                 token_ids=new))
@@ -259,6 +272,11 @@ async def test_replayed_session_over_the_stream_with_simulated_replica() -> None
             assert fin.timings.ttft_us > 0
             if turn:
                 assert fin.usage.cached_input_tokens > 0
+            conv.complete([common_pb2.Item(message=common_pb2.Message(
+                role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=text)]))], tokens,
+                assistant_text(text, []))
+            # The replica holds exactly the gateway's ids: same length, same hash.
+            assert len(conv.ids) == fin.sequence_length and conv.hash_at(fin.sequence_length) == fin.sequence_hash
             held, seq_hash = [0] * fin.sequence_length, fin.sequence_hash
         status = await rep.stub.GetStatus(inference_pb2.GetStatusRequest())
         assert status.engine == "simulated" and status.kv_blocks_total > 10_000

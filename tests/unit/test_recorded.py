@@ -8,7 +8,8 @@ import json
 import pytest
 from session_files import session_path, session_paths, trace_paths
 
-from loopwire.common.chat_format import chat_format
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt, group_turns
 from loopwire.common.recorded import load_session
 
 
@@ -73,13 +74,21 @@ def test_bad_files_raise_value_error(tmp_path, content):
 
 
 def test_full_render_matches_item_by_item_render():
-    """A render of the whole transcript equals the concatenated renders of its units."""
-    fmt = chat_format()
+    """A render of the whole transcript equals the concatenated renders of its turns, as text and as ids
+    (ChatML opens every turn with a special token, where the tokenizer always splits)."""
+    model = dummy_definition()
+    prompt = ChatPrompt(model)
     s = load_session(session_paths()[0])
     items = s.items()
-    from loopwire.common.chat_format import group_assistant_items
-
-    pieces = fmt.render_prefix(s.instructions, s.tools)
-    for g in group_assistant_items(items):
-        pieces += fmt.render_group(g)
-    assert pieces == fmt.render_conversation(s.instructions, s.tools, items)
+    full = prompt.render(s.instructions, s.tools, items)
+    pieces = [prompt.render(s.instructions, s.tools, [])]
+    done = pieces[0]
+    groups = group_turns(items)
+    assert len(groups) < len(items)  # assistant messages and their calls are one turn
+    for group in groups:
+        upto = prompt.render(s.instructions, s.tools, items[: group[-1] + 1])
+        assert upto.startswith(done) and upto[len(done):].startswith("<|im_start|>")
+        pieces.append(upto[len(done):])
+        done = upto
+    assert "".join(pieces) == full
+    assert [t for p in pieces for t in model.tokenizer.encode(p)] == prompt.encode_conversation(s.instructions, s.tools, items)

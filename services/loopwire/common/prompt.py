@@ -48,9 +48,17 @@ def tool_schema(tool: common_pb2.Tool) -> dict[str, Any]:
 
 
 def render_call(call: common_pb2.FunctionCall) -> str:
-    """One call as the model writes it (Hermes): ``<tool_call>\\n{json}\\n</tool_call>``."""
-    body = json.dumps({"name": call.name, "arguments": json_or_text(call.arguments)}, ensure_ascii=False)
-    return f"<tool_call>\n{body}\n</tool_call>"
+    """One call as the model writes it (Hermes): ``<tool_call>\\n{json}\\n</tool_call>``.
+
+    Arguments that are JSON are written as they are (the parser hands back exactly that text,
+    so a recorded or replayed call keeps its bytes); anything else becomes a JSON string.
+    """
+    args = call.arguments.strip() or "{}"
+    try:
+        json.loads(args)
+    except ValueError:
+        args = json.dumps(call.arguments, ensure_ascii=False)
+    return f'<tool_call>\n{{"name": {json.dumps(call.name, ensure_ascii=False)}, "arguments": {args}}}\n</tool_call>'
 
 
 def assistant_text(text: str, calls: Sequence[common_pb2.FunctionCall]) -> str:

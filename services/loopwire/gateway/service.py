@@ -668,7 +668,10 @@ class _ResponseRun:
             conversation = self.p.conversation
             output = self.parser.output_items()
             t0 = time.thread_time_ns()
-            tokenized = conversation.complete(output, self.generated, self.parser.raw_text)
+            if self.parser.stopped_by_string:  # the turn is what the client got: cut before the stop string
+                tokenized = conversation.append(output)
+            else:
+                tokenized = conversation.complete(output, self.generated, self.parser.raw_text)
             tokenize_us = self.p.tokenize_us + (time.thread_time_ns() - t0) // 1000
             if link is not None and not self.parser.stopped_by_string:
                 link.done(self.request_id)

@@ -234,7 +234,7 @@ class SessionRun:
             turn=turn_no, usage=model.usage, timings=model.timings, tool_us=busy_us(running.intervals),
             bytes_sent=model.bytes_sent, wall_us=(time.perf_counter_ns() - started) // 1000, tool_calls=len(calls),
             harness_ttft_us=model.ttft_us, items_sent=model.items_sent, full_request=model.full_request,
-            resends=model.resends, finish_reason=model.finish_reason)
+            resends=model.resends, finish_reason=model.finish_reason)  # type: ignore[arg-type]
         await self._store(self.store.add_turn, self.session_id, profile)
         self.emit(turn_completed=harness_pb2.TurnCompleted(profile=profile))
         for request in running.requested:  # last: the stream of a suspended run ends here

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
 from loopwire.gateway.auth import Authenticator
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.v1 import gateway_pb2_grpc
 
-from .gateway_fakes import FakeReplica, Mesh, start_replica
+from .gateway_fakes import MODEL, FakeReplica, Mesh, start_replica
 
 
 @pytest.fixture
@@ -35,7 +34,7 @@ async def make_mesh():
         router = Router(addresses, routing, poll_interval_s=0.05)
         await router.start()
         servicer = GatewayServicer(
-            chat_format(), router, auth or Authenticator.open(), classifier or LexiconClassifier(), config or GatewayConfig()
+            MODEL, router, auth or Authenticator.open(), classifier or LexiconClassifier(), config or GatewayConfig()
         )
         server = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)

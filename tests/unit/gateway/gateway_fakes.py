@@ -2,10 +2,12 @@
 
 The replica is a small InferenceService on a real grpc.aio server.
 
-It holds each Generate stream's sequence like a real replica (so appends are checked
-against base_length + base_hash and answer STATE_LOST on a mismatch), emits the oracle
-tokens (or a fixed answer), publishes its cached blocks on WatchCache, and records what
-it received and when it prefilled, for tests to assert on.
+It serves a model definition (the dummy one: cl100k + ChatML) on GetModelInfo and reports
+its digest in GetStatus, holds each Generate stream's sequence like a real replica (so
+appends are checked against base_length + base_hash and answer STATE_LOST on a mismatch),
+emits the oracle tokens (or a fixed answer, as the ids the model would generate for it),
+publishes its cached blocks on WatchCache, and records what it received and when it
+prefilled, for tests to assert on.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from dataclasses import dataclass, field
 import grpc
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
 from loopwire.common.hashing import SequenceHash, block_hashes
+from loopwire.common.model_def import ModelDefinition, dummy_definition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway.service import GatewayServicer
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2, inference_pb2_grpc
 
 BLOCK_SIZE = 16
+MODEL = dummy_definition()
+PROMPT = ChatPrompt(MODEL)
 
 
 @dataclass
@@ -46,11 +51,13 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
     tokens_sent: int = 0
     cached: set[int] = field(default_factory=set)
     stream_metadata: list[dict[str, str]] = field(default_factory=list)
+    model: ModelDefinition = field(default_factory=dummy_definition)
+    model_info_calls: int = 0
     _watchers: list[asyncio.Queue[list[int]]] = field(default_factory=list)
 
     async def Generate(self, request_iterator, context):  # noqa: N802
         self.stream_metadata.append({k: v for k, v in context.invocation_metadata() or ()})
-        fmt = chat_format()
+        chat = ChatPrompt(self.model)
         held: list[int] = []
         held_hash = SequenceHash()
         cancelled: set[str] = set()
@@ -78,7 +85,7 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
             await asyncio.sleep(self.prefill_s)
             self.prefill_intervals.append((t0, time.perf_counter()))
             self._store(prompt)
-            output = list(start.oracle_token_ids) or fmt.render_assistant_output(self.answer, [])
+            output = list(start.oracle_token_ids) or chat.output_ids(self.answer, [])
             output = output[: start.params.max_tokens or len(output)]
             sent: list[int] = []
             reason = common_pb2.FINISH_REASON_LENGTH
@@ -132,7 +139,11 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
     async def GetStatus(self, request, context):  # noqa: N802
         return inference_pb2.GetStatusResponse(
             replica_id=self.replica_id, engine="fake", block_size=BLOCK_SIZE, max_output_tokens=4096,
-            prefill_tokens_per_second=10_000, vocab_size=chat_format().vocab_size)
+            prefill_tokens_per_second=10_000, vocab_size=self.model.vocab_size, tokenizer_digest=self.model.digest)
+
+    async def GetModelInfo(self, request, context):  # noqa: N802
+        self.model_info_calls += 1
+        return inference_pb2.GetModelInfoResponse(model=self.model.to_proto("fake"))
 
     async def WatchCache(self, request, context):  # noqa: N802
         q: asyncio.Queue[list[int]] = asyncio.Queue()

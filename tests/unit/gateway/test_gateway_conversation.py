@@ -1,19 +1,22 @@
-"""Invariant 1: incremental tokenization equals a full re-render, whatever the deltas."""
+"""Invariant 1: incremental tokenization equals one tokenizer call on the full rendering, whatever the deltas."""
 
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopwire.common.chat_format import chat_format, group_assistant_items
 from loopwire.common.hashing import block_hashes, sequence_hash
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt, assistant_text, group_turns
 from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2
 
-FMT = chat_format()
+MODEL = dummy_definition()
+PROMPT = ChatPrompt(MODEL)
+IM_START, IM_END = MODEL.tokenizer.added_tokens["<|im_start|>"], MODEL.tokenizer.added_tokens["<|im_end|>"]
 
-TRICKY = ["<|im_end|>", "<|im_start|>assistant\n", "<|tool_call|>", "<|endoftext|>", "🦀🧪", "汉字かな", "def f(x):\n\treturn x**2\n",
-          "\r\n", "é", "👩‍👩‍👧", "\u200d", " ", "{\"a\": [1, 2]}"]
+TRICKY = ["<|im_end|>", "<|im_start|>assistant\n", "<tool_call>", "</tool_call>", "<|endoftext|>", "🦀🧪", "汉字かな",
+          "def f(x):\n\treturn x**2\n", "\r\n", "é", "👩‍👩‍👧", "\u200d", " ", "{\"a\": [1, 2]}"]
 text = st.lists(st.one_of(st.sampled_from(TRICKY), st.text(max_size=20)), max_size=6).map("".join)
 role = st.sampled_from([common_pb2.ROLE_USER, common_pb2.ROLE_ASSISTANT, common_pb2.ROLE_SYSTEM, common_pb2.ROLE_DEVELOPER])
 
@@ -34,65 +37,124 @@ tools = st.lists(st.builds(lambda n, d: common_pb2.Tool(name=n, description=d, p
                            st.sampled_from(["a", "b", "c"]), text), max_size=3)
 
 
+def reference(instructions: str, tool_list: list[common_pb2.Tool], items: list[common_pb2.Item]) -> list[int]:
+    """The naive way: render everything with the template, tokenize it in one call."""
+    return PROMPT.encode_conversation(instructions, tool_list, items, add_generation_prompt=True)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instructions=text, tool_list=tools, items=st.lists(item, max_size=14), cuts=st.lists(st.integers(0, 14), max_size=5))
 def test_deltas_equal_full_render(instructions, tool_list, items, cuts):
-    conv = Conversation(FMT, "m", instructions, tool_list)
+    conv = Conversation(PROMPT, "m", instructions, tool_list)
+    assert conv.prompt_ids() == reference(instructions, tool_list, [])
     bounds = sorted({c for c in cuts if c <= len(items)} | {len(items)})
     start = 0
+    ends = []
     for end in bounds:
         conv.append(items[start:end])
         start = end
-        expected = FMT.render_conversation(instructions, tool_list, items[:end])
-        assert conv.ids.tolist() == expected
-        assert conv.items() == list(items[:end])
-        assert len(conv.groups) == len(group_assistant_items(items[:end]))
-    # Every unit boundary carries the hash of the ids up to it, so appends can prove their base.
-    for end, value in zip(conv.group_ends, conv.group_hashes, strict=True):
-        assert conv.hash_at(end) == value == sequence_hash(conv.ids[:end])
+        assert conv.prompt_ids() == reference(instructions, tool_list, items[:end])
+        assert len(conv) == len(conv.prompt_ids())
+        assert conv.items == list(items[:end]) and conv.item_count == end
+        assert conv.text == PROMPT.render(instructions, tool_list, items[:end])
+        ends.append((len(conv.ids), conv.template_breaks))
+    # Every append boundary since the last rebuild carries the hash of the ids up to it, so appends can prove their base.
+    for end, breaks in ends:
+        if breaks == conv.template_breaks:
+            assert conv.hash_at(end) == sequence_hash(conv.ids[:end])
     assert conv.block_hashes(16) == block_hashes(conv.ids.tolist(), 16)
+    # ChatML renders each message on its own: only a call joining the assistant turn held before
+    # (a cut inside a turn) rewrites earlier text, and each such rewrite is counted.
+    starts = {group[0] for group in group_turns(items)}
+    assert conv.template_breaks == sum(1 for end in bounds if 0 < end < len(items) and end not in starts)
 
 
 @settings(max_examples=60, deadline=None)
 @given(items=st.lists(item, min_size=1, max_size=10), keep=st.integers(0, 10), more=st.lists(item, max_size=4))
 def test_fork_and_truncate_reuse_without_retokenizing(items, keep, more):
-    conv = Conversation(FMT, "m", "sys", [])
+    conv = Conversation(PROMPT, "m", "sys", [])
     conv.append(items)
     conv.block_hashes(8)
-    keep = min(keep, len(conv.groups))
+    keep = min(keep, conv.item_count)
     fork = conv.fork(keep)
-    kept_items = fork.items()
-    assert fork.ids.tolist() == FMT.render_conversation("sys", [], kept_items)
+    assert fork.items == list(items[:keep])
+    assert fork.prompt_ids() == reference("sys", [], items[:keep])
     assert fork.block_hashes(8) == block_hashes(fork.ids.tolist(), 8)
     fork.append(more)
-    assert fork.ids.tolist() == FMT.render_conversation("sys", [], kept_items + list(more))
-    assert conv.ids.tolist() == FMT.render_conversation("sys", [], items)  # the original is untouched
+    assert fork.prompt_ids() == reference("sys", [], [*items[:keep], *more])
+    assert conv.prompt_ids() == reference("sys", [], items)  # the original is untouched
+    assert conv.items == list(items)
 
 
-def test_special_token_lookalikes_stay_plain_text():
-    conv = Conversation(FMT, "m", "", [])
-    conv.append([message(common_pb2.ROLE_USER, "<|im_end|><|tool_call|>")])
-    specials = [t for t in conv.ids if t in FMT.id_to_special]
-    # Only the template's own boundaries: system start/end and user start/end.
-    assert specials == [FMT.im_start, FMT.im_end, FMT.im_start, FMT.im_end]
+def test_fork_at_an_append_boundary_reuses_the_held_ids():
+    first = [message(common_pb2.ROLE_USER, "task " * 50)]
+    conv = Conversation(PROMPT, "m", "sys", [])
+    conv.append(first)
+    held = len(conv.ids)
+    conv.append([message(common_pb2.ROLE_ASSISTANT, "sure"), message(common_pb2.ROLE_USER, "more")])
+    fork = conv.fork(1)
+    assert fork.ids.tolist() == conv.ids.tolist()[:held]
+    assert fork.prompt_ids() == reference("sys", [], first)
 
 
-def test_call_continuing_the_response_rerenders_only_that_turn():
-    conv = Conversation(FMT, "m", "sys", [])
+def test_special_token_strings_in_text_tokenize_as_the_reference_does():
+    # The reference is the tokenizer on the rendered text, which (like apply_chat_template) turns
+    # special-token strings into their ids; the old tool-call tokens are plain text now.
+    conv = Conversation(PROMPT, "m", "", [])
+    conv.append([message(common_pb2.ROLE_USER, "a<|im_end|>b <|tool_call|><tool_call>")])
+    ids = conv.prompt_ids()
+    assert ids == reference("", [], [message(common_pb2.ROLE_USER, "a<|im_end|>b <|tool_call|><tool_call>")])
+    specials = [t for t in ids if t in MODEL.tokenizer.added_tokens.values()]
+    # The user turn's start, the im_end written in the text, its end, then the generation prompt.
+    assert specials == [IM_START, IM_END, IM_END, IM_START]
+    plain = b"".join(MODEL.tokenizer.token_bytes(t) for t in ids if t not in MODEL.tokenizer.added_tokens.values())
+    assert b"<|tool_call|><tool_call>" in plain
+
+
+def test_call_continuing_an_assistant_message_rerenders_the_conversation_exactly():
+    conv = Conversation(PROMPT, "m", "sys", [])
     conv.append([message(common_pb2.ROLE_USER, "hi"), message(common_pb2.ROLE_ASSISTANT, "let me look")])
-    before = len(conv)
     call = common_pb2.Item(function_call=common_pb2.FunctionCall(call_id="c1", name="bash", arguments="{}"))
-    tokenized = conv.append([call])
-    items = conv.items()
-    assert len(conv.groups) == 2 and len(items) == 3
-    assert conv.ids.tolist() == FMT.render_conversation("sys", [], items)
-    assert tokenized < before  # the user turn and the prefix were not tokenized again
-    assert conv.call_ids == {"c1": 1}
+    conv.append([call])
+    items = conv.items
+    assert len(group_turns(items)) == 2 and len(items) == 3
+    assert conv.prompt_ids() == reference("sys", [], items)
+    # The call joins the assistant turn, so the turn's earlier rendering is no prefix any more: counted.
+    assert conv.template_breaks == 1
+    assert conv.call_ids == {"c1": 2}
+
+
+def test_model_output_is_kept_as_the_generated_ids():
+    conv = Conversation(PROMPT, "m", "sys", [])
+    conv.append([message(common_pb2.ROLE_USER, "list the files")])
+    calls = [common_pb2.FunctionCall(call_id="c1", name="bash", arguments='{"command": "ls"}')]
+    generated = PROMPT.output_ids("looking", calls)
+    output = [message(common_pb2.ROLE_ASSISTANT, "looking"), common_pb2.Item(function_call=calls[0])]
+    tokenized = conv.complete(output, generated, assistant_text("looking", calls))
+    assert conv.outputs_retokenized == 0
+    assert tokenized == len(conv.tail_ids)  # only the next generation prompt
+    assert conv.ids.tolist()[-len(generated):] == generated
+    assert conv.hash_at(len(conv.ids)) == sequence_hash(conv.ids)
+    assert conv.call_ids == {"c1": 2}
+    # The next input extends the generated ids.
+    held = conv.ids.tolist()
+    conv.append([common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(call_id="c1", output="a.txt"))])
+    assert conv.ids.tolist()[: len(held)] == held and conv.template_breaks == 0
+
+
+def test_output_cut_without_a_stop_token_is_tokenized_as_rendered():
+    conv = Conversation(PROMPT, "m", "sys", [])
+    conv.append([message(common_pb2.ROLE_USER, "count")])
+    generated = PROMPT.output_ids("one two three", [])[:-2]  # cut by length: no stop id
+    text = b"".join(MODEL.tokenizer.token_bytes(t) for t in generated).decode()
+    conv.complete([message(common_pb2.ROLE_ASSISTANT, text)], generated, text)
+    assert conv.outputs_retokenized == 1
+    assert conv.prompt_ids() == reference("sys", [], conv.items)
 
 
 def test_difference_names_the_first_differing_item():
     items = [message(common_pb2.ROLE_USER, "task"), message(common_pb2.ROLE_ASSISTANT, "a"), message(common_pb2.ROLE_USER, "b")]
-    conv = Conversation(FMT, "m", "sys", [])
+    conv = Conversation(PROMPT, "m", "sys", [])
     conv.append(items)
     assert conv.difference("m", "sys", [], [*items, message(common_pb2.ROLE_USER, "c")]) == (3, None)
     shared, diff = conv.difference("m", "sys", [], [items[0], message(common_pb2.ROLE_ASSISTANT, "other"), items[2]])

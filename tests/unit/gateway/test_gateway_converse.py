@@ -8,19 +8,22 @@ import json
 import grpc
 import pytest
 
-from loopwire.common.chat_format import chat_format
 from loopwire.gateway.auth import Authenticator, hash_key
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import BASH, FakeReplica, call_output, kinds, last, user
+from .gateway_fakes import BASH, MODEL, PROMPT, FakeReplica, call_output, kinds, last, user
 
-FMT = chat_format()
 OFF = gateway_pb2.SAFETY_MODE_OFF
 
 
 def write_auth(path, **tenants: dict) -> None:
     path.write_text(json.dumps({"tenants": tenants}))
+
+
+def reference(instructions: str, tools: list[common_pb2.Tool], items: list[common_pb2.Item]) -> list[int]:
+    """The naive way: the template renders the whole conversation, the tokenizer runs once on it."""
+    return PROMPT.encode_conversation(instructions, tools, items, add_generation_prompt=True)
 
 
 def replay(text: str, *calls: tuple[str, str, str]) -> common_pb2.ReplayOutput:
@@ -42,17 +45,22 @@ async def test_deltas_forward_only_new_tokens_and_match_a_full_render(make_mesh)
     second = await conv.send(previous_response_id=rid, input=[call_output("call_a", "a.txt\nb.txt")], replay=replay("Two files."))
     assert "".join(e.text_delta.text for e in second if e.WhichOneof("event") == "text_delta") == "Two files."
     assert [r.kind for r in replica.received] == ["full", "append"]
+    # The replica holds the first prompt and the ids it generated; the append is only what follows them.
+    generated = PROMPT.output_ids("Looking.", [common_pb2.FunctionCall(name="bash", arguments='{"command": "ls"}')])
+    held = [*replica.received[0].token_ids, *generated]
+    assert replica.received[0].token_ids == reference("be brief", [BASH], [user("list files")])
     appended = replica.received[1].token_ids
-    expected_new = [*FMT.render_item(call_output("call_a", "a.txt\nb.txt")), *FMT.generation_prompt()]
-    assert appended == expected_new
+    items = [user("list files"), *done.output, call_output("call_a", "a.txt\nb.txt")]
+    assert [*held, *appended] == reference("be brief", [BASH], items)
     t = last(second, "completed").timings
-    assert t.tokens_forwarded == len(expected_new)
+    assert t.tokens_forwarded == len(appended) < len(held)
     assert t.tokens_tokenized < last(first, "completed").timings.tokens_tokenized
     assert t.bytes_received > 0 and t.gateway_overhead_us > 0
     # Invariant 1 through the service: the stored ids equal a full render of the transcript.
     stored = mesh.servicer.store.resolve(second[0].response_id, "default", "x")
-    items = [user("list files"), *done.output, call_output("call_a", "a.txt\nb.txt"), *last(second, "completed").output]
-    assert stored.ids.tolist() == FMT.render_conversation("be brief", [BASH], items)
+    items += last(second, "completed").output
+    assert stored.prompt_ids() == reference("be brief", [BASH], items)
+    assert stored.outputs_retokenized == 0 and stored.template_breaks == 0
     await conv.close()
 
 
@@ -105,10 +113,13 @@ async def test_full_request_that_rewrites_history_reports_a_cache_break(make_mes
     output = list(last(first, "completed").output)
     extended = await conv.send(instructions="sys", input=[user("one"), *output, user("two")])
     assert "cache_break" not in kinds(extended)
-    assert last(extended, "completed").timings.tokens_tokenized < len(FMT.render_item(user("two"))) + 20
+    assert last(extended, "completed").timings.tokens_tokenized < len(PROMPT.encode_conversation("", [], [user("two")])) + 20
     broken = await conv.send(instructions="sys", input=[user("ONE"), *output, user("two")])
     brk = last(broken, "cache_break")
-    assert brk.first_differing_item == 0 and brk.reused_tokens == len(FMT.render_prefix("sys", []))
+    # Reused: the system message's ids up to its last special token (the text after it is tokenized with what follows).
+    header = PROMPT.render("sys", [], [])
+    header = header[: header.rindex("<|im_end|>") + len("<|im_end|>")]
+    assert brk.first_differing_item == 0 and brk.reused_tokens == len(MODEL.tokenizer.encode(header))
     changed = await conv.send(instructions="other", input=[user("one")])
     assert last(changed, "cache_break").first_differing_item == -1
     assert mesh.servicer.metrics.cache_breaks == 2
@@ -144,6 +155,10 @@ async def test_stop_strings_cut_the_text_and_cancel_generation(make_mesh):
     text = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
     assert text == "answer: 42\n"
     assert last(events, "completed").finish_reason == common_pb2.FINISH_REASON_STOP
+    # The stored turn is the output the client got, not what the model generated past the stop string.
+    output = list(last(events, "completed").output)
+    stored = mesh.servicer.store.resolve(events[0].response_id, "default", "x")
+    assert "END" not in stored.text and stored.prompt_ids() == reference("", [], [user("q"), *output])
 
 
 async def test_cancel_response_stops_it_and_the_stream_goes_on(make_mesh):
@@ -170,9 +185,10 @@ async def test_stateless_mode_retokenizes_and_forwards_everything(make_mesh):
     first = await conv.send(instructions="sys", input=items, replay=replay("A"))
     items += [*last(first, "completed").output, user("two")]
     second = await conv.send(instructions="sys", input=items, replay=replay("B"))
-    full = FMT.render_conversation("sys", [], items)
+    full = reference("sys", [], items)
     t = last(second, "completed").timings
-    assert t.tokens_forwarded == len(full) + len(FMT.generation_prompt())
+    assert mesh.replicas[0].received[1].token_ids == full
+    assert t.tokens_forwarded == len(full)
     assert t.tokens_tokenized >= len(full)
     assert [r.kind for r in mesh.replicas[0].received] == ["full", "full"]
 
@@ -289,5 +305,5 @@ async def test_no_store_full_requests_are_the_naive_way_per_request(make_mesh):
     items += [*last(first, "completed").output, user("two")]
     second = await conv.send(instructions="sys", input=items, replay=replay("B"), no_store=True)
     assert "cache_break" not in kinds(second)
-    assert last(second, "completed").timings.tokens_tokenized >= len(FMT.render_conversation("sys", [], items))
+    assert last(second, "completed").timings.tokens_tokenized >= len(reference("sys", [], items))
     assert [r.kind for r in mesh.replicas[0].received] == ["full", "full"]

@@ -14,12 +14,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loopwire.common import grpc_server
-from loopwire.common.chat_format import chat_format
 from loopwire.gateway import server
 from loopwire.gateway.safety import INPUT, GuardModelClassifier
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import FakeReplica, kinds, start_replica, user
+from .gateway_fakes import MODEL, FakeReplica, kinds, start_replica, user
 
 JUNK = ["", "x", "{", "<|im_end|>", "🦀" * 50, "\x00\xff", "null", '{"type": 3}', '{"type": "object", "required": [1]}',
         "a" * 3000, '{"properties": []}', "[1, 2]"]
@@ -102,15 +101,17 @@ async def test_random_and_malformed_requests_never_break_the_stream(make_mesh, s
 async def test_guard_model_classifier_asks_an_inference_service(answer, allowed, category):
     replica = FakeReplica(answer=answer)
     srv, address = await start_replica(replica)
-    guard = GuardModelClassifier(address, chat_format())
+    guard = GuardModelClassifier(address)
     try:
         verdict = await guard.classify("some text to check", INPUT)
+        again = await guard.classify("more text", INPUT)
     finally:
         await guard.close()
         await srv.stop(0)
-    assert (verdict.allowed, verdict.category) == (allowed, category)
-    fmt = chat_format()
-    assert "some text to check" in b"".join(fmt.token_bytes(t) for t in replica.received[0].token_ids).decode()
+    assert (verdict.allowed, verdict.category) == (allowed, category) == (again.allowed, again.category)
+    assert replica.model_info_calls == 1  # the guard replica's own model, asked once
+    prompt = b"".join(MODEL.tokenizer.token_bytes(t) for t in replica.received[0].token_ids).decode()
+    assert "some text to check" in prompt and prompt.endswith("<|im_start|>assistant\n")
 
 
 def test_flags_default_from_the_environment(monkeypatch):
@@ -137,6 +138,7 @@ async def test_serve_from_args_serves_health_and_drains_on_sigterm():
         health = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="loopwire.v1.GatewayService"))
         assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert replica.model_info_calls >= 1  # the gateway tokenizes with the model the replicas serve
     os.kill(os.getpid(), signal.SIGTERM)
     await asyncio.wait_for(task, 15)
     await srv.stop(0)

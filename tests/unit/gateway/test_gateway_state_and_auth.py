@@ -6,19 +6,20 @@ import json
 
 import pytest
 
-from loopwire.common.chat_format import chat_format
 from loopwire.common.errors import RequestError
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway.auth import Authenticator, AuthError, create_dev_config, hash_key
 from loopwire.gateway.conversation import Conversation
 from loopwire.gateway.rate_limit import Limits, TenantLimiter, TokenBucket
 from loopwire.gateway.response_store import ResponseStore
 from loopwire.v1 import common_pb2
 
-FMT = chat_format()
+PROMPT = ChatPrompt(dummy_definition())
 
 
 def conversation(text: str = "hello") -> Conversation:
-    conv = Conversation(FMT, "m", "sys", [])
+    conv = Conversation(PROMPT, "m", "sys", [])
     conv.append([common_pb2.Item(message=common_pb2.Message(role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=text)]))])
     return conv
 
@@ -66,7 +67,7 @@ def test_an_older_response_of_a_chain_is_forked_not_mutated():
     conv.append([common_pb2.Item(message=common_pb2.Message(role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text="x")]))])
     store.put("r2", conv, "t", "s", no_store=False)
     fork = store.resolve("r1", "t", "s")
-    assert fork is not conv and len(fork.groups) == 1 and len(conv.groups) == 2
+    assert fork is not conv and fork.item_count == 1 and conv.item_count == 2
     assert store.resolve("r2", "t", "s") is conv
 
 

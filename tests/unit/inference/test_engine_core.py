@@ -11,14 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from inference_helpers import make_core, repetitive_prompt, run_all
 
-from loopwire.common.chat_format import chat_format
-from loopwire.common.recorded import load_session
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt, assistant_text
+from loopwire.common.recorded import load_session, user_item
+from loopwire.gateway.conversation import Conversation
 from loopwire.inference.config import model_preset
 from loopwire.inference.drafter import Draft
 from loopwire.inference.model import LlamaModel
 from loopwire.inference.sampling import SamplingSettings, target_probs, verify
 from loopwire.inference.sequence import FinishReason, GenerationRequest
 from loopwire.inference.weights import dummy_weights
+from loopwire.v1 import common_pb2
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[3]
 SESSIONS = ROOT / "examples" / "sessions"
@@ -58,20 +61,23 @@ def test_speculation_accepts_drafts_and_needs_fewer_steps() -> None:
 
 
 def _session_prompts(name: str, turns: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Prompt up to each assistant turn and that turn's recorded output tokens."""
-    cf = chat_format()
+    """Prompt up to each assistant turn and that turn's recorded output tokens, as the gateway builds them
+    (the dummy model's ChatML template; each output kept as the ids the model emitted)."""
+    prompt = ChatPrompt(dummy_definition())
     s = load_session(SESSIONS / name)
-    prompt = cf.render_prefix(s.instructions, s.tools) + cf.render_item(__import__(
-        "loopwire.common.recorded", fromlist=["user_item"]).user_item(s.task))
+    conv = Conversation(prompt, "", s.instructions, s.tools)
+    conv.append([user_item(s.task)])
     prompts, oracles = [], []
     for turn in s.turns[:turns]:
-        prompt = prompt + cf.generation_prompt()
-        out = cf.render_assistant_output(turn.text, turn.calls)
-        prompts.append(list(prompt))
+        out = prompt.output_ids(turn.text, turn.calls)
+        prompts.append(conv.prompt_ids())
         oracles.append(out)
-        prompt = prompt + out
-        for item in turn.followups:
-            prompt = prompt + cf.render_item(item)
+        output = [common_pb2.Item(message=common_pb2.Message(
+            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=turn.text)]))]
+        output += [common_pb2.Item(function_call=c) for c in turn.calls]
+        conv.complete(output, out, assistant_text(turn.text, turn.calls))
+        conv.append(list(turn.followups))
+    assert conv.outputs_retokenized == 0 and conv.template_breaks == 0  # every prompt extends the previous one
     return prompts, oracles
 
 
@@ -89,7 +95,7 @@ def test_replay_oracle_emits_recorded_turns_with_real_verification(tiny_model) -
     previous turns."""
     prompts, oracles = _session_prompts("sqlfluff__sqlfluff-2419.traj.json", 6)
     core = make_core(tiny_model, num_kv_blocks=2048, max_batch_tokens=1024)
-    stop = (chat_format().im_end,)
+    stop = tuple(dummy_definition().stop_token_ids)
     accepted = proposed = steps = out_tokens = 0
     for i, (prompt, oracle) in enumerate(zip(prompts, oracles, strict=True)):
         tokens, fin = run_all(core, [GenerationRequest(f"t{i}", prompt, 4096, stop_token_ids=stop, oracle=oracle)])

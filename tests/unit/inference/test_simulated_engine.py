@@ -6,12 +6,15 @@ import asyncio
 
 import pytest
 
-from loopwire.common.chat_format import chat_format
+from loopwire.common.model_def import dummy_definition
+from loopwire.common.prompt import ChatPrompt
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.cost_model import CostModel, gpu_spec
 from loopwire.inference.sequence import FinishReason, GenerationRequest
 from loopwire.inference.server import EngineOptions, build_engine
-from loopwire.inference.simulated_engine import simulated_core
+from loopwire.inference.simulated_engine import plain_id_range, simulated_core
+
+MODEL = dummy_definition()
 
 
 def test_decode_is_bandwidth_bound_and_prefill_compute_bound() -> None:
@@ -35,10 +38,9 @@ def test_decode_is_bandwidth_bound_and_prefill_compute_bound() -> None:
 
 def test_virtual_clock_advances_by_modelled_time_and_replay_uses_the_oracle() -> None:
     cost = CostModel.named("h200", "8b")
-    core, executor = simulated_core(EngineConfig(model=cost.model, num_kv_blocks=10_000, max_batch_tokens=8192), cost)
-    cf = chat_format()
-    oracle = cf.render_assistant_output("hello " * 40, [])
-    core.add(GenerationRequest("r", list(range(1, 3000)), 4096, stop_token_ids=(cf.im_end,), oracle=oracle))
+    core, executor = simulated_core(EngineConfig(model=cost.model, num_kv_blocks=10_000, max_batch_tokens=8192), cost, MODEL)
+    oracle = ChatPrompt(MODEL).output_ids("hello " * 40, [])
+    core.add(GenerationRequest("r", list(range(1, 3000)), 4096, stop_token_ids=tuple(MODEL.stop_token_ids), oracle=oracle))
     tokens: list[int] = []
     fin = None
     while core.has_work():
@@ -57,7 +59,7 @@ def test_without_oracle_tokens_are_reproducible_plain_text() -> None:
     cost = CostModel.named("h100", "1b")
     runs = []
     for _ in range(2):
-        core, _ = simulated_core(EngineConfig(model=cost.model, num_kv_blocks=1000), cost)
+        core, _ = simulated_core(EngineConfig(model=cost.model, num_kv_blocks=1000), cost, MODEL)
         core.add(GenerationRequest("r", [1, 2, 3], 50))
         tokens = []
         while core.has_work():
@@ -65,14 +67,24 @@ def test_without_oracle_tokens_are_reproducible_plain_text() -> None:
                 tokens += out.token_ids
         runs.append(tokens)
     assert runs[0] == runs[1] and len(runs[0]) == 50
-    assert max(runs[0]) < chat_format().encoding.n_vocab
+    # Plain text of the model's tokenizer: no special or added token (a stop id would end the turn).
+    specials = set(MODEL.tokenizer.added_tokens.values())
+    assert not set(runs[0]) & specials and max(runs[0]) < MODEL.vocab_size
+    assert all(MODEL.tokenizer.token_bytes(t) for t in runs[0])
+
+
+def test_plain_id_range_is_the_longest_run_without_special_tokens() -> None:
+    lo, hi = plain_id_range(MODEL)
+    specials = set(MODEL.tokenizer.added_tokens.values())
+    assert (lo, hi) == (0, min(specials))  # cl100k: every ordinary token comes before <|endoftext|>
+    assert not any(lo <= s < hi for s in specials)
 
 
 def test_hundreds_of_sessions_in_virtual_time_and_batching_beats_serial() -> None:
     cost = CostModel.named("h200", "8b")
     config = EngineConfig(model=cost.model, num_kv_blocks=cost.kv_blocks_that_fit(16), max_batch_tokens=8192,
                           max_running=256)
-    core, _ = simulated_core(config, cost)
+    core, _ = simulated_core(config, cost, MODEL)
     for i in range(200):
         core.add(GenerationRequest(f"s{i}", [7] * 16 + list(range(1000 + i, 1500 + i)), 100))
     done = 0

@@ -3,14 +3,17 @@ needed: only the translation runs)."""
 
 from __future__ import annotations
 
+import json
+
 from loopwire.common.hashing import block_hashes
+from loopwire.common.model_def import dummy_definition
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.trtllm_engine import TrtLlmEngine
 
 
 def test_stored_and_removed_events_use_router_hashes() -> None:
-    engine = TrtLlmEngine(llm=None, config=EngineConfig(block_size=4), model_name="m")
+    engine = TrtLlmEngine(llm=None, config=EngineConfig(block_size=4), definition=dummy_definition())
     tokens = list(range(12))
     raw = [
         {"event_id": 0, "data": {"type": "stored", "parent_hash": None, "blocks": [
@@ -27,3 +30,15 @@ def test_stored_and_removed_events_use_router_hashes() -> None:
         (CacheEventKind.STORED, expected[2:]),
         (CacheEventKind.REMOVED, expected[2:]),
     ]
+
+
+def test_kv_block_counts_come_from_the_newest_iteration_stats() -> None:
+    engine = TrtLlmEngine(llm=None, config=EngineConfig(block_size=4), definition=dummy_definition())
+    assert engine.vocab_size == dummy_definition().vocab_size and "dummy" in engine.model_name
+    old = {"kvCacheStats": {"usedNumBlocks": 1, "freeNumBlocks": 9, "maxNumBlocks": 10}}
+    new = json.dumps({"kvCacheStats": {"usedNumBlocks": 3, "freeNumBlocks": 7, "maxNumBlocks": 10}})
+    engine.read_iteration_stats([old, new, {"iter": 5}])
+    s = engine.stats()
+    assert (s.kv_blocks_used, s.kv_blocks_free, s.kv_blocks_total) == (3, 7, 10)
+    engine.read_iteration_stats([{"iter": 6}])  # no kvCacheStats: the last known figures stay
+    assert engine.stats().kv_blocks_used == 3

@@ -15,12 +15,15 @@ import type { GenerationCancel as _loopwire_v1_GenerationCancel, GenerationCance
 import type { GenerationFinished as _loopwire_v1_GenerationFinished, GenerationFinished__Output as _loopwire_v1_GenerationFinished__Output } from './loopwire/v1/GenerationFinished';
 import type { GenerationParams as _loopwire_v1_GenerationParams, GenerationParams__Output as _loopwire_v1_GenerationParams__Output } from './loopwire/v1/GenerationParams';
 import type { GenerationStart as _loopwire_v1_GenerationStart, GenerationStart__Output as _loopwire_v1_GenerationStart__Output } from './loopwire/v1/GenerationStart';
+import type { GetModelInfoRequest as _loopwire_v1_GetModelInfoRequest, GetModelInfoRequest__Output as _loopwire_v1_GetModelInfoRequest__Output } from './loopwire/v1/GetModelInfoRequest';
+import type { GetModelInfoResponse as _loopwire_v1_GetModelInfoResponse, GetModelInfoResponse__Output as _loopwire_v1_GetModelInfoResponse__Output } from './loopwire/v1/GetModelInfoResponse';
 import type { GetStatusRequest as _loopwire_v1_GetStatusRequest, GetStatusRequest__Output as _loopwire_v1_GetStatusRequest__Output } from './loopwire/v1/GetStatusRequest';
 import type { GetStatusResponse as _loopwire_v1_GetStatusResponse, GetStatusResponse__Output as _loopwire_v1_GetStatusResponse__Output } from './loopwire/v1/GetStatusResponse';
 import type { InferenceServiceClient as _loopwire_v1_InferenceServiceClient, InferenceServiceDefinition as _loopwire_v1_InferenceServiceDefinition } from './loopwire/v1/InferenceService';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvBlock as _loopwire_v1_KvBlock, KvBlock__Output as _loopwire_v1_KvBlock__Output } from './loopwire/v1/KvBlock';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
+import type { ModelInfo as _loopwire_v1_ModelInfo, ModelInfo__Output as _loopwire_v1_ModelInfo__Output } from './loopwire/v1/ModelInfo';
 import type { PrefillRequest as _loopwire_v1_PrefillRequest, PrefillRequest__Output as _loopwire_v1_PrefillRequest__Output } from './loopwire/v1/PrefillRequest';
 import type { PrefillResponse as _loopwire_v1_PrefillResponse, PrefillResponse__Output as _loopwire_v1_PrefillResponse__Output } from './loopwire/v1/PrefillResponse';
 import type { PullKvRequest as _loopwire_v1_PullKvRequest, PullKvRequest__Output as _loopwire_v1_PullKvRequest__Output } from './loopwire/v1/PullKvRequest';
@@ -60,12 +63,15 @@ export interface ProtoGrpcType {
       GenerationFinished: MessageTypeDefinition<_loopwire_v1_GenerationFinished, _loopwire_v1_GenerationFinished__Output>
       GenerationParams: MessageTypeDefinition<_loopwire_v1_GenerationParams, _loopwire_v1_GenerationParams__Output>
       GenerationStart: MessageTypeDefinition<_loopwire_v1_GenerationStart, _loopwire_v1_GenerationStart__Output>
+      GetModelInfoRequest: MessageTypeDefinition<_loopwire_v1_GetModelInfoRequest, _loopwire_v1_GetModelInfoRequest__Output>
+      GetModelInfoResponse: MessageTypeDefinition<_loopwire_v1_GetModelInfoResponse, _loopwire_v1_GetModelInfoResponse__Output>
       GetStatusRequest: MessageTypeDefinition<_loopwire_v1_GetStatusRequest, _loopwire_v1_GetStatusRequest__Output>
       GetStatusResponse: MessageTypeDefinition<_loopwire_v1_GetStatusResponse, _loopwire_v1_GetStatusResponse__Output>
       InferenceService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_InferenceServiceClient> & { service: _loopwire_v1_InferenceServiceDefinition }
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvBlock: MessageTypeDefinition<_loopwire_v1_KvBlock, _loopwire_v1_KvBlock__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
+      ModelInfo: MessageTypeDefinition<_loopwire_v1_ModelInfo, _loopwire_v1_ModelInfo__Output>
       PrefillRequest: MessageTypeDefinition<_loopwire_v1_PrefillRequest, _loopwire_v1_PrefillRequest__Output>
       PrefillResponse: MessageTypeDefinition<_loopwire_v1_PrefillResponse, _loopwire_v1_PrefillResponse__Output>
       PullKvRequest: MessageTypeDefinition<_loopwire_v1_PullKvRequest, _loopwire_v1_PullKvRequest__Output>

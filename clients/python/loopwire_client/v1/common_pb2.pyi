@@ -38,6 +38,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_CANCELLED: _ClassVar[ErrorCode]
     ERROR_CODE_DEADLINE_EXCEEDED: _ClassVar[ErrorCode]
     ERROR_CODE_INTERNAL: _ClassVar[ErrorCode]
+    ERROR_CODE_FAILED_PRECONDITION: _ClassVar[ErrorCode]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_DEVELOPER: Role
@@ -61,6 +62,7 @@ ERROR_CODE_UNAVAILABLE: ErrorCode
 ERROR_CODE_CANCELLED: ErrorCode
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode
 ERROR_CODE_INTERNAL: ErrorCode
+ERROR_CODE_FAILED_PRECONDITION: ErrorCode
 
 class ContentPart(_message.Message):
     __slots__ = ("text",)

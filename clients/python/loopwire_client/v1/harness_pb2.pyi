@@ -233,7 +233,7 @@ class BackgroundTaskCompleted(_message.Message):
     def __init__(self, handle: _Optional[str] = ..., exit_code: _Optional[int] = ..., output: _Optional[str] = ...) -> None: ...
 
 class TurnProfile(_message.Message):
-    __slots__ = ("turn", "usage", "timings", "tool_us", "bytes_sent", "wall_us", "tool_calls", "harness_ttft_us", "items_sent", "full_request", "resends")
+    __slots__ = ("turn", "usage", "timings", "tool_us", "bytes_sent", "wall_us", "tool_calls", "harness_ttft_us", "items_sent", "full_request", "resends", "finish_reason")
     TURN_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class TurnProfile(_message.Message):
     ITEMS_SENT_FIELD_NUMBER: _ClassVar[int]
     FULL_REQUEST_FIELD_NUMBER: _ClassVar[int]
     RESENDS_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     turn: int
     usage: _common_pb2.Usage
     timings: _common_pb2.Timings
@@ -256,7 +257,8 @@ class TurnProfile(_message.Message):
     items_sent: int
     full_request: bool
     resends: int
-    def __init__(self, turn: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., tool_us: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., wall_us: _Optional[int] = ..., tool_calls: _Optional[int] = ..., harness_ttft_us: _Optional[int] = ..., items_sent: _Optional[int] = ..., full_request: _Optional[bool] = ..., resends: _Optional[int] = ...) -> None: ...
+    finish_reason: _common_pb2.FinishReason
+    def __init__(self, turn: _Optional[int] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., tool_us: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., wall_us: _Optional[int] = ..., tool_calls: _Optional[int] = ..., harness_ttft_us: _Optional[int] = ..., items_sent: _Optional[int] = ..., full_request: _Optional[bool] = ..., resends: _Optional[int] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ...) -> None: ...
 
 class TurnCompleted(_message.Message):
     __slots__ = ("profile",)

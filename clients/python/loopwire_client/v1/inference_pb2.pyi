@@ -208,7 +208,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens")
+    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +226,7 @@ class GetStatusResponse(_message.Message):
     PREFIX_CACHE_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_DIGEST_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -243,7 +244,8 @@ class GetStatusResponse(_message.Message):
     prefix_cache_hit_tokens: int
     vocab_size: int
     max_output_tokens: int
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ...) -> None: ...
+    tokenizer_digest: str
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ...) -> None: ...
 
 class WatchCacheRequest(_message.Message):
     __slots__ = ("include_existing",)
@@ -268,3 +270,54 @@ class WatchCacheResponse(_message.Message):
     events: _containers.RepeatedCompositeFieldContainer[CacheEvent]
     block_size: int
     def __init__(self, replica_id: _Optional[str] = ..., events: _Optional[_Iterable[_Union[CacheEvent, _Mapping]]] = ..., block_size: _Optional[int] = ...) -> None: ...
+
+class GetModelInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ModelInfo(_message.Message):
+    __slots__ = ("name", "vocab_size", "tokenizer_digest", "tokenizer_kind", "tokenizer_data", "chat_template", "bos_token", "eos_token", "special_tokens", "stop_token_ids", "context_length", "engine", "tool_call_format", "architecture", "source")
+    class SpecialTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_KIND_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_DATA_FIELD_NUMBER: _ClassVar[int]
+    CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    BOS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EOS_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    vocab_size: int
+    tokenizer_digest: str
+    tokenizer_kind: str
+    tokenizer_data: str
+    chat_template: str
+    bos_token: str
+    eos_token: str
+    special_tokens: _containers.ScalarMap[str, int]
+    stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    context_length: int
+    engine: str
+    tool_call_format: str
+    architecture: str
+    source: str
+    def __init__(self, name: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., tokenizer_kind: _Optional[str] = ..., tokenizer_data: _Optional[str] = ..., chat_template: _Optional[str] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ..., special_tokens: _Optional[_Mapping[str, int]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., context_length: _Optional[int] = ..., engine: _Optional[str] = ..., tool_call_format: _Optional[str] = ..., architecture: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class GetModelInfoResponse(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: ModelInfo
+    def __init__(self, model: _Optional[_Union[ModelInfo, _Mapping]] = ...) -> None: ...

@@ -61,6 +61,11 @@ class InferenceServiceStub:
                 request_serializer=loopwire_dot_v1_dot_inference__pb2.WatchCacheRequest.SerializeToString,
                 response_deserializer=loopwire_dot_v1_dot_inference__pb2.WatchCacheResponse.FromString,
                 _registered_method=True)
+        self.GetModelInfo = channel.unary_unary(
+                '/loopwire.v1.InferenceService/GetModelInfo',
+                request_serializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.SerializeToString,
+                response_deserializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -103,6 +108,13 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetModelInfo(self, request, context):
+        """The model this replica serves: the gateway tokenizes and renders with exactly it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +142,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.WatchCache,
                     request_deserializer=loopwire_dot_v1_dot_inference__pb2.WatchCacheRequest.FromString,
                     response_serializer=loopwire_dot_v1_dot_inference__pb2.WatchCacheResponse.SerializeToString,
+            ),
+            'GetModelInfo': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetModelInfo,
+                    request_deserializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.FromString,
+                    response_serializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +286,33 @@ class InferenceService:
             '/loopwire.v1.InferenceService/WatchCache',
             loopwire_dot_v1_dot_inference__pb2.WatchCacheRequest.SerializeToString,
             loopwire_dot_v1_dot_inference__pb2.WatchCacheResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModelInfo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loopwire.v1.InferenceService/GetModelInfo',
+            loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.SerializeToString,
+            loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -157,6 +157,9 @@ const (
 	ErrorCode_ERROR_CODE_CANCELLED          ErrorCode = 8
 	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED  ErrorCode = 9
 	ErrorCode_ERROR_CODE_INTERNAL           ErrorCode = 10
+	// The request cannot be served as the system stands, e.g. the replica serves another
+	// model than the one the gateway tokenizes for.
+	ErrorCode_ERROR_CODE_FAILED_PRECONDITION ErrorCode = 11
 )
 
 // Enum value maps for ErrorCode.
@@ -173,6 +176,7 @@ var (
 		8:  "ERROR_CODE_CANCELLED",
 		9:  "ERROR_CODE_DEADLINE_EXCEEDED",
 		10: "ERROR_CODE_INTERNAL",
+		11: "ERROR_CODE_FAILED_PRECONDITION",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                 0,
@@ -186,6 +190,7 @@ var (
 		"ERROR_CODE_CANCELLED":                   8,
 		"ERROR_CODE_DEADLINE_EXCEEDED":           9,
 		"ERROR_CODE_INTERNAL":                    10,
+		"ERROR_CODE_FAILED_PRECONDITION":         11,
 	}
 )
 
@@ -1281,7 +1286,7 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x18FINISH_REASON_TOOL_CALLS\x10\x03\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x04\x12\x18\n" +
 	"\x14FINISH_REASON_SAFETY\x10\x05\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x06*\xe6\x02\n" +
+	"\x13FINISH_REASON_ERROR\x10\x06*\x8a\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12*\n" +
@@ -1294,7 +1299,8 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x14ERROR_CODE_CANCELLED\x10\b\x12 \n" +
 	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\t\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\n" +
-	"B\xaf\x01\n" +
+	"\x12\"\n" +
+	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\vB\xaf\x01\n" +
 	"\x0fcom.loopwire.v1B\vCommonProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (

@@ -1324,7 +1324,9 @@ type TurnProfile struct {
 	// The request carried the whole transcript (first turn, stateless mode or a resend).
 	FullRequest bool `protobuf:"varint,10,opt,name=full_request,json=fullRequest,proto3" json:"full_request,omitempty"`
 	// Full resends after PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream).
-	Resends       uint32 `protobuf:"varint,11,opt,name=resends,proto3" json:"resends,omitempty"`
+	Resends uint32 `protobuf:"varint,11,opt,name=resends,proto3" json:"resends,omitempty"`
+	// Why the model stopped: stop token, length, tool calls, ...
+	FinishReason  FinishReason `protobuf:"varint,12,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1434,6 +1436,13 @@ func (x *TurnProfile) GetResends() uint32 {
 		return x.Resends
 	}
 	return 0
+}
+
+func (x *TurnProfile) GetFinishReason() FinishReason {
+	if x != nil {
+		return x.FinishReason
+	}
+	return FinishReason_FINISH_REASON_UNSPECIFIED
 }
 
 // A model turn and its tools are done.
@@ -2307,7 +2316,7 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x17BackgroundTaskCompleted\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\tR\x06handle\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
-	"\x06output\x18\x03 \x01(\tR\x06output\"\xef\x02\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\"\xaf\x03\n" +
 	"\vTurnProfile\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\rR\x04turn\x12(\n" +
 	"\x05usage\x18\x02 \x01(\v2\x12.loopwire.v1.UsageR\x05usage\x12.\n" +
@@ -2323,7 +2332,8 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"items_sent\x18\t \x01(\rR\titemsSent\x12!\n" +
 	"\ffull_request\x18\n" +
 	" \x01(\bR\vfullRequest\x12\x18\n" +
-	"\aresends\x18\v \x01(\rR\aresends\"C\n" +
+	"\aresends\x18\v \x01(\rR\aresends\x12>\n" +
+	"\rfinish_reason\x18\f \x01(\x0e2\x19.loopwire.v1.FinishReasonR\ffinishReason\"C\n" +
 	"\rTurnCompleted\x122\n" +
 	"\aprofile\x18\x01 \x01(\v2\x18.loopwire.v1.TurnProfileR\aprofile\"A\n" +
 	"\rRunDiagnostic\x12\x16\n" +
@@ -2462,7 +2472,8 @@ var file_loopwire_v1_harness_proto_goTypes = []any{
 	(*FunctionCall)(nil),            // 35: loopwire.v1.FunctionCall
 	(*Usage)(nil),                   // 36: loopwire.v1.Usage
 	(*Timings)(nil),                 // 37: loopwire.v1.Timings
-	(*Error)(nil),                   // 38: loopwire.v1.Error
+	(FinishReason)(0),               // 38: loopwire.v1.FinishReason
+	(*Error)(nil),                   // 39: loopwire.v1.Error
 }
 var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.ApprovalPolicy.default_mode:type_name -> loopwire.v1.ApprovalMode
@@ -2485,37 +2496,38 @@ var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	35, // 17: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
 	36, // 18: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
 	37, // 19: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
-	19, // 20: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
-	36, // 21: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
-	38, // 22: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
-	13, // 23: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
-	14, // 24: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
-	15, // 25: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
-	16, // 26: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
-	17, // 27: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
-	18, // 28: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
-	20, // 29: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
-	21, // 30: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
-	22, // 31: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
-	23, // 32: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
-	2,  // 33: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
-	26, // 34: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
-	34, // 35: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
-	33, // 36: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
-	19, // 37: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
-	26, // 38: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
-	0,  // 39: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
-	12, // 40: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
-	25, // 41: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
-	28, // 42: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
-	24, // 43: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
-	27, // 44: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
-	29, // 45: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
-	43, // [43:46] is the sub-list for method output_type
-	40, // [40:43] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	38, // 20: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
+	19, // 21: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
+	36, // 22: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
+	39, // 23: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
+	13, // 24: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
+	14, // 25: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
+	15, // 26: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
+	16, // 27: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
+	17, // 28: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
+	18, // 29: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
+	20, // 30: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
+	21, // 31: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
+	22, // 32: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
+	23, // 33: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
+	2,  // 34: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
+	26, // 35: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
+	34, // 36: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
+	33, // 37: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
+	19, // 38: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
+	26, // 39: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
+	0,  // 40: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
+	12, // 41: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
+	25, // 42: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
+	28, // 43: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
+	24, // 44: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
+	27, // 45: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
+	29, // 46: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
+	44, // [44:47] is the sub-list for method output_type
+	41, // [41:44] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_harness_proto_init() }

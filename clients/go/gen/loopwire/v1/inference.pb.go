@@ -1259,8 +1259,11 @@ type GetStatusResponse struct {
 	PrefixCacheHitTokens     uint64     `protobuf:"varint,15,opt,name=prefix_cache_hit_tokens,json=prefixCacheHitTokens,proto3" json:"prefix_cache_hit_tokens,omitempty"`
 	VocabSize                uint32     `protobuf:"varint,16,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
 	MaxOutputTokens          uint32     `protobuf:"varint,17,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// Digest of the served model definition (ModelInfo.tokenizer_digest): the router
+	// refuses a replica whose digest differs from the one the gateway tokenizes with.
+	TokenizerDigest string `protobuf:"bytes,18,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1410,6 +1413,13 @@ func (x *GetStatusResponse) GetMaxOutputTokens() uint32 {
 		return x.MaxOutputTokens
 	}
 	return 0
+}
+
+func (x *GetStatusResponse) GetTokenizerDigest() string {
+	if x != nil {
+		return x.TokenizerDigest
+	}
+	return ""
 }
 
 // Subscribe to a replica's KV cache events.
@@ -1572,6 +1582,255 @@ func (x *WatchCacheResponse) GetBlockSize() uint32 {
 	return 0
 }
 
+// Ask which model a replica serves.
+type GetModelInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModelInfoRequest) Reset() {
+	*x = GetModelInfoRequest{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelInfoRequest) ProtoMessage() {}
+
+func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
+}
+
+// One model definition: weights aside, everything a gateway needs to speak its ids.
+type ModelInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Size of the tokenizer's vocabulary, added tokens included.
+	VocabSize uint32 `protobuf:"varint,2,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	// sha256 over the tokenizer, chat template, stop ids and tool-call format.
+	TokenizerDigest string `protobuf:"bytes,3,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
+	// "hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken".
+	TokenizerKind string `protobuf:"bytes,4,opt,name=tokenizer_kind,json=tokenizerKind,proto3" json:"tokenizer_kind,omitempty"`
+	// The tokenizer's own serialization, so the gateway needs no model files.
+	TokenizerData string `protobuf:"bytes,5,opt,name=tokenizer_data,json=tokenizerData,proto3" json:"tokenizer_data,omitempty"`
+	// The model's Jinja chat template.
+	ChatTemplate string `protobuf:"bytes,6,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
+	BosToken     string `protobuf:"bytes,7,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
+	EosToken     string `protobuf:"bytes,8,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
+	// Special and added tokens by content.
+	SpecialTokens map[string]uint32 `protobuf:"bytes,9,rep,name=special_tokens,json=specialTokens,proto3" json:"special_tokens,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	StopTokenIds  []uint32          `protobuf:"varint,10,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	ContextLength uint32            `protobuf:"varint,11,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	// "reference", "simulated" or "trtllm".
+	Engine string `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
+	// How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>).
+	ToolCallFormat string `protobuf:"bytes,13,opt,name=tool_call_format,json=toolCallFormat,proto3" json:"tool_call_format,omitempty"`
+	// "llama", or "dummy" for random weights.
+	Architecture string `protobuf:"bytes,14,opt,name=architecture,proto3" json:"architecture,omitempty"`
+	// Where it was loaded from: a directory, a GGUF file, or dummy:<seed>.
+	Source        string `protobuf:"bytes,15,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ModelInfo) Reset() {
+	*x = ModelInfo{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ModelInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ModelInfo) ProtoMessage() {}
+
+func (x *ModelInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
+func (*ModelInfo) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ModelInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetVocabSize() uint32 {
+	if x != nil {
+		return x.VocabSize
+	}
+	return 0
+}
+
+func (x *ModelInfo) GetTokenizerDigest() string {
+	if x != nil {
+		return x.TokenizerDigest
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetTokenizerKind() string {
+	if x != nil {
+		return x.TokenizerKind
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetTokenizerData() string {
+	if x != nil {
+		return x.TokenizerData
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetChatTemplate() string {
+	if x != nil {
+		return x.ChatTemplate
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetBosToken() string {
+	if x != nil {
+		return x.BosToken
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetEosToken() string {
+	if x != nil {
+		return x.EosToken
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetSpecialTokens() map[string]uint32 {
+	if x != nil {
+		return x.SpecialTokens
+	}
+	return nil
+}
+
+func (x *ModelInfo) GetStopTokenIds() []uint32 {
+	if x != nil {
+		return x.StopTokenIds
+	}
+	return nil
+}
+
+func (x *ModelInfo) GetContextLength() uint32 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
+func (x *ModelInfo) GetEngine() string {
+	if x != nil {
+		return x.Engine
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetToolCallFormat() string {
+	if x != nil {
+		return x.ToolCallFormat
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetArchitecture() string {
+	if x != nil {
+		return x.Architecture
+	}
+	return ""
+}
+
+func (x *ModelInfo) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+// The served model.
+type GetModelInfoResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Model         *ModelInfo             `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModelInfoResponse) Reset() {
+	*x = GetModelInfoResponse{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelInfoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelInfoResponse) ProtoMessage() {}
+
+func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
+func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetModelInfoResponse) GetModel() *ModelInfo {
+	if x != nil {
+		return x.Model
+	}
+	return nil
+}
+
 var File_loopwire_v1_inference_proto protoreflect.FileDescriptor
 
 const file_loopwire_v1_inference_proto_rawDesc = "" +
@@ -1668,7 +1927,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0ePullKvResponse\x12*\n" +
 	"\x05block\x18\x01 \x01(\v2\x14.loopwire.v1.KvBlockR\x05block\x12$\n" +
 	"\x0etail_token_ids\x18\x02 \x03(\rR\ftailTokenIds\"\x12\n" +
-	"\x10GetStatusRequest\"\xc2\x05\n" +
+	"\x10GetStatusRequest\"\xed\x05\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
@@ -1690,7 +1949,8 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x17prefix_cache_hit_tokens\x18\x0f \x01(\x04R\x14prefixCacheHitTokens\x12\x1d\n" +
 	"\n" +
 	"vocab_size\x18\x10 \x01(\rR\tvocabSize\x12*\n" +
-	"\x11max_output_tokens\x18\x11 \x01(\rR\x0fmaxOutputTokens\">\n" +
+	"\x11max_output_tokens\x18\x11 \x01(\rR\x0fmaxOutputTokens\x12)\n" +
+	"\x10tokenizer_digest\x18\x12 \x01(\tR\x0ftokenizerDigest\">\n" +
 	"\x11WatchCacheRequest\x12)\n" +
 	"\x10include_existing\x18\x01 \x01(\bR\x0fincludeExisting\"`\n" +
 	"\n" +
@@ -1702,7 +1962,31 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12/\n" +
 	"\x06events\x18\x02 \x03(\v2\x17.loopwire.v1.CacheEventR\x06events\x12\x1d\n" +
 	"\n" +
-	"block_size\x18\x03 \x01(\rR\tblockSize*p\n" +
+	"block_size\x18\x03 \x01(\rR\tblockSize\"\x15\n" +
+	"\x13GetModelInfoRequest\"\xf5\x04\n" +
+	"\tModelInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"vocab_size\x18\x02 \x01(\rR\tvocabSize\x12)\n" +
+	"\x10tokenizer_digest\x18\x03 \x01(\tR\x0ftokenizerDigest\x12%\n" +
+	"\x0etokenizer_kind\x18\x04 \x01(\tR\rtokenizerKind\x12%\n" +
+	"\x0etokenizer_data\x18\x05 \x01(\tR\rtokenizerData\x12#\n" +
+	"\rchat_template\x18\x06 \x01(\tR\fchatTemplate\x12\x1b\n" +
+	"\tbos_token\x18\a \x01(\tR\bbosToken\x12\x1b\n" +
+	"\teos_token\x18\b \x01(\tR\beosToken\x12P\n" +
+	"\x0especial_tokens\x18\t \x03(\v2).loopwire.v1.ModelInfo.SpecialTokensEntryR\rspecialTokens\x12$\n" +
+	"\x0estop_token_ids\x18\n" +
+	" \x03(\rR\fstopTokenIds\x12%\n" +
+	"\x0econtext_length\x18\v \x01(\rR\rcontextLength\x12\x16\n" +
+	"\x06engine\x18\f \x01(\tR\x06engine\x12(\n" +
+	"\x10tool_call_format\x18\r \x01(\tR\x0etoolCallFormat\x12\"\n" +
+	"\farchitecture\x18\x0e \x01(\tR\farchitecture\x12\x16\n" +
+	"\x06source\x18\x0f \x01(\tR\x06source\x1a@\n" +
+	"\x12SpecialTokensEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"D\n" +
+	"\x14GetModelInfoResponse\x12,\n" +
+	"\x05model\x18\x01 \x01(\v2\x16.loopwire.v1.ModelInfoR\x05model*p\n" +
 	"\n" +
 	"EngineRole\x12\x1b\n" +
 	"\x17ENGINE_ROLE_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -1713,14 +1997,15 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x1cCACHE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CACHE_EVENT_TYPE_STORED\x10\x01\x12\x1c\n" +
 	"\x18CACHE_EVENT_TYPE_REMOVED\x10\x02\x12\x1c\n" +
-	"\x18CACHE_EVENT_TYPE_CLEARED\x10\x032\x87\x03\n" +
+	"\x18CACHE_EVENT_TYPE_CLEARED\x10\x032\xdc\x03\n" +
 	"\x10InferenceService\x12K\n" +
 	"\bGenerate\x12\x1c.loopwire.v1.GenerateRequest\x1a\x1d.loopwire.v1.GenerateResponse(\x010\x01\x12D\n" +
 	"\aPrefill\x12\x1b.loopwire.v1.PrefillRequest\x1a\x1c.loopwire.v1.PrefillResponse\x12C\n" +
 	"\x06PullKv\x12\x1a.loopwire.v1.PullKvRequest\x1a\x1b.loopwire.v1.PullKvResponse0\x01\x12J\n" +
 	"\tGetStatus\x12\x1d.loopwire.v1.GetStatusRequest\x1a\x1e.loopwire.v1.GetStatusResponse\x12O\n" +
 	"\n" +
-	"WatchCache\x12\x1e.loopwire.v1.WatchCacheRequest\x1a\x1f.loopwire.v1.WatchCacheResponse0\x01B\xb2\x01\n" +
+	"WatchCache\x12\x1e.loopwire.v1.WatchCacheRequest\x1a\x1f.loopwire.v1.WatchCacheResponse0\x01\x12S\n" +
+	"\fGetModelInfo\x12 .loopwire.v1.GetModelInfoRequest\x1a!.loopwire.v1.GetModelInfoResponseB\xb2\x01\n" +
 	"\x0fcom.loopwire.v1B\x0eInferenceProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1736,69 +2021,77 @@ func file_loopwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_loopwire_v1_inference_proto_goTypes = []any{
-	(EngineRole)(0),            // 0: loopwire.v1.EngineRole
-	(CacheEventType)(0),        // 1: loopwire.v1.CacheEventType
-	(*FullPrompt)(nil),         // 2: loopwire.v1.FullPrompt
-	(*AppendPrompt)(nil),       // 3: loopwire.v1.AppendPrompt
-	(*GenerationParams)(nil),   // 4: loopwire.v1.GenerationParams
-	(*GenerationStart)(nil),    // 5: loopwire.v1.GenerationStart
-	(*GenerationCancel)(nil),   // 6: loopwire.v1.GenerationCancel
-	(*GenerateRequest)(nil),    // 7: loopwire.v1.GenerateRequest
-	(*TokenBatch)(nil),         // 8: loopwire.v1.TokenBatch
-	(*GenerationFinished)(nil), // 9: loopwire.v1.GenerationFinished
-	(*GenerateResponse)(nil),   // 10: loopwire.v1.GenerateResponse
-	(*PrefillRequest)(nil),     // 11: loopwire.v1.PrefillRequest
-	(*PrefillResponse)(nil),    // 12: loopwire.v1.PrefillResponse
-	(*PullKvRequest)(nil),      // 13: loopwire.v1.PullKvRequest
-	(*KvBlock)(nil),            // 14: loopwire.v1.KvBlock
-	(*PullKvResponse)(nil),     // 15: loopwire.v1.PullKvResponse
-	(*GetStatusRequest)(nil),   // 16: loopwire.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),  // 17: loopwire.v1.GetStatusResponse
-	(*WatchCacheRequest)(nil),  // 18: loopwire.v1.WatchCacheRequest
-	(*CacheEvent)(nil),         // 19: loopwire.v1.CacheEvent
-	(*WatchCacheResponse)(nil), // 20: loopwire.v1.WatchCacheResponse
-	nil,                        // 21: loopwire.v1.GenerationStart.TraceContextEntry
-	(FinishReason)(0),          // 22: loopwire.v1.FinishReason
-	(*Usage)(nil),              // 23: loopwire.v1.Usage
-	(*Timings)(nil),            // 24: loopwire.v1.Timings
-	(*Error)(nil),              // 25: loopwire.v1.Error
+	(EngineRole)(0),              // 0: loopwire.v1.EngineRole
+	(CacheEventType)(0),          // 1: loopwire.v1.CacheEventType
+	(*FullPrompt)(nil),           // 2: loopwire.v1.FullPrompt
+	(*AppendPrompt)(nil),         // 3: loopwire.v1.AppendPrompt
+	(*GenerationParams)(nil),     // 4: loopwire.v1.GenerationParams
+	(*GenerationStart)(nil),      // 5: loopwire.v1.GenerationStart
+	(*GenerationCancel)(nil),     // 6: loopwire.v1.GenerationCancel
+	(*GenerateRequest)(nil),      // 7: loopwire.v1.GenerateRequest
+	(*TokenBatch)(nil),           // 8: loopwire.v1.TokenBatch
+	(*GenerationFinished)(nil),   // 9: loopwire.v1.GenerationFinished
+	(*GenerateResponse)(nil),     // 10: loopwire.v1.GenerateResponse
+	(*PrefillRequest)(nil),       // 11: loopwire.v1.PrefillRequest
+	(*PrefillResponse)(nil),      // 12: loopwire.v1.PrefillResponse
+	(*PullKvRequest)(nil),        // 13: loopwire.v1.PullKvRequest
+	(*KvBlock)(nil),              // 14: loopwire.v1.KvBlock
+	(*PullKvResponse)(nil),       // 15: loopwire.v1.PullKvResponse
+	(*GetStatusRequest)(nil),     // 16: loopwire.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),    // 17: loopwire.v1.GetStatusResponse
+	(*WatchCacheRequest)(nil),    // 18: loopwire.v1.WatchCacheRequest
+	(*CacheEvent)(nil),           // 19: loopwire.v1.CacheEvent
+	(*WatchCacheResponse)(nil),   // 20: loopwire.v1.WatchCacheResponse
+	(*GetModelInfoRequest)(nil),  // 21: loopwire.v1.GetModelInfoRequest
+	(*ModelInfo)(nil),            // 22: loopwire.v1.ModelInfo
+	(*GetModelInfoResponse)(nil), // 23: loopwire.v1.GetModelInfoResponse
+	nil,                          // 24: loopwire.v1.GenerationStart.TraceContextEntry
+	nil,                          // 25: loopwire.v1.ModelInfo.SpecialTokensEntry
+	(FinishReason)(0),            // 26: loopwire.v1.FinishReason
+	(*Usage)(nil),                // 27: loopwire.v1.Usage
+	(*Timings)(nil),              // 28: loopwire.v1.Timings
+	(*Error)(nil),                // 29: loopwire.v1.Error
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
 	3,  // 1: loopwire.v1.GenerationStart.append:type_name -> loopwire.v1.AppendPrompt
 	4,  // 2: loopwire.v1.GenerationStart.params:type_name -> loopwire.v1.GenerationParams
-	21, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
+	24, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
 	5,  // 4: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
 	6,  // 5: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
-	22, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
-	23, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
-	24, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
+	26, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
+	27, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
+	28, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
 	8,  // 9: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
 	9,  // 10: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
-	25, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
+	29, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
 	4,  // 12: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	24, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	28, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
 	14, // 14: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
 	0,  // 15: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
 	1,  // 16: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
 	19, // 17: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	7,  // 18: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	11, // 19: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	13, // 20: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	16, // 21: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	18, // 22: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	10, // 23: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	12, // 24: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	15, // 25: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	17, // 26: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	20, // 27: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	23, // [23:28] is the sub-list for method output_type
-	18, // [18:23] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	25, // 18: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	22, // 19: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	7,  // 20: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	11, // 21: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	13, // 22: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	16, // 23: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	18, // 24: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	21, // 25: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	10, // 26: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	12, // 27: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	15, // 28: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	17, // 29: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	20, // 30: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	23, // 31: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }
@@ -1827,7 +2120,7 @@ func file_loopwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_inference_proto_rawDesc), len(file_loopwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	InferenceService_Generate_FullMethodName   = "/loopwire.v1.InferenceService/Generate"
-	InferenceService_Prefill_FullMethodName    = "/loopwire.v1.InferenceService/Prefill"
-	InferenceService_PullKv_FullMethodName     = "/loopwire.v1.InferenceService/PullKv"
-	InferenceService_GetStatus_FullMethodName  = "/loopwire.v1.InferenceService/GetStatus"
-	InferenceService_WatchCache_FullMethodName = "/loopwire.v1.InferenceService/WatchCache"
+	InferenceService_Generate_FullMethodName     = "/loopwire.v1.InferenceService/Generate"
+	InferenceService_Prefill_FullMethodName      = "/loopwire.v1.InferenceService/Prefill"
+	InferenceService_PullKv_FullMethodName       = "/loopwire.v1.InferenceService/PullKv"
+	InferenceService_GetStatus_FullMethodName    = "/loopwire.v1.InferenceService/GetStatus"
+	InferenceService_WatchCache_FullMethodName   = "/loopwire.v1.InferenceService/WatchCache"
+	InferenceService_GetModelInfo_FullMethodName = "/loopwire.v1.InferenceService/GetModelInfo"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -43,6 +44,8 @@ type InferenceServiceClient interface {
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
 	// KV block stored/removed events for cache-aware routing.
 	WatchCache(ctx context.Context, in *WatchCacheRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCacheResponse], error)
+	// The model this replica serves: the gateway tokenizes and renders with exactly it.
+	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -124,6 +127,16 @@ func (c *inferenceServiceClient) WatchCache(ctx context.Context, in *WatchCacheR
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InferenceService_WatchCacheClient = grpc.ServerStreamingClient[WatchCacheResponse]
 
+func (c *inferenceServiceClient) GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetModelInfoResponse)
+	err := c.cc.Invoke(ctx, InferenceService_GetModelInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -141,6 +154,8 @@ type InferenceServiceServer interface {
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
 	// KV block stored/removed events for cache-aware routing.
 	WatchCache(*WatchCacheRequest, grpc.ServerStreamingServer[WatchCacheResponse]) error
+	// The model this replica serves: the gateway tokenizes and renders with exactly it.
+	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -165,6 +180,9 @@ func (UnimplementedInferenceServiceServer) GetStatus(context.Context, *GetStatus
 }
 func (UnimplementedInferenceServiceServer) WatchCache(*WatchCacheRequest, grpc.ServerStreamingServer[WatchCacheResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchCache not implemented")
+}
+func (UnimplementedInferenceServiceServer) GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetModelInfo not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -252,6 +270,24 @@ func _InferenceService_WatchCache_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type InferenceService_WatchCacheServer = grpc.ServerStreamingServer[WatchCacheResponse]
 
+func _InferenceService_GetModelInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetModelInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).GetModelInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_GetModelInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).GetModelInfo(ctx, req.(*GetModelInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -266,6 +302,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStatus",
 			Handler:    _InferenceService_GetStatus_Handler,
+		},
+		{
+			MethodName: "GetModelInfo",
+			Handler:    _InferenceService_GetModelInfo_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -12,6 +12,7 @@ export const ErrorCode = {
   ERROR_CODE_CANCELLED: 'ERROR_CODE_CANCELLED',
   ERROR_CODE_DEADLINE_EXCEEDED: 'ERROR_CODE_DEADLINE_EXCEEDED',
   ERROR_CODE_INTERNAL: 'ERROR_CODE_INTERNAL',
+  ERROR_CODE_FAILED_PRECONDITION: 'ERROR_CODE_FAILED_PRECONDITION',
 } as const;
 
 export type ErrorCode =
@@ -37,5 +38,7 @@ export type ErrorCode =
   | 9
   | 'ERROR_CODE_INTERNAL'
   | 10
+  | 'ERROR_CODE_FAILED_PRECONDITION'
+  | 11
 
 export type ErrorCode__Output = typeof ErrorCode[keyof typeof ErrorCode]

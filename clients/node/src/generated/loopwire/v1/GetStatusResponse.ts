@@ -21,6 +21,7 @@ export interface GetStatusResponse {
   'prefixCacheHitTokens'?: (number | string | Long);
   'vocabSize'?: (number);
   'maxOutputTokens'?: (number);
+  'tokenizerDigest'?: (string);
 }
 
 export interface GetStatusResponse__Output {
@@ -41,4 +42,5 @@ export interface GetStatusResponse__Output {
   'prefixCacheHitTokens': (string);
   'vocabSize': (number);
   'maxOutputTokens': (number);
+  'tokenizerDigest': (string);
 }

@@ -4,6 +4,8 @@ import type * as grpc from '@grpc/grpc-js'
 import type { MethodDefinition } from '@grpc/proto-loader'
 import type { GenerateRequest as _loopwire_v1_GenerateRequest, GenerateRequest__Output as _loopwire_v1_GenerateRequest__Output } from '../../loopwire/v1/GenerateRequest';
 import type { GenerateResponse as _loopwire_v1_GenerateResponse, GenerateResponse__Output as _loopwire_v1_GenerateResponse__Output } from '../../loopwire/v1/GenerateResponse';
+import type { GetModelInfoRequest as _loopwire_v1_GetModelInfoRequest, GetModelInfoRequest__Output as _loopwire_v1_GetModelInfoRequest__Output } from '../../loopwire/v1/GetModelInfoRequest';
+import type { GetModelInfoResponse as _loopwire_v1_GetModelInfoResponse, GetModelInfoResponse__Output as _loopwire_v1_GetModelInfoResponse__Output } from '../../loopwire/v1/GetModelInfoResponse';
 import type { GetStatusRequest as _loopwire_v1_GetStatusRequest, GetStatusRequest__Output as _loopwire_v1_GetStatusRequest__Output } from '../../loopwire/v1/GetStatusRequest';
 import type { GetStatusResponse as _loopwire_v1_GetStatusResponse, GetStatusResponse__Output as _loopwire_v1_GetStatusResponse__Output } from '../../loopwire/v1/GetStatusResponse';
 import type { PrefillRequest as _loopwire_v1_PrefillRequest, PrefillRequest__Output as _loopwire_v1_PrefillRequest__Output } from '../../loopwire/v1/PrefillRequest';
@@ -18,6 +20,15 @@ export interface InferenceServiceClient extends grpc.Client {
   Generate(options?: grpc.CallOptions): grpc.ClientDuplexStream<_loopwire_v1_GenerateRequest, _loopwire_v1_GenerateResponse__Output>;
   generate(metadata: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<_loopwire_v1_GenerateRequest, _loopwire_v1_GenerateResponse__Output>;
   generate(options?: grpc.CallOptions): grpc.ClientDuplexStream<_loopwire_v1_GenerateRequest, _loopwire_v1_GenerateResponse__Output>;
+  
+  GetModelInfo(argument: _loopwire_v1_GetModelInfoRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  GetModelInfo(argument: _loopwire_v1_GetModelInfoRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  GetModelInfo(argument: _loopwire_v1_GetModelInfoRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  GetModelInfo(argument: _loopwire_v1_GetModelInfoRequest, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  getModelInfo(argument: _loopwire_v1_GetModelInfoRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  getModelInfo(argument: _loopwire_v1_GetModelInfoRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  getModelInfo(argument: _loopwire_v1_GetModelInfoRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
+  getModelInfo(argument: _loopwire_v1_GetModelInfoRequest, callback: grpc.requestCallback<_loopwire_v1_GetModelInfoResponse__Output>): grpc.ClientUnaryCall;
   
   GetStatus(argument: _loopwire_v1_GetStatusRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetStatusResponse__Output>): grpc.ClientUnaryCall;
   GetStatus(argument: _loopwire_v1_GetStatusRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_GetStatusResponse__Output>): grpc.ClientUnaryCall;
@@ -52,6 +63,8 @@ export interface InferenceServiceClient extends grpc.Client {
 export interface InferenceServiceHandlers extends grpc.UntypedServiceImplementation {
   Generate: grpc.handleBidiStreamingCall<_loopwire_v1_GenerateRequest__Output, _loopwire_v1_GenerateResponse>;
   
+  GetModelInfo: grpc.handleUnaryCall<_loopwire_v1_GetModelInfoRequest__Output, _loopwire_v1_GetModelInfoResponse>;
+  
   GetStatus: grpc.handleUnaryCall<_loopwire_v1_GetStatusRequest__Output, _loopwire_v1_GetStatusResponse>;
   
   Prefill: grpc.handleUnaryCall<_loopwire_v1_PrefillRequest__Output, _loopwire_v1_PrefillResponse>;
@@ -64,6 +77,7 @@ export interface InferenceServiceHandlers extends grpc.UntypedServiceImplementat
 
 export interface InferenceServiceDefinition extends grpc.ServiceDefinition {
   Generate: MethodDefinition<_loopwire_v1_GenerateRequest, _loopwire_v1_GenerateResponse, _loopwire_v1_GenerateRequest__Output, _loopwire_v1_GenerateResponse__Output>
+  GetModelInfo: MethodDefinition<_loopwire_v1_GetModelInfoRequest, _loopwire_v1_GetModelInfoResponse, _loopwire_v1_GetModelInfoRequest__Output, _loopwire_v1_GetModelInfoResponse__Output>
   GetStatus: MethodDefinition<_loopwire_v1_GetStatusRequest, _loopwire_v1_GetStatusResponse, _loopwire_v1_GetStatusRequest__Output, _loopwire_v1_GetStatusResponse__Output>
   Prefill: MethodDefinition<_loopwire_v1_PrefillRequest, _loopwire_v1_PrefillResponse, _loopwire_v1_PrefillRequest__Output, _loopwire_v1_PrefillResponse__Output>
   PullKv: MethodDefinition<_loopwire_v1_PullKvRequest, _loopwire_v1_PullKvResponse, _loopwire_v1_PullKvRequest__Output, _loopwire_v1_PullKvResponse__Output>

@@ -2,6 +2,7 @@
 
 import type { Usage as _loopwire_v1_Usage, Usage__Output as _loopwire_v1_Usage__Output } from '../../loopwire/v1/Usage';
 import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_Timings__Output } from '../../loopwire/v1/Timings';
+import type { FinishReason as _loopwire_v1_FinishReason, FinishReason__Output as _loopwire_v1_FinishReason__Output } from '../../loopwire/v1/FinishReason';
 import type { Long } from '@grpc/proto-loader';
 
 export interface TurnProfile {
@@ -16,6 +17,7 @@ export interface TurnProfile {
   'itemsSent'?: (number);
   'fullRequest'?: (boolean);
   'resends'?: (number);
+  'finishReason'?: (_loopwire_v1_FinishReason);
 }
 
 export interface TurnProfile__Output {
@@ -30,4 +32,5 @@ export interface TurnProfile__Output {
   'itemsSent': (number);
   'fullRequest': (boolean);
   'resends': (number);
+  'finishReason': (_loopwire_v1_FinishReason__Output);
 }

@@ -214,7 +214,8 @@ def main(args: argparse.Namespace) -> int:
     modes = ["stateful", "stateless"] if args.mode == "both" else [args.mode]
     console.print(
         f"replaying {len(sessions)} recorded session(s), {sum(len(s.turns) for s in sessions)} turns, "
-        f"modes: {', '.join(modes)} (the engine emits the recorded assistant turns: labelled replay)"
+        f"modes: {', '.join(modes)}; {args.engine} engine serving {args.model} (the engine does the real work of "
+        "a model of that shape while the replay oracle emits the recorded assistant turns)"
     )
     results = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

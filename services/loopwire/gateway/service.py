@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import grpc
 
 from loopwire.common import telemetry
+from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError, invalid
 from loopwire.common.model_def import ModelDefinition
 from loopwire.common.prompt import ChatPrompt
@@ -260,6 +261,12 @@ class ConverseSession:
 
     def _prepare(self, create: gateway_pb2.CreateResponse) -> _Prepared:
         """Validate, find the conversation, tokenize what is new, admit under the rate limits."""
+        try:
+            return self._prepare_checked(create)
+        except ChatTemplateError as e:  # the model's own template refused this conversation
+            raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "create_response.input") from None
+
+    def _prepare_checked(self, create: gateway_pb2.CreateResponse) -> _Prepared:
         gw = self.gw
         cfg = gw.config
         received = validation.check_size(create, cfg.max_request_bytes)

@@ -307,3 +307,22 @@ async def test_no_store_full_requests_are_the_naive_way_per_request(make_mesh):
     assert "cache_break" not in kinds(second)
     assert last(second, "completed").timings.tokens_tokenized >= len(reference("sys", [], items))
     assert [r.kind for r in mesh.replicas[0].received] == ["full", "full"]
+
+
+async def test_a_template_that_refuses_the_conversation_is_an_in_stream_error(make_mesh):
+    """The model's own template may raise (e.g. no system role): INVALID_ARGUMENT naming why, stream lives."""
+    import dataclasses
+
+    from loopwire.common.prompt import ChatPrompt
+
+    strict = ("{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}"
+              "{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+              "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    mesh = await make_mesh()
+    mesh.servicer.prompt = ChatPrompt(dataclasses.replace(MODEL, chat_template=strict))
+    conv = mesh.open()
+    failed = last(await conv.send(instructions="be brief", input=[user("hi")], replay=replay("hello")), "failed")
+    assert failed.error.code == common_pb2.ERROR_CODE_INVALID_ARGUMENT
+    assert "System role not supported" in failed.error.message
+    ok = last(await conv.send(input=[user("hi")], replay=replay("hello")), "completed")
+    assert ok.output[0].message.content[0].text == "hello"

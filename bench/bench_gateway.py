@@ -35,9 +35,9 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
+from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
-from loopwire.gateway.auth import Authenticator  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier  # noqa: E402
 from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402

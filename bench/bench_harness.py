@@ -39,9 +39,9 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
+from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.gateway.auth import Authenticator  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
 from loopwire.gateway.safety import LexiconClassifier  # noqa: E402
 from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
@@ -79,7 +79,7 @@ class Mesh:
         self.gateway = await self._serve(lambda s: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, s))
         self.config = HarnessConfig(gateway=self.gateway, workspace_root=self.state / "workspaces",
                                     shell_timeout=30, background_after=30)
-        service, store = build(self.config, self.state / "harness.db")
+        service, store = build(self.config, self.state / "harness.db", Authenticator.open())
         harness = await self._serve(lambda s: harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, s))
         self.channel = grpc_server.insecure_channel(harness)
         self.stub = harness_pb2_grpc.HarnessServiceStub(self.channel)

@@ -92,7 +92,8 @@ async def run_config(config: Config, sessions, progress: Progress) -> Summary:  
         mesh = await asyncio.to_thread(start_mesh, Path(state), inference_replicas=config.replicas, extra_args=extra)
         try:
             t0 = time.perf_counter()
-            result = await replay_sessions(mesh.harness, sessions, config.mode, config.concurrency, progress)
+            result = await replay_sessions(mesh.harness, sessions, config.mode, config.concurrency, progress,
+                                           api_key=mesh.api_key)
             return summarize(config, result, time.perf_counter() - t0)
         finally:
             await asyncio.to_thread(mesh.stop)

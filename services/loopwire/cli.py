@@ -101,7 +101,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
         start.replay.CopyFrom(session.replay_script(run_tools=bool(args.workspace)))
     if args.max_turns:
         start.max_turns = args.max_turns
-    result = asyncio.run(run_task(args.harness, start, EventPrinter(console)))
+    from loopwire.mesh import read_dev_key
+
+    key = args.api_key or read_dev_key(args.state_dir)
+    if not key:
+        console.print(f"[red]no API key:[/] pass --api-key or LOOPWIRE_API_KEY, or start the mesh with "
+                      f"`loopwire up` (it leaves a development key in {args.state_dir}/)")
+        return 2
+    result = asyncio.run(run_task(args.harness, start, EventPrinter(console), api_key=key))
     if result.turns:
         console.print(turn_table(result.turns))
     if result.error:
@@ -147,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a task on a running harness and stream its events")
     p.add_argument("task", nargs="?", default="")
     p.add_argument("--harness", default=_env("HARNESS", "127.0.0.1:50051"))
+    p.add_argument("--api-key", default=_env("API_KEY", ""),
+                   help="tenant key for the harness (default: the development key `loopwire up` left in --state-dir)")
+    p.add_argument("--state-dir", default=_env("STATE_DIR", ".state"), help="where `loopwire up` keeps its state")
     p.add_argument("--workspace", default="")
     p.add_argument("--replay", default="", help="replay this recorded session instead of asking the model")
     p.add_argument("--max-turns", type=int, default=0)

@@ -30,13 +30,15 @@ async def run_task(
     start: harness_pb2.StartTask,
     on_event: Callable[[harness_pb2.RunResponse], None] | None = None,
     timeout: float | None = None,
+    api_key: str = "",
 ) -> RunResult:
     """Start a task and stream its events until the run completes or fails."""
     result = RunResult()
     t0 = time.perf_counter()
     async with insecure_channel(harness) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
-        call = stub.Run(iter([harness_pb2.RunRequest(start=start)]), timeout=timeout)
+        metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
+        call = stub.Run(iter([harness_pb2.RunRequest(start=start)]), timeout=timeout, metadata=metadata)
         try:
             async for event in call:
                 result.events += 1

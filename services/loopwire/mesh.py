@@ -28,6 +28,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# The development API key `loopwire up` makes, beside the state; `loopwire run` reads it.
+DEV_KEY_FILE = "dev-api-key"
+
+
+def read_dev_key(state_dir: str | Path) -> str:
+    try:
+        return (Path(state_dir) / DEV_KEY_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
 @dataclass
 class Mesh:
     """Addresses of a running mesh and the processes behind it."""
@@ -91,13 +102,18 @@ def start_mesh(
     ``log`` receives every line the services print, prefixed with the service name;
     without it their output goes to files in ``state_dir/logs``.
     """
-    from loopwire.gateway.auth import create_dev_config
+    from loopwire.common.auth import create_dev_config
+    from loopwire.common.service_auth import create_token_file
 
     state_dir.mkdir(parents=True, exist_ok=True)
     ports = dict(ports or {})
     extra_args = extra_args or {}
     auth_path = state_dir / "auth.json"
     api_key = create_dev_config(str(auth_path))
+    (state_dir / DEV_KEY_FILE).write_text(api_key + "\n", encoding="utf-8")
+    (state_dir / DEV_KEY_FILE).chmod(0o600)
+    token_path = state_dir / "service-token"
+    create_token_file(token_path)
     inference_addrs = []
     for i in range(inference_replicas):
         port = ports.get("inference", 0) + i if ports.get("inference") else free_port()
@@ -107,16 +123,17 @@ def start_mesh(
     commands: dict[str, list[str]] = {}
     for i, addr in enumerate(inference_addrs):
         name = "inference" if inference_replicas == 1 else f"inference-{i}"
-        commands[name] = ["inference", "--listen", addr, "--replica-id", name, *extra_args.get("inference", [])]
+        commands[name] = ["inference", "--listen", addr, "--replica-id", name, "--service-token-file", str(token_path),
+                          *extra_args.get("inference", [])]
     commands["gateway"] = [
         "gateway", "--listen", gateway, "--inference", ",".join(inference_addrs),
-        "--auth-config", str(auth_path), *extra_args.get("gateway", []),
+        "--auth-config", str(auth_path), "--service-token-file", str(token_path), *extra_args.get("gateway", []),
     ]
     commands["harness"] = [
         "harness", "--listen", harness, "--gateway", gateway, "--state-dir", str(state_dir),
-        *extra_args.get("harness", []),
+        "--auth-config", str(auth_path), *extra_args.get("harness", []),
     ]
-    proc_env = {**os.environ, **(env or {}), "LOOPWIRE_API_KEY": api_key, "PYTHONUNBUFFERED": "1"}
+    proc_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir)
     (state_dir / "logs").mkdir(exist_ok=True)
     try:

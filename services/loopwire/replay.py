@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ async def replay_sessions(
     concurrency: int,
     progress: Progress | None = None,
     printer: Callable[[harness_pb2.RunResponse], None] | None = None,
+    api_key: str = "",
 ) -> ModeResult:
     result = ModeResult(mode)
     total_turns = sum(len(s.turns) for s in sessions)
@@ -96,7 +98,7 @@ async def replay_sessions(
 
     async def one(session: RecordedSession) -> RunResult:
         async with gate:
-            return await run_task(harness, start_for(session, mode), on_event)
+            return await run_task(harness, start_for(session, mode), on_event, api_key=api_key)
 
     result.runs = list(await asyncio.gather(*(one(s) for s in sessions)))
     return result
@@ -184,6 +186,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", help="recorded sessions (.traj.json, .traj, OpenAI chat JSON) or directories")
     parser.add_argument("--mode", choices=["stateful", "stateless", "both"], default="both")
     parser.add_argument("--harness", default="", help="a running harness; default: start an embedded mesh")
+    parser.add_argument("--api-key", default=os.environ.get("LOOPWIRE_API_KEY", ""),
+                        help="tenant key for --harness (env LOOPWIRE_API_KEY)")
     parser.add_argument("--concurrency", type=int, default=1, help="sessions replayed at once")
     parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
     parser.add_argument("--plots", default="", help="write PNG plots with this path prefix")
@@ -238,7 +242,7 @@ def main(args: argparse.Namespace) -> int:
 async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession], mode: str,
                        progress: Progress, printer: Callable[[harness_pb2.RunResponse], None] | None) -> ModeResult:
     if args.harness:
-        return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress, printer)
+        return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress, printer, args.api_key)
     from loopwire.mesh import start_mesh
 
     extra = {k: list(v) for k, v in (STATELESS_SERVICE_ARGS if mode == "stateless" else {}).items()}
@@ -246,6 +250,7 @@ async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession]
     with tempfile.TemporaryDirectory(prefix="loopwire-replay-") as state:
         mesh = await asyncio.to_thread(start_mesh, Path(state), extra_args=extra)
         try:
-            return await replay_sessions(mesh.harness, sessions, mode, args.concurrency, progress, printer)
+            return await replay_sessions(mesh.harness, sessions, mode, args.concurrency, progress, printer,
+                                         mesh.api_key)
         finally:
             await asyncio.to_thread(mesh.stop)

@@ -26,7 +26,7 @@ class Replica:
     async def __aenter__(self) -> Replica:
         self.engine = build_engine(self.options)
         self.server = grpc_server.make_server()
-        add_servicer(self.server, self.engine)
+        self.servicer = add_servicer(self.server, self.engine)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         await self.server.start()
         self.address = f"127.0.0.1:{self.port}"
@@ -227,6 +227,7 @@ async def test_prefill_on_one_replica_decode_on_another_gives_the_same_tokens() 
         assert len(pulled) == 4 and list(pulled[-1].tail_token_ids) == prompt[64:]
         assert pulled[0].block.dtype == "float64" and len(pulled[0].block.keys) > 0
 
+        dec.servicer.peers = frozenset({pre.address})  # --peers: the only replicas it imports KV from
         d = Session(dec.stub)
         await d.start(request_id="r", full=inference_pb2.FullPrompt(token_ids=prompt), params=params(12),
                       kv_handle=handle.kv_handle, kv_source=pre.address)

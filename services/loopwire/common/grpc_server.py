@@ -12,7 +12,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from loopwire.common import telemetry
+from loopwire.common import service_auth, telemetry
 
 log = logging.getLogger("loopwire.server")
 
@@ -23,16 +23,20 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+# A second server on a busy port must fail, not share it (SO_REUSEPORT would split the traffic).
+SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
 def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
     """A server that continues the caller's trace (W3C traceparent in metadata)."""
-    return grpc.aio.server(interceptors=[*telemetry.server_interceptors(), *interceptors], options=CHANNEL_OPTIONS)
+    return grpc.aio.server(interceptors=[*telemetry.server_interceptors(), *interceptors], options=SERVER_OPTIONS)
 
 
-def insecure_channel(target: str) -> grpc.aio.Channel:
-    """A channel that propagates the current trace to the callee."""
-    return grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS, interceptors=telemetry.client_interceptors())
+def insecure_channel(target: str, service_token: str = "") -> grpc.aio.Channel:
+    """A channel that propagates the current trace to the callee (and the service token, if given)."""
+    return grpc.aio.insecure_channel(
+        target, options=CHANNEL_OPTIONS,
+        interceptors=[*telemetry.client_interceptors(), *service_auth.client_interceptors(service_token)])
 
 
 class _MethodAwarePool:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loopwire.common.auth import Limits
+
 
 @dataclass
 class TokenBucket:
@@ -41,15 +43,6 @@ class TokenBucket:
         if self.capacity > 0:
             self._refill()
             self.level -= amount
-
-
-@dataclass
-class Limits:
-    """0 means unlimited."""
-
-    requests_per_minute: float = 0
-    tokens_per_minute: float = 0
-    concurrent_streams: int = 0
 
 
 class TenantLimiter:

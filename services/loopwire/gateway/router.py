@@ -94,7 +94,8 @@ class Replica:
 class Router:
     """Replicas, their health, cache contents and load; picks one per session."""
 
-    def __init__(self, addresses: Sequence[str], policy: str = "cache-aware", poll_interval_s: float = 0.5) -> None:
+    def __init__(self, addresses: Sequence[str], policy: str = "cache-aware", poll_interval_s: float = 0.5,
+                 service_token: str = "") -> None:
         if policy not in POLICIES:
             raise ValueError(f"routing policy must be one of {', '.join(POLICIES)}")
         if not addresses:
@@ -103,7 +104,7 @@ class Router:
         self.poll_interval_s = poll_interval_s
         self.replicas: list[Replica] = []
         for address in addresses:
-            channel = grpc_server.insecure_channel(address)
+            channel = grpc_server.insecure_channel(address, service_token)
             self.replicas.append(Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel)))
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []

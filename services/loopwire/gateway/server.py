@@ -7,10 +7,11 @@ import logging
 from collections.abc import Callable
 
 from loopwire.common import grpc_server
+from loopwire.common.auth import load_authenticator
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
 from loopwire.common.model_def import ModelDefinition, ModelError
-from loopwire.gateway.auth import Authenticator
+from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
 from loopwire.gateway.router import POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
@@ -32,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inference", default=_env("inference", "127.0.0.1:50053"),
                         help="inference replicas, host:port,host:port,...")
     parser.add_argument("--auth-config", default=_env("auth_config", ""),
-                        help="JSON or TOML file of tenants, hashed keys and limits (none: anonymous tenant 'default')")
+                        help="JSON or TOML file of tenants, hashed keys and limits (required unless --insecure-dev)")
+    add_service_token_arguments(parser, "sent to the inference replicas")
     parser.add_argument("--safety-mode", choices=sorted(SAFETY_MODES), default=_env("safety_mode", "stream-then-cut"))
     parser.add_argument("--safety-classifier", default=_env("safety_classifier", "lexicon"),
                         help="'lexicon' (offline rules) or 'guard:host:port' (a guard model on an inference service)")
@@ -52,11 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-tokenize and forward every request in full (the naive way, for comparison)")
 
 
-def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Router) -> GatewayServicer:
-    authenticator = Authenticator.from_file(args.auth_config) if args.auth_config else Authenticator.open()
+def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Router, token: str) -> GatewayServicer:
+    authenticator = load_authenticator(args, "gateway")
     classifier: SafetyClassifier
     if args.safety_classifier.startswith("guard:"):
-        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"))
+        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"), service_token=token)
     elif args.safety_classifier == "lexicon":
         classifier = LexiconClassifier()
     else:
@@ -76,7 +78,8 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
-    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing)
+    token = service_token_from_args(args, "gateway")
+    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing, service_token=token)
     try:
         info = await router.fetch_model()
         model = ModelDefinition.from_proto(info)
@@ -84,7 +87,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         await router.close()
         raise SystemExit(f"gateway: {e}") from None
     log.info("gateway tokenizes for model %s (%s, tokenizer digest %s)", model.name, model.source, model.digest[:16])
-    servicer = build_servicer(args, model, router)
+    servicer = build_servicer(args, model, router, token)
     await servicer.router.start()
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)

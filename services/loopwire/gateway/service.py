@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import grpc
 
 from loopwire.common import telemetry
+from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError, invalid
 from loopwire.common.model_def import ModelDefinition
 from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway import validation
-from loopwire.gateway.auth import Authenticator, AuthError, Tenant
 from loopwire.gateway.conversation import Conversation, Difference
 from loopwire.gateway.generate_link import GenerateLink, LinkDown
 from loopwire.gateway.metrics import GatewayMetrics, Stopwatch

@@ -70,7 +70,7 @@ class SessionRun:
     """Runs one session until it completes, fails, is cancelled or waits for approval."""
 
     def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox, stored: StoredSession,
-                 emit: Emit) -> None:
+                 emit: Emit, api_key: str = "") -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
         self.stored = stored
         self.session_id = stored.session.session_id
@@ -83,7 +83,7 @@ class SessionRun:
         self.tool_context = tools.ToolContext(self.workspace, sandbox, self.background, config.shell_timeout,
                                               config.background_after)
         self.conversation = Conversation(
-            config.gateway, config.api_key,
+            config.gateway, api_key or config.api_key,  # the caller's key: the gateway bills its tenant
             stateful=self.start.model.conversation_mode != harness_pb2.CONVERSATION_MODE_STATELESS,
             last_response_id=stored.last_response_id, held_items=stored.held_items)
         self.inbox: list[str] = []

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loopwire.common import grpc_server
+from loopwire.common.auth import Authenticator, load_authenticator
 from loopwire.common.config import env as _env
+from loopwire.common.service_flags import add_insecure_dev_argument
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.service import HarnessService
@@ -22,7 +24,13 @@ log = logging.getLogger("loopwire.harness")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50051"), help="host:port (port 0 = any)")
     parser.add_argument("--gateway", default=_env("gateway", "127.0.0.1:50052"), help="gateway host:port")
-    parser.add_argument("--api-key", default=_env("api-key", ""), help="sent as `authorization: Bearer <key>`")
+    parser.add_argument("--api-key", default=_env("api-key", ""),
+                        help="key for the gateway when a caller presented none (insecure dev mode); otherwise "
+                             "the caller's own key is sent (env LOOPWIRE_API_KEY)")
+    parser.add_argument("--auth-config", default=_env("auth_config", ""),
+                        help="JSON or TOML file of tenants and hashed keys, the gateway's format "
+                             "(required unless --insecure-dev; env LOOPWIRE_AUTH_CONFIG)")
+    add_insecure_dev_argument(parser)
     parser.add_argument("--state-dir", default=_env("state-dir", ".state"))
     parser.add_argument("--db", default=_env("db", ""), help="SQLite file (default <state-dir>/harness.db)")
     parser.add_argument("--workspace-root", default=_env("workspace-root", ""),
@@ -48,7 +56,7 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         approval_retention=args.approval_retention, max_turns=args.max_turns)
 
 
-def build(config: HarnessConfig, db: Path) -> tuple[HarnessService, SessionStore]:
+def build(config: HarnessConfig, db: Path, authenticator: Authenticator) -> tuple[HarnessService, SessionStore]:
     """The servicer with its store and a probed sandbox (shared by the server and in-process tests)."""
     store = SessionStore(db)
     interrupted = store.mark_interrupted()
@@ -58,12 +66,13 @@ def build(config: HarnessConfig, db: Path) -> tuple[HarnessService, SessionStore
     config.workspace_root.mkdir(parents=True, exist_ok=True)
     if reason := sandbox.probe(config.workspace_root / ".sandbox-probe"):
         log.error("SANDBOX UNAVAILABLE: %s", reason)
-    return HarnessService(config, store, sandbox), store
+    return HarnessService(config, store, sandbox, authenticator), store
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     config = config_from_args(args)
-    service, store = build(config, Path(args.db) if args.db else Path(args.state_dir) / "harness.db")
+    authenticator = load_authenticator(args, "harness")
+    service, store = build(config, Path(args.db) if args.db else Path(args.state_dir) / "harness.db", authenticator)
     server = grpc_server.make_server()
     harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, server)
     name = harness_pb2.DESCRIPTOR.services_by_name["HarnessService"].full_name

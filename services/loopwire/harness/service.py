@@ -1,5 +1,9 @@
 """HarnessService: Run streams, GetSession, ListSessions.
 
+Every call is authenticated with the same API keys as the gateway; a session belongs to the
+tenant that started it, and another tenant neither sees nor drives it (NOT_FOUND, so its
+existence does not leak). The caller's key is what the harness presents to the gateway.
+
 Runs belong to the harness, not to a stream: a stream starts or resumes sessions and
 receives their events; when the client goes away its runs stop as INTERRUPTED (resumable).
 A half-closed stream stays open until every run it drives has completed, failed or suspended.
@@ -16,6 +20,7 @@ from pathlib import Path
 
 import grpc
 
+from loopwire.common.auth import Authenticator, AuthError
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import tools, validation
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
@@ -38,26 +43,45 @@ class ActiveRun:
     task: asyncio.Task[None]
 
 
+@dataclass(frozen=True)
+class Caller:
+    tenant: str
+    key: str  # the bearer key it presented ('' in insecure dev mode)
+
+
 class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
-    def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox) -> None:
+    def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox,
+                 authenticator: Authenticator) -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
+        self.auth = authenticator
         self.active: dict[str, ActiveRun] = {}
         self.sequences: dict[str, int] = {}
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+        metadata = context.invocation_metadata()
+        try:
+            tenant = self.auth.authenticate(metadata)
+        except AuthError as e:
+            code = grpc.StatusCode.PERMISSION_DENIED if e.permission else grpc.StatusCode.UNAUTHENTICATED
+            await context.abort(code, f"authorization: {e}")
+        header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
+        return Caller(tenant.name, header.partition(" ")[2].strip())
 
     async def Run(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[harness_pb2.RunRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[harness_pb2.RunResponse]:
-        stream = RunStream(self)
+        stream = RunStream(self, await self._caller(context))
         async for event in stream.serve(request_iterator):
             yield event
 
     async def GetSession(  # noqa: N802
         self, request: harness_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> harness_pb2.GetSessionResponse:
+        caller = await self._caller(context)
         if not request.session_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
         stored = await asyncio.to_thread(self.store.load, request.session_id)
-        if stored is None:
+        if stored is None or stored.tenant != caller.tenant:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"session_id: no session {request.session_id!r}")
         assert stored is not None
         return harness_pb2.GetSessionResponse(session=stored.session, instructions=stored.instructions,
@@ -66,9 +90,10 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
     async def ListSessions(  # noqa: N802
         self, request: harness_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> harness_pb2.ListSessionsResponse:
+        caller = await self._caller(context)
         page_size = min(request.page_size or 50, 1000)
         try:
-            sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token)
+            sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token, caller.tenant)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_token: {e}")
         return harness_pb2.ListSessionsResponse(sessions=sessions, next_page_token=token)
@@ -85,8 +110,9 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
 class RunStream:
     """One Run call: dispatches its requests and merges the events of the runs it drives."""
 
-    def __init__(self, service: HarnessService) -> None:
+    def __init__(self, service: HarnessService, caller: Caller) -> None:
         self.service = service
+        self.caller = caller
         self.queue: asyncio.Queue[object] = asyncio.Queue()
         self.runs: set[str] = set()
 
@@ -143,7 +169,7 @@ class RunStream:
             sid = validation.session_id(msg.session_id, "user_message.session_id")
             if not msg.text.strip():
                 raise invalid("user_message.text", "required")
-            if sid in self.service.active:
+            if sid in self.service.active and self.service.active[sid].run.stored.tenant == self.caller.tenant:
                 self.service.active[sid].run.inbox.append(msg.text)
                 return
             session = await self._load_idle(sid, "user_message.session_id")
@@ -154,15 +180,18 @@ class RunStream:
             await self._launch(sid, resumed=True)
         else:
             sid = validation.session_id(request.cancel.session_id, "cancel.session_id")
+            active = self.service.active.get(sid)
+            if active is not None and active.run.stored.tenant != self.caller.tenant:
+                raise validation.not_found("cancel.session_id", f"session {sid!r}")
             if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED):
                 raise invalid("cancel.session_id", "no run of this session is in progress")
 
     async def _load_idle(self, sid: str, field: str) -> harness_pb2.Session:
+        stored = await asyncio.to_thread(self.service.store.load, sid)
+        if stored is None or stored.tenant != self.caller.tenant:
+            raise validation.not_found(field, f"session {sid!r}")
         if sid in self.service.active:
             raise invalid(field, "session is already running")
-        stored = await asyncio.to_thread(self.service.store.load, sid)
-        if stored is None:
-            raise validation.not_found(field, f"session {sid!r}")
         return stored.session
 
     async def _start(self, start: harness_pb2.StartTask) -> None:
@@ -182,7 +211,7 @@ class RunStream:
         session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list()
         await asyncio.to_thread(store.create, sid, start, start.instructions or DEFAULT_INSTRUCTIONS,
                                 session_tools, str(workspace.resolve()),
-                                start.replay.source or "recorded session" if replay else "")
+                                start.replay.source or "recorded session" if replay else "", self.caller.tenant)
         await asyncio.to_thread(store.append, sid, [user_message(start.task)], first_seq=0)
         await self._launch(sid, resumed=False)
 
@@ -191,10 +220,10 @@ class RunStream:
         if not decision.approval_id:
             raise invalid("approval.approval_id", "required")
         sid = await asyncio.to_thread(store.session_of_approval, decision.approval_id)
-        if sid is None or (decision.session_id and decision.session_id != sid):
+        stored = await asyncio.to_thread(store.load, sid) if sid is not None else None
+        if (sid is None or stored is None or stored.tenant != self.caller.tenant
+                or (decision.session_id and decision.session_id != sid)):
             raise validation.not_found("approval.approval_id", "pending approval")
-        stored = await asyncio.to_thread(store.load, sid)
-        assert stored is not None
         pending = next(p for p in stored.pending if p.approval_id == decision.approval_id)
         if pending.decision != Decision.PENDING:
             raise invalid("approval.approval_id", "already decided")
@@ -215,7 +244,7 @@ class RunStream:
         service = self.service
         stored = await asyncio.to_thread(service.store.load, sid)
         assert stored is not None
-        run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit)
+        run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit, self.caller.key)
         task = asyncio.ensure_future(run.run(resumed=resumed))
         service.active[sid] = ActiveRun(run, task)
         self.runs.add(sid)

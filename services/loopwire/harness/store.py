@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     turn_count INTEGER NOT NULL DEFAULT 0,
     last_response_id TEXT NOT NULL DEFAULT '',
     held_items INTEGER NOT NULL DEFAULT 0,
-    error TEXT NOT NULL DEFAULT ''
+    error TEXT NOT NULL DEFAULT '',
+    tenant TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS sessions_newest ON sessions (created_at_ms DESC, session_id DESC);
 CREATE TABLE IF NOT EXISTS items (
@@ -97,6 +98,7 @@ class StoredSession:
     last_response_id: str
     held_items: int
     pending: list[PendingCall] = field(default_factory=list)
+    tenant: str = ""  # the tenant that owns the session: no other tenant sees or drives it
 
 
 class SessionStore:
@@ -110,6 +112,9 @@ class SessionStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
+            if "tenant" not in columns:  # a file from before sessions had owners
+                self._db.execute("ALTER TABLE sessions ADD COLUMN tenant TEXT NOT NULL DEFAULT ''")
 
     def close(self) -> None:
         with self._lock:
@@ -140,14 +145,15 @@ class SessionStore:
         tools: list[common_pb2.Tool],
         workspace: str,
         replay_source: str,
+        tenant: str = "",
     ) -> None:
         t = now_ms()
         tools_blob = common_pb2.ToolSearchOutput(tools=tools).SerializeToString(deterministic=True)
         self._tx([(
             "INSERT INTO sessions (session_id, status, task, workspace, instructions, tools, start, replay_source,"
-            " created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at_ms, updated_at_ms, tenant) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (session_id, Status.SESSION_STATUS_RUNNING, start.task, workspace, instructions, tools_blob,
-             start.SerializeToString(deterministic=True), replay_source, t, t),
+             start.SerializeToString(deterministic=True), replay_source, t, t, tenant),
         )])
 
     def exists(self, session_id: str) -> bool:
@@ -218,7 +224,7 @@ class SessionStore:
     def load(self, session_id: str) -> StoredSession | None:
         rows = self._query(
             "SELECT session_id, status, task, workspace, item_count, turn_count, created_at_ms, updated_at_ms,"
-            " replay_source, instructions, tools, start, last_response_id, held_items FROM sessions"
+            " replay_source, instructions, tools, start, last_response_id, held_items, tenant FROM sessions"
             " WHERE session_id = ?", (session_id,))
         if not rows:
             return None
@@ -244,17 +250,18 @@ class SessionStore:
             last_response_id=row[12],
             held_items=row[13],
             pending=pending,
+            tenant=row[14],
         )
 
-    def list(self, page_size: int, page_token: str) -> tuple[list[harness_pb2.Session], str]:
-        """Newest first; the token is an opaque cursor (created_at_ms, session_id) of the last row."""
+    def list(self, page_size: int, page_token: str, tenant: str = "") -> tuple[list[harness_pb2.Session], str]:
+        """The tenant's sessions, newest first; the token is an opaque cursor (created_at_ms, session_id)."""
         sql = ("SELECT session_id, status, task, workspace, item_count, turn_count, created_at_ms, updated_at_ms,"
-               " replay_source FROM sessions")
-        params: tuple = ()
+               " replay_source FROM sessions WHERE tenant = ?")
+        params: tuple = (tenant,)
         if page_token:
             created, sid = decode_page_token(page_token)
-            sql += " WHERE (created_at_ms, session_id) < (?, ?)"
-            params = (created, sid)
+            sql += " AND (created_at_ms, session_id) < (?, ?)"
+            params = (tenant, created, sid)
         sql += " ORDER BY created_at_ms DESC, session_id DESC LIMIT ?"
         rows = self._query(sql, (*params, page_size + 1))
         sessions = [_session(r) for r in rows[:page_size]]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from loopwire.common import grpc_server
 from loopwire.common.config import env as _env
 from loopwire.common.model_def import ModelDefinition, load_definition
+from loopwire.common.service_auth import ServiceTokenInterceptor
+from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
@@ -145,6 +147,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         default=_env("no_prefix_cache", "") in ("", "0", "false"),
                         help="disable prefix caching (the naive baseline)")
+    add_service_token_arguments(parser, "accepted from gateways and peer replicas; sent to peers when pulling KV")
+    parser.add_argument("--peers", default=_env("peers", ""),
+                        help="replicas this one may import KV from (kv_source), host:port,... (default: none)")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
     parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
     parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),
@@ -165,8 +170,9 @@ def describe(engine: Engine) -> str:
             f"context {d.context_length or 'unknown'}, tokenizer digest {d.digest[:16]}{kv}")
 
 
-def add_servicer(server: object, engine: Engine, role: str = "both") -> InferenceServicer:
-    servicer = InferenceServicer(engine, role)
+def add_servicer(server: object, engine: Engine, role: str = "both", service_token: str = "",
+                 peers: frozenset[str] = frozenset()) -> InferenceServicer:
+    servicer = InferenceServicer(engine, role, service_token, peers)
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     return servicer
 
@@ -177,7 +183,8 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     except (ValueError, OSError) as e:  # ModelError, TokenizerError, ChatTemplateError are ValueErrors
         raise SystemExit(f"inference: {e}") from None
     log.info("%s", describe(engine))
-    server = grpc_server.make_server()
-    add_servicer(server, engine, args.role)
+    token = service_token_from_args(args, "inference")
+    server = grpc_server.make_server([ServiceTokenInterceptor(token)] if token else [])
+    add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()))
     await engine.start()
     await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

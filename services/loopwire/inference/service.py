@@ -22,7 +22,7 @@ from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
-from loopwire.inference.validation import check_ids, check_params, resolve_prompt
+from loopwire.inference.validation import check_capacity, check_ids, check_params, resolve_prompt
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.inference")
@@ -44,6 +44,8 @@ _ROLES = {
 }
 # How long a Prefill keeps its blocks for the decode replica to pull, and how many handles live.
 PREFILL_HOLD_SECONDS = 60.0
+# A peer that does not deliver a prefilled KV within this long is given up on (STATE_LOST).
+PULL_TIMEOUT_S = 30.0
 MAX_PREFILL_HANDLES = 1024
 
 
@@ -111,10 +113,13 @@ class _PrefillHandle:
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
-    def __init__(self, engine: Engine, role: str = "both") -> None:
+    def __init__(self, engine: Engine, role: str = "both", service_token: str = "",
+                 peers: frozenset[str] = frozenset()) -> None:
         self.engine = engine
         self.config = engine.config
         self.role = role
+        self.service_token = service_token  # sent to peers this replica pulls KV from
+        self.peers = peers  # the only addresses a kv_source may name (none: no KV is imported)
         self.vocab_size = engine.vocab_size
         self._stop_ids = tuple(engine.definition.stop_token_ids)
         self._model_info = inference_pb2.GetModelInfoResponse(model=engine.definition.to_proto(engine.name))
@@ -174,6 +179,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 raise invalid("start.request_id", f"{rid!r} is already running on this stream")
             prompt, prompt_hash = resolve_prompt(start, state.held, self.vocab_size)
             check_params(start, len(prompt), self.config, self.vocab_size)
+            if start.kv_handle and start.kv_source not in self.peers:
+                raise invalid("start.kv_source", f"{start.kv_source!r} is not a configured peer of this replica "
+                              "(--peers): KV is imported only from replicas it trusts")
         except RequestError as e:
             state.outbox.put(_error(rid, e))
             return
@@ -221,9 +229,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                         state.outbox.put(response)
             except RequestError as e:
                 state.outbox.put(_error(rid, e))
-            except (RuntimeError, grpc.aio.AioRpcError, ValueError) as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure ends this generation with an event, never silence
                 log.exception("generation %s failed", req.request_id)
-                state.outbox.put(_error(rid, RequestError(Code.ERROR_CODE_INTERNAL, str(e), retryable=True)))
+                state.outbox.put(_error(rid, RequestError(Code.ERROR_CODE_INTERNAL,
+                                                          f"{type(e).__name__}: {e}"[:500], retryable=True)))
             finally:
                 telemetry.metrics().set_queue_depth(self.engine.stats().waiting, self.config.replica_id)
 
@@ -270,8 +281,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: the prompt is empty")
         try:
             check_ids("token_ids", request.token_ids, self.vocab_size)
+            check_capacity("token_ids", len(request.token_ids) + 1, self.config)
         except RequestError as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if e.code == Code.ERROR_CODE_RESOURCE_EXHAUSTED
+                    else grpc.StatusCode.INVALID_ARGUMENT)
+            await context.abort(code, e.message)
         handle = secrets.token_bytes(16)
         req = GenerationRequest(
             request_id=f"prefill/{handle.hex()}",
@@ -328,11 +342,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         if not self.engine.supports_kv_transfer:
             raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, f"start.kv_handle: the {self.engine.name} engine "
                                "cannot import KV through this service", "start.kv_handle")
-        async with grpc_server.insecure_channel(source) as channel:
+        async with grpc_server.insecure_channel(source, self.service_token) as channel:
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
             blocks = []
             try:
-                async for chunk in stub.PullKv(inference_pb2.PullKvRequest(kv_handle=handle)):
+                async for chunk in stub.PullKv(inference_pb2.PullKvRequest(kv_handle=handle), timeout=PULL_TIMEOUT_S):
                     if chunk.HasField("block"):
                         blocks.append(_block_data(chunk.block))
             except grpc.aio.AioRpcError as e:

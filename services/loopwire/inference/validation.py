@@ -11,6 +11,10 @@ from loopwire.inference.config import EngineConfig
 from loopwire.v1 import inference_pb2
 
 MAX_DRAFT_TOKENS = 64
+# A generation may ask to be kept or preferred only so much: beyond these a caller could pin
+# the KV cache or starve everyone else.
+MAX_PRIORITY = 100
+MAX_RETENTION_SECONDS = 3600
 
 
 def check_ids(field: str, ids: Iterable[int], vocab_size: int) -> None:
@@ -57,14 +61,23 @@ def resolve_prompt(
     raise invalid("start.prompt", "set full or append")
 
 
+def check_capacity(field: str, tokens: int, config: EngineConfig) -> None:
+    """A request that could never fit the KV cache is refused at once, never queued forever."""
+    if -(-tokens // config.block_size) > config.num_kv_blocks:
+        raise RequestError(
+            Code.ERROR_CODE_RESOURCE_EXHAUSTED,
+            f"{field}: {tokens} tokens need more KV than this replica has "
+            f"({config.num_kv_blocks} blocks of {config.block_size})", field)
+
+
 def check_params(start: inference_pb2.GenerationStart, prompt_len: int, config: EngineConfig, vocab_size: int) -> None:
     p = start.params
     if p.max_tokens <= 0:
         raise invalid("start.params.max_tokens", f"must be at least 1 (got {p.max_tokens})")
     if p.max_tokens > config.max_output_tokens:
         raise invalid("start.params.max_tokens", f"{p.max_tokens} is over this server's limit {config.max_output_tokens}")
-    if not p.temperature >= 0.0:
-        raise invalid("start.params.temperature", "must be >= 0")
+    if not 0.0 <= p.temperature <= 100.0:  # also refuses NaN and infinity
+        raise invalid("start.params.temperature", f"must be a finite number in [0, 100] (got {p.temperature})")
     if not 0.0 <= p.top_p <= 1.0:
         raise invalid("start.params.top_p", "must be in [0, 1] (0 means 1)")
     if p.num_draft_tokens > MAX_DRAFT_TOKENS:
@@ -73,10 +86,8 @@ def check_params(start: inference_pb2.GenerationStart, prompt_len: int, config: 
     check_ids("start.oracle_token_ids", start.oracle_token_ids, vocab_size)
     if start.kv_handle and not start.kv_source:
         raise invalid("start.kv_source", "kv_handle needs the address of the replica that holds it")
-    worst = prompt_len + p.max_tokens + config.num_draft_tokens
-    if -(-worst // config.block_size) > config.num_kv_blocks:
-        raise RequestError(
-            Code.ERROR_CODE_RESOURCE_EXHAUSTED,
-            f"start.params.max_tokens: prompt ({prompt_len}) + max_tokens ({p.max_tokens}) needs more KV "
-            f"than this replica has ({config.num_kv_blocks} blocks of {config.block_size})",
-            "start.params.max_tokens")
+    if not -MAX_PRIORITY <= start.priority <= MAX_PRIORITY:
+        raise invalid("start.priority", f"must be in [-{MAX_PRIORITY}, {MAX_PRIORITY}]")
+    if start.retention_seconds > MAX_RETENTION_SECONDS:
+        raise invalid("start.retention_seconds", f"at most {MAX_RETENTION_SECONDS}")
+    check_capacity("start.params.max_tokens", prompt_len + p.max_tokens + config.num_draft_tokens, config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loopwire.common import grpc_server
-from loopwire.gateway.auth import Authenticator
+from loopwire.common.auth import Authenticator
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer

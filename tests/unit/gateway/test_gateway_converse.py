@@ -8,7 +8,7 @@ import json
 import grpc
 import pytest
 
-from loopwire.gateway.auth import Authenticator, hash_key
+from loopwire.common.auth import Authenticator, hash_key
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 

@@ -9,7 +9,7 @@ import pytest
 from loopwire.common.errors import RequestError
 from loopwire.common.model_def import dummy_definition
 from loopwire.common.prompt import ChatPrompt
-from loopwire.gateway.auth import Authenticator, AuthError, create_dev_config, hash_key
+from loopwire.common.auth import Authenticator, AuthError, create_dev_config, hash_key
 from loopwire.gateway.conversation import Conversation
 from loopwire.gateway.rate_limit import Limits, TenantLimiter, TokenBucket
 from loopwire.gateway.response_store import ResponseStore

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import grpc
 
+from loopwire.common.auth import Authenticator, hash_key
 from loopwire.common.grpc_server import insecure_channel, make_server
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build
@@ -135,6 +137,7 @@ class Harness:
     config: HarnessConfig
     service: object
     tmp: Path
+    address: str = ""
     closers: list = field(default_factory=list)
 
     async def run(self, *requests: harness_pb2.RunRequest, timeout: float = 60) -> list[harness_pb2.RunResponse]:
@@ -156,16 +159,26 @@ async def harness_env(tmp: Path, **config: object) -> AsyncIterator[Harness]:
                         shell_timeout=20, background_after=15)
     for k, v in config.items():
         setattr(cfg, k, v)
-    service, store = build(cfg, tmp / "harness.db")
+    service, store = build(cfg, tmp / "harness.db", two_tenant_authenticator(tmp))
     server, addr = await start_server(harness_pb2_grpc.add_HarnessServiceServicer_to_server, service)
-    channel = insecure_channel(addr)
+    channel = insecure_channel(addr, TENANT_KEYS["t1"])  # every call as tenant t1, key "test-key"
     try:
-        yield Harness(harness_pb2_grpc.HarnessServiceStub(channel), gateway, cfg, service, tmp)
+        yield Harness(harness_pb2_grpc.HarnessServiceStub(channel), gateway, cfg, service, tmp, addr)
     finally:
         await channel.close()
         await server.stop(0)
         await gw_server.stop(0)
         store.close()
+
+
+TENANT_KEYS = {"t1": "test-key", "t2": "other-tenant-key"}
+
+
+def two_tenant_authenticator(tmp: Path) -> Authenticator:
+    """Two tenants with one key each, in the gateway's auth file format."""
+    path = tmp / "auth.json"
+    path.write_text(json.dumps({"tenants": {t: {"key_sha256": [hash_key(k)]} for t, k in TENANT_KEYS.items()}}))
+    return Authenticator.from_file(path)
 
 
 def kinds(events: list[harness_pb2.RunResponse]) -> list[str]:
@@ -187,7 +200,7 @@ class HarnessProcess:
         self.log = (state_dir / "harness.log").open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "loopwire.cli", "harness", "--listen", self.address, "--gateway", gateway,
-             "--state-dir", str(state_dir), *extra],
+             "--state-dir", str(state_dir), "--insecure-dev", "--api-key", "test-key", *extra],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 

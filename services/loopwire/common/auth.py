@@ -1,5 +1,9 @@
 """API keys (stored as sha256 hashes) to tenants, and each tenant's limits.
 
+Shared by every service that clients call: the gateway and the harness take the same file,
+so a key names one tenant everywhere. Inference is called by services only, with a service
+token (``ServiceToken``).
+
 Config file, JSON or TOML::
 
     {"tenants": {"dev": {"key_sha256": ["<hex>"], "requests_per_minute": 600,
@@ -18,12 +22,20 @@ import secrets
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from loopwire.gateway.rate_limit import Limits
-
-log = logging.getLogger("loopwire.gateway.auth")
+log = logging.getLogger("loopwire.auth")
 
 ANONYMOUS_TENANT = "default"
+
+
+@dataclass
+class Limits:
+    """0 means unlimited."""
+
+    requests_per_minute: float = 0
+    tokens_per_minute: float = 0
+    concurrent_streams: int = 0
 
 
 class AuthError(Exception):
@@ -53,7 +65,8 @@ class Authenticator:
 
     @classmethod
     def open(cls) -> Authenticator:
-        log.warning("no --auth-config: accepting anonymous requests as tenant %r", ANONYMOUS_TENANT)
+        """Anonymous development mode (``--insecure-dev``): every caller is tenant 'default'."""
+        log.warning("INSECURE DEV MODE: accepting unauthenticated requests as tenant %r", ANONYMOUS_TENANT)
         return cls({ANONYMOUS_TENANT: Tenant(ANONYMOUS_TENANT, Limits())}, {}, set(), anonymous=True)
 
     @classmethod
@@ -99,6 +112,19 @@ class Authenticator:
         if digest in self._disabled:
             raise AuthError(True, f"API key of tenant {name!r} is disabled")
         return self.tenants[name]
+
+
+def load_authenticator(args: Any, service: str) -> Authenticator:
+    """``--auth-config`` as an Authenticator; anonymous only with ``--insecure-dev``; a clear exit otherwise."""
+    if args.auth_config:
+        try:
+            return Authenticator.from_file(args.auth_config)
+        except (OSError, ValueError, tomllib.TOMLDecodeError) as e:
+            raise SystemExit(f"{service}: --auth-config {args.auth_config}: {e}") from None
+    from loopwire.common.service_flags import check_insecure_dev
+
+    check_insecure_dev(args, service, "--auth-config")
+    return Authenticator.open()
 
 
 def create_dev_config(path: str | Path) -> str:

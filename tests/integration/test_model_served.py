@@ -6,8 +6,8 @@ import grpc
 import pytest
 
 from loopwire.common import grpc_server
-from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.common.auth import Authenticator
+from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
 from loopwire.gateway.service import GatewayServicer

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from loopwire.common.auth import Authenticator, AuthError, create_dev_config, hash_key
 from loopwire.common.errors import RequestError
 from loopwire.common.model_def import dummy_definition
 from loopwire.common.prompt import ChatPrompt
-from loopwire.common.auth import Authenticator, AuthError, create_dev_config, hash_key
 from loopwire.gateway.conversation import Conversation
 from loopwire.gateway.rate_limit import Limits, TenantLimiter, TokenBucket
 from loopwire.gateway.response_store import ResponseStore

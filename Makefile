@@ -5,7 +5,7 @@ GOBIN   ?= $(HOME)/go/bin
 BUF     ?= $(GOBIN)/buf
 export PATH := $(GOBIN):$(PATH)
 # Turns of each bundled session that `make run` replays (about two minutes on 2 cores; 0 = all).
-RUN_TURNS ?= 24
+RUN_TURNS ?= 16
 
 TOOLS_STAMP := .state/tools.installed
 
@@ -54,8 +54,8 @@ test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
 		echo "test-gpu: no NVIDIA GPU on this machine (nvidia-smi finds none); nothing to run."; \
 	fi
 
-run: $(VENV)/.installed  ## start the mesh, replay the bundled sessions both ways, print the comparison
-	$(VENV)/bin/loopwire replay examples/sessions --mode both --max-turns $(RUN_TURNS) --events --plots .state/plots/replay
+run: $(VENV)/.installed  ## start the mesh, replay the bundled sessions three ways (stateful, fair stateless, stateless without cache)
+	$(VENV)/bin/loopwire replay examples/sessions --mode all --max-turns $(RUN_TURNS) --events --plots .state/plots/replay
 
 bench: $(VENV)/.installed  ## every benchmark: tables on stdout, PNGs and markdown in bench/results/
 	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

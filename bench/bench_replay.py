@@ -24,7 +24,7 @@ from rich.table import Table
 from loopwire.analyze import expand_paths
 from loopwire.common.recorded import load_session
 from loopwire.mesh import start_mesh
-from loopwire.replay import STATELESS_SERVICE_ARGS, ModeResult, replay_sessions
+from loopwire.replay import ALL_MODES, SERVICE_ARGS, ModeResult, replay_sessions
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -79,15 +79,14 @@ def configs(quick: bool) -> list[Config]:
     out = []
     for concurrency in (1, 16):
         for replicas, routing in ((1, "cache-aware"), (4, "cache-aware"), (4, "round-robin")):
-            for mode in ("stateful", "stateless"):
+            for mode in ALL_MODES:
                 out.append(Config(replicas, routing, concurrency, mode))
     return out[:6] if quick else out
 
 
 async def run_config(config: Config, sessions, progress: Progress) -> Summary:  # type: ignore[no-untyped-def]
     extra = {"inference": list(SIM_ARGS), "gateway": ["--routing", config.routing]}
-    if config.mode == "stateless":
-        extra["inference"] += STATELESS_SERVICE_ARGS["inference"]
+    extra["inference"] += SERVICE_ARGS[config.mode].get("inference", [])
     with tempfile.TemporaryDirectory(prefix="loopwire-bench-") as state:
         mesh = await asyncio.to_thread(start_mesh, Path(state), inference_replicas=config.replicas, extra_args=extra)
         try:

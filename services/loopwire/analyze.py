@@ -14,12 +14,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console  # noqa: F401
 from rich.table import Table
 
 from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.common.prompt import ChatPrompt, assistant_text
 from loopwire.common.recorded import RecordedSession, load_session, user_item
+from loopwire.console import wide_console
 from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2
 
@@ -135,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     model = dummy_definition()
-    console = Console()
+    console = wide_console()
     profiles = []
     for path in expand_paths(args.paths):
         try:

@@ -21,6 +21,14 @@ def _short(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def wide_console() -> Console:
+    """A console for tables: the terminal's width, or 160 columns when piped (rich would pick 80
+    and squash every column)."""
+    import sys
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
 def finish_reason_name(reason: int) -> str:
     name = FINISH_REASONS.get(reason)
     return name or common_pb2.FinishReason.Name(reason).removeprefix("FINISH_REASON_").lower()  # type: ignore[arg-type]

@@ -1,10 +1,15 @@
 """`loopwire replay`: recorded agent sessions through harness → gateway → inference,
-the stateful way and the naive stateless way, measured per layer side by side.
+three ways side by side, measured per layer.
 
-Stateful: one Converse stream per session, deltas via previous_response_id, append-only
-prompts to the replica that holds the session's KV (prefix cache on).
-Stateless (the naive way, same binaries): the full transcript on a fresh connection
-every turn, tokenized in full, no session affinity, no prefix cache.
+* ``stateful``: one Converse stream per session, deltas via previous_response_id, append-only
+  prompts to the replica that holds the session's KV (prefix cache on).
+* ``stateless`` — the fair naive way, what an HTTP client of a provider with automatic prompt
+  caching gets: the full transcript on a fresh connection every turn, tokenized in full, but the
+  engine's prefix cache is on and routing is cache-aware, so a resent prompt still hits the cache.
+* ``stateless-nocache``: the same with the prefix cache off and round-robin routing: what the
+  engine's cache itself is worth.
+
+Every ratio is reported against ``stateless`` (the fair baseline) and ``stateless-nocache``.
 """
 
 from __future__ import annotations
@@ -17,22 +22,42 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console  # noqa: F401
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loopwire.analyze import expand_paths
 from loopwire.client import RunResult, run_task
 from loopwire.common.recorded import RecordedSession, load_session
-from loopwire.console import EventPrinter
+from loopwire.console import EventPrinter, wide_console
 from loopwire.v1 import harness_pb2
 
 MODES = {
     "stateful": harness_pb2.CONVERSATION_MODE_STATEFUL,
     "stateless": harness_pb2.CONVERSATION_MODE_STATELESS,
+    "stateless-nocache": harness_pb2.CONVERSATION_MODE_STATELESS,
 }
-# What the naive way turns off below the harness (same binaries, flags only).
-STATELESS_SERVICE_ARGS = {"inference": ["--no-prefix-cache"], "gateway": ["--routing", "round-robin"]}
+ALL_MODES = list(MODES)
+# What each way changes below the harness (same binaries, flags only).
+SERVICE_ARGS: dict[str, dict[str, list[str]]] = {
+    "stateful": {},
+    "stateless": {},
+    "stateless-nocache": {"inference": ["--no-prefix-cache"], "gateway": ["--routing", "round-robin"]},
+}
+
+
+def parse_modes(text: str) -> list[str]:
+    """``all``, ``both`` (stateful,stateless) or a comma-separated list of modes."""
+    if text == "all":
+        return list(ALL_MODES)
+    if text == "both":
+        return ["stateful", "stateless"]
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"unknown mode {', '.join(unknown) or text!r}: choose from "
+                                         f"{', '.join(ALL_MODES)}, both or all")
+    return modes
 
 
 @dataclass
@@ -109,8 +134,10 @@ def comparison_table(results: list[ModeResult], title: str) -> Table:
     table.add_column("per layer (sum over sessions)")
     for r in results:
         table.add_column(r.mode, justify="right")
-    if len(results) == 2:
-        table.add_column(f"{results[1].mode}/{results[0].mode}", justify="right")
+    base = next((i for i, r in enumerate(results) if r.mode == "stateful"), None)
+    ratios = [i for i, r in enumerate(results) if base is not None and i != base]
+    for i in ratios:
+        table.add_column(f"{results[i].mode}\n÷ stateful", justify="right")
     rows = [*METRICS, ("mean TTFT ms", None), ("session wall s", None)]
     for name, getter in rows:
         if getter is not None:
@@ -121,8 +148,9 @@ def comparison_table(results: list[ModeResult], title: str) -> Table:
         else:
             values = [r.wall_s for r in results]
         cells = [f"{v:,.0f}" if v >= 100 else f"{v:,.2f}" for v in values]
-        if len(values) == 2:
-            cells.append(f"{values[1] / values[0]:.1f}×" if values[0] else "-")
+        for i in ratios:
+            assert base is not None
+            cells.append(f"{values[i] / values[base]:.1f}×" if values[base] else "-")
         table.add_row(name, *cells)
     return table
 
@@ -149,31 +177,34 @@ def per_turn_table(results: list[ModeResult], session_index: int) -> Table:
 
 
 def plot(results: list[ModeResult], prefix: str) -> list[str]:
-    """TTFT and tokens tokenized per turn against turn index (mean over sessions), both modes."""
+    """TTFT, tokens tokenized and bytes per turn: one line per session and mode (turns 1-based,
+    as in the tables), so a curve never dips because another session ended."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    colours = {"stateful": "tab:green", "stateless": "tab:orange", "stateless-nocache": "tab:red"}
+    sessions = max(len(r.runs) for r in results)
+    turns = sum(len(run.turns) for run in results[0].runs)
     written = []
     for name, getter, ylabel in (
-        ("ttft", lambda p: p.timings.ttft_us / 1000, "TTFT (ms)"),
-        ("tokenized", lambda p: p.timings.tokens_tokenized, "tokens tokenized by the gateway"),
-        ("bytes", lambda p: p.bytes_sent, "bytes sent harness → gateway"),
+        ("ttft", lambda p: p.timings.ttft_us / 1000, "time to first token (ms, log scale)"),
+        ("tokenized", lambda p: p.timings.tokens_tokenized, "tokens tokenized by the gateway (log scale)"),
+        ("bytes", lambda p: p.bytes_sent, "bytes sent harness → gateway (log scale)"),
     ):
         fig, ax = plt.subplots(figsize=(8, 4.5))
         for r in results:
-            by_turn: dict[int, list[float]] = {}
-            for run in r.runs:
-                for i, p in enumerate(run.turns):
-                    by_turn.setdefault(i, []).append(getter(p))
-            xs = sorted(by_turn)
-            ax.plot(xs, [sum(by_turn[x]) / len(by_turn[x]) for x in xs], label=r.mode, marker=".")
-        ax.set_xlabel("turn index")
+            for k, run in enumerate(r.runs):
+                xs = list(range(1, len(run.turns) + 1))
+                ax.plot(xs, [max(getter(p), 1e-3) for p in run.turns], color=colours.get(r.mode, "tab:blue"),
+                        alpha=0.7, linewidth=1.2, label=r.mode if k == 0 else None)
+        ax.set_yscale("log")
+        ax.set_xlabel("turn (1-based, as in the tables)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"replayed sessions: {ylabel} per turn")
-        ax.legend()
-        ax.grid(alpha=0.3)
+        ax.set_title(f"{ylabel.split(' (')[0]} per turn: {sessions} replayed session(s), {turns} turns each way")
+        ax.legend(title="one line per session")
+        ax.grid(alpha=0.3, which="both")
         path = f"{prefix}_{name}.png"
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110, bbox_inches="tight")
@@ -184,7 +215,9 @@ def plot(results: list[ModeResult], prefix: str) -> list[str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", help="recorded sessions (.traj.json, .traj, OpenAI chat JSON) or directories")
-    parser.add_argument("--mode", choices=["stateful", "stateless", "both"], default="both")
+    parser.add_argument("--mode", type=parse_modes, default=list(ALL_MODES),
+                        help="stateful, stateless (full resend, prefix cache on: the fair naive way), "
+                             "stateless-nocache, a comma list, both (stateful,stateless) or all (default: all)")
     parser.add_argument("--harness", default="", help="a running harness; default: start an embedded mesh")
     parser.add_argument("--api-key", default=os.environ.get("LOOPWIRE_API_KEY", ""),
                         help="tenant key for --harness (env LOOPWIRE_API_KEY)")
@@ -201,7 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console()
+    console = wide_console()
     sessions = []
     for path in expand_paths(args.paths):
         try:
@@ -215,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
     if not sessions:
         console.print("[red]no sessions to replay[/]")
         return 1
-    modes = ["stateful", "stateless"] if args.mode == "both" else [args.mode]
+    modes = args.mode
     console.print(
         f"replaying {len(sessions)} recorded session(s), {sum(len(s.turns) for s in sessions)} turns, "
         f"modes: {', '.join(modes)}; {args.engine} engine serving {args.model} (the engine does the real work of "
@@ -245,7 +278,7 @@ async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession]
         return await replay_sessions(args.harness, sessions, mode, args.concurrency, progress, printer, args.api_key)
     from loopwire.mesh import start_mesh
 
-    extra = {k: list(v) for k, v in (STATELESS_SERVICE_ARGS if mode == "stateless" else {}).items()}
+    extra = {k: list(v) for k, v in SERVICE_ARGS[mode].items()}
     extra.setdefault("inference", []).extend(["--engine", args.engine, "--model", args.model])
     with tempfile.TemporaryDirectory(prefix="loopwire-replay-") as state:
         mesh = await asyncio.to_thread(start_mesh, Path(state), extra_args=extra)

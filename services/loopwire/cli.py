@@ -20,6 +20,24 @@ SERVICE_MODULES = {
 }
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each flag's default after its help (unless it is empty or already said)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default in ("", None, False) or "default" in (action.help or ""):
+            return action.help or ""
+        return super()._get_help_string(action) or ""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("loopwire")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
@@ -33,7 +51,8 @@ def _cmd_service(args: argparse.Namespace) -> int:
     from loopwire.common import telemetry
 
     module = importlib.import_module(SERVICE_MODULES[args.command])
-    parser = argparse.ArgumentParser(prog=f"loopwire {args.command}")
+    parser = argparse.ArgumentParser(prog=f"loopwire {args.command}", formatter_class=_Help,
+                                     epilog="Every flag also reads LOOPWIRE_<FLAG> (dashes as underscores).")
     module.add_arguments(parser)
     telemetry.add_arguments(parser)
     service_args = parser.parse_args(args.service_args)
@@ -53,8 +72,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
     extra = {"inference": ["--engine", args.engine]}
     if args.model:
         extra["inference"] += ["--model", args.model]
-    mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
-                      extra_args=extra, log=sys.stdout)
+    try:
+        mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
+                          extra_args=extra, log=sys.stdout)
+    except RuntimeError as e:
+        console.print(f"[red]loopwire up failed:[/] {e} (its own message is above)")
+        return 1
     console.print(
         f"\n[bold green]loopwire is up[/]  harness {mesh.harness}  gateway {mesh.gateway}  "
         f"inference {', '.join(mesh.inference)}\n"
@@ -95,7 +118,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.replay:
         from loopwire.common.recorded import load_session
 
-        session = load_session(args.replay)
+        try:
+            session = load_session(args.replay)
+        except ValueError as e:
+            console.print(f"[red]--replay:[/] {e}")
+            return 2
         start.task = args.task or session.task
         start.instructions = session.instructions
         start.replay.CopyFrom(session.replay_script(run_tools=bool(args.workspace)))
@@ -130,8 +157,11 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="loopwire", description=__doc__)
-    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"))
+    parser = argparse.ArgumentParser(prog="loopwire", description=__doc__,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"),
+                        choices=["debug", "info", "warning", "error"], help="env LOOPWIRE_LOG_LEVEL")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     for name in SERVICE_MODULES:
@@ -139,36 +169,41 @@ def build_parser() -> argparse.ArgumentParser:
                            add_help=False)
         p.set_defaults(func=_cmd_service)
 
-    p = sub.add_parser("up", help="start all three services on loopback (embedded default)")
-    p.add_argument("--state-dir", default=_env("STATE_DIR", ".state"))
-    p.add_argument("--harness-port", type=int, default=50051)
-    p.add_argument("--gateway-port", type=int, default=50052)
-    p.add_argument("--inference-port", type=int, default=50053)
+    p = sub.add_parser("up", help="start all three services on loopback (embedded default)", formatter_class=_Help)
+    p.add_argument("--state-dir", default=_env("STATE_DIR", ".state"),
+                   help="sessions, logs, the dev API key and the service token (env LOOPWIRE_STATE_DIR)")
+    p.add_argument("--harness-port", type=int, default=50051, help="port of the harness (clients connect here)")
+    p.add_argument("--gateway-port", type=int, default=50052, help="port of the gateway")
+    p.add_argument("--inference-port", type=int, default=50053, help="port of the first inference replica")
     p.add_argument("--replicas", type=int, default=1, help="inference replicas (consecutive ports)")
-    p.add_argument("--engine", default="reference", choices=["reference", "simulated", "trtllm"])
+    p.add_argument("--engine", default="reference", choices=["reference", "simulated", "trtllm"],
+                   help="inference engine: numpy reference, simulated GPU cost model, or TensorRT-LLM")
     p.add_argument("--model", default="",
                    help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> | FILE.gguf | a Hugging Face "
                         "directory (default: the real model on reference, dummy:0 on simulated)")
     p.set_defaults(func=_cmd_up)
 
-    p = sub.add_parser("run", help="run a task on a running harness and stream its events")
-    p.add_argument("task", nargs="?", default="")
-    p.add_argument("--harness", default=_env("HARNESS", "127.0.0.1:50051"))
+    p = sub.add_parser("run", help="run a task on a running harness and stream its events", formatter_class=_Help)
+    p.add_argument("task", nargs="?", default="", help="what the agent should do")
+    p.add_argument("--harness", default=_env("HARNESS", "127.0.0.1:50051"), help="harness address (env LOOPWIRE_HARNESS)")
     p.add_argument("--api-key", default=_env("API_KEY", ""),
                    help="tenant key for the harness (default: the development key `loopwire up` left in --state-dir)")
     p.add_argument("--state-dir", default=_env("STATE_DIR", ".state"), help="where `loopwire up` keeps its state")
-    p.add_argument("--workspace", default="")
+    p.add_argument("--workspace", default="",
+                   help="directory the agent's tools work in, under the harness's workspace root; tools of a "
+                        "replay run really only when it is given (default: a fresh directory per session)")
     p.add_argument("--replay", default="", help="replay this recorded session instead of asking the model")
-    p.add_argument("--max-turns", type=int, default=0)
+    p.add_argument("--max-turns", type=int, default=0, help="stop after this many model turns (0: the harness's limit)")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("replay", help="replay recorded sessions through the mesh, stateful vs stateless")
+    p = sub.add_parser("replay", help="replay recorded sessions through the mesh, three ways side by side",
+                       formatter_class=_Help)
     from loopwire.replay import add_arguments as replay_arguments
 
     replay_arguments(p)
     p.set_defaults(func=_cmd_replay)
 
-    p = sub.add_parser("analyze", help="profile recorded sessions without running them")
+    p = sub.add_parser("analyze", help="profile recorded sessions without running them", formatter_class=_Help)
     from loopwire.analyze import add_arguments as analyze_arguments
 
     analyze_arguments(p)

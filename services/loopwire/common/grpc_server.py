@@ -77,9 +77,13 @@ async def serve(
         server,
         pool=_MethodAwarePool(descriptor_pool.Default()),  # type: ignore[arg-type]
     )
-    port = server.add_insecure_port(address)
+    try:
+        port = server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise RuntimeError(f"cannot listen on {address}")
+        raise SystemExit(f"cannot listen on {address}: the port is in use by another process, or the host is not "
+                         "an address of this machine")
     await server.start()
     for name in ["", *service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -134,7 +134,13 @@ class SessionRun:
             await self.conversation.close()
 
     async def _fail(self, error: common_pb2.Error) -> None:
-        await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_FAILED, error.message)
+        """Always ends the run with a failed event, even when the store cannot record it (full disk)."""
+        try:
+            await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_FAILED, error.message)
+        except Exception as e:  # noqa: BLE001 - reported in the event below
+            log.exception("session %s: cannot record its failure", self.session_id)
+            error = common_pb2.Error(code=error.code, message=f"{error.message} (and the failure could not be "
+                                                              f"stored: {type(e).__name__}: {e})")
         self.emit(failed=harness_pb2.RunFailed(error=error))
 
     async def _loop(self) -> None:

@@ -141,6 +141,12 @@ class RunStream:
                 except RequestError as e:
                     self._emit(harness_pb2.RunResponse(session_id=_session_of(request),
                                                        failed=harness_pb2.RunFailed(error=e.to_proto())))
+                except Exception as e:  # noqa: BLE001 - a failure of one request never ends silently
+                    log.exception("run request failed")
+                    error = RequestError(common_pb2.ERROR_CODE_INTERNAL, f"{type(e).__name__}: {e}"[:500],
+                                         retryable=True)
+                    self._emit(harness_pb2.RunResponse(session_id=_session_of(request),
+                                                       failed=harness_pb2.RunFailed(error=error.to_proto())))
         finally:
             self.queue.put_nowait(_REQUESTS_DONE)
 

@@ -5,7 +5,8 @@
 # ~/.cache/loopwire (see scripts/jaeger.sh). Go, Node.js/npm, a JDK with Maven and Rust/cargo
 # are expected on the machine already.
 #
-#   apt     bubblewrap (tool sandbox), protobuf-compiler (protoc for the Rust client)
+#   apt     bubblewrap, libseccomp2 and util-linux's prlimit (tool sandbox: namespaces, seccomp
+#           filter, resource limits), protobuf-compiler (protoc for the Rust client)
 #   go      buf, grpcurl, protoc-gen-go, protoc-gen-go-grpc (~/go/bin), Jaeger v2
 #   clients scripts/clients.sh build: go build, npm ci + tsc, cargo build, mvn package
 set -euo pipefail
@@ -21,6 +22,8 @@ done
 
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
+dpkg -s libseccomp2 >/dev/null 2>&1 || missing+=(libseccomp2)
+command -v prlimit >/dev/null || missing+=(util-linux)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
 if [ ${#missing[@]} -gt 0 ]; then
   log "apt: ${missing[*]}"

@@ -2,9 +2,11 @@
 
 Usage: python example.py [HARNESS_ADDRESS] [TASK]
 
-The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays a
-built-in two-turn session (a shell call, then an answer), which needs no model weights.
-Exits 0 once the run completes and 1 if it fails.
+The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
+$LOOPWIRE_API_KEY and is sent as `authorization: Bearer <key>` (`loopwire up` prints a development
+key and leaves it in .state/dev-api-key). Without a task it replays a built-in two-turn session
+(a shell call, then an answer), which needs no model weights.
+Exits 0 once the run completes, 1 if it fails, 2 without a key.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import sys
 import grpc
 from google.protobuf import json_format
 
-from loopwire_client import harness_stub
+from loopwire_client import auth_metadata, harness_stub
 from loopwire_client.v1 import common_pb2, harness_pb2
 
 BASH = common_pb2.Tool(
@@ -49,10 +51,10 @@ def built_in_replay() -> harness_pb2.StartTask:
     )
 
 
-async def run(address: str, start: harness_pb2.StartTask) -> int:
+async def run(address: str, api_key: str, start: harness_pb2.StartTask) -> int:
     channel, stub = harness_stub(address)
     async with channel:
-        call = stub.Run(timeout=300)
+        call = stub.Run(timeout=300, metadata=auth_metadata(api_key))
         await call.write(harness_pb2.RunRequest(start=start))
         try:
             async for event in call:
@@ -69,9 +71,14 @@ async def run(address: str, start: harness_pb2.StartTask) -> int:
 
 
 def main() -> int:
+    api_key = os.environ.get("LOOPWIRE_API_KEY", "").strip()
+    if not api_key:
+        print("LOOPWIRE_API_KEY is not set: export the harness API key "
+              "(`loopwire up` leaves a development key in .state/dev-api-key)", file=sys.stderr)
+        return 2
     address = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LOOPWIRE_HARNESS", "127.0.0.1:50051")
     start = harness_pb2.StartTask(task=sys.argv[2], max_turns=8) if len(sys.argv) > 2 else built_in_replay()
-    return asyncio.run(run(address, start))
+    return asyncio.run(run(address, api_key, start))
 
 
 if __name__ == "__main__":

@@ -82,8 +82,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
         f"\n[bold green]loopwire is up[/]  harness {mesh.harness}  gateway {mesh.gateway}  "
         f"inference {', '.join(mesh.inference)}\n"
         f"development API key (tenant 'dev'): [bold]{mesh.api_key}[/]\n"
-        f"try:  loopwire run --harness {mesh.harness} \"list the files\"\n"
-        f"      grpcurl -plaintext {mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
+        f"try:  loopwire run --harness {mesh.harness} --state-dir {args.state_dir} \"What is the capital of France?\"\n"
+        f"      grpcurl -plaintext -H \"authorization: Bearer $(cat {args.state_dir}/service-token)\" "
+        f"{mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
         "Ctrl-C stops all three (in-flight streams drain first).\n"
     )
     stop = False

@@ -1,5 +1,6 @@
 """The generated clients in Python, Go, TypeScript, Rust and Java: each example is built and
-run against a live mesh, and the committed generated code matches what scripts/clients.sh makes."""
+run against a live mesh with the tenant key in $LOOPWIRE_API_KEY (and refuses, in one line,
+to run without it), and the committed generated code matches what scripts/clients.sh makes."""
 
 from __future__ import annotations
 
@@ -48,6 +49,19 @@ def _run(cmd: list[str], cwd: Path, timeout: float, env: dict[str, str] | None =
     return proc.stdout
 
 
+def _run_example(mesh, cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run an example with the mesh's key; first check it refuses, in one clear line, to run without one."""
+    keyless = {k: v for k, v in os.environ.items() if k != "LOOPWIRE_API_KEY"}
+    proc = subprocess.run(
+        cmd, cwd=cwd, env={**keyless, **(env or {})}, capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    assert proc.returncode == 2, f"{' '.join(cmd)} without a key exited {proc.returncode}:\n{proc.stderr[-2000:]}"
+    assert proc.stdout == "", proc.stdout[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("LOOPWIRE_API_KEY is not set"), proc.stderr[-2000:]
+    return _run(cmd, cwd, RUN_TIMEOUT, env={**(env or {}), "LOOPWIRE_API_KEY": mesh.api_key})
+
+
 def _check_run_output(output: str, language: str, completed_marker: str) -> None:
     """Every example prints the run's events: the replay came through intact and the run completed."""
     assert f"{language} client example (built in)" in output, output[-2000:]
@@ -60,7 +74,7 @@ def test_python_client_runs_a_replay_without_the_server_package(mesh) -> None:
         "import runpy, sys; sys.modules['loopwire'] = None; "
         "sys.argv = ['example.py', sys.argv[1]]; runpy.run_path('example.py', run_name='__main__')"
     )
-    output = _run([sys.executable, "-c", code, mesh.harness], CLIENTS / "python", RUN_TIMEOUT)
+    output = _run_example(mesh, [sys.executable, "-c", code, mesh.harness], CLIENTS / "python")
     events = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     kinds = [next(k for k in e if k not in ("sessionId", "sequence")) for e in events]
     assert kinds[0] == "started" and kinds[-1] == "completed"
@@ -82,7 +96,7 @@ def test_python_client_depends_on_grpcio_and_protobuf_only() -> None:
 def test_go_client(mesh) -> None:
     go = _tool("go")
     _run([go, "build", "-o", "bin/example", "./cmd/example"], CLIENTS / "go", BUILD_TIMEOUT)
-    output = _run([str(CLIENTS / "go/bin/example"), mesh.harness], CLIENTS / "go", RUN_TIMEOUT)
+    output = _run_example(mesh, [str(CLIENTS / "go/bin/example"), mesh.harness], CLIENTS / "go")
     _check_run_output(output, "go", '"completed":')
 
 
@@ -92,7 +106,7 @@ def test_node_client(mesh) -> None:
     if not (node_dir / "node_modules").is_dir():
         _run([npm, "ci", "--no-audit", "--no-fund"], node_dir, BUILD_TIMEOUT)
     _run([npm, "run", "--silent", "build"], node_dir, BUILD_TIMEOUT)
-    output = _run([node, "dist/example.js"], node_dir, RUN_TIMEOUT, env={"LOOPWIRE_HARNESS": mesh.harness})
+    output = _run_example(mesh, [node, "dist/example.js"], node_dir, env={"LOOPWIRE_HARNESS": mesh.harness})
     _check_run_output(output, "node", '"completed":')
 
 
@@ -101,7 +115,7 @@ def test_rust_client(mesh) -> None:
     _tool("protoc")
     rust_dir = CLIENTS / "rust"
     _run([cargo, "build", "--locked", "--quiet", "--bin", "example"], rust_dir, BUILD_TIMEOUT)
-    output = _run([str(rust_dir / "target/debug/example"), mesh.harness], rust_dir, RUN_TIMEOUT)
+    output = _run_example(mesh, [str(rust_dir / "target/debug/example"), mesh.harness], rust_dir)
     _check_run_output(output, "rust", "Completed(RunCompleted")
 
 
@@ -109,10 +123,10 @@ def test_java_client(mesh) -> None:
     mvn, java = _tool("mvn"), _tool("java")
     java_dir = CLIENTS / "java"
     _run([mvn, "-q", "-B", "--no-transfer-progress", "package", "-DskipTests"], java_dir, BUILD_TIMEOUT)
-    output = _run(
+    output = _run_example(
+        mesh,
         [java, "-jar", "target/loopwire-client-example.jar"],
         java_dir,
-        RUN_TIMEOUT,
         env={"LOOPWIRE_HARNESS": mesh.harness},
     )
     _check_run_output(output, "java", "completed {")

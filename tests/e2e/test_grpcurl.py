@@ -1,5 +1,7 @@
 """grpcurl against a live mesh, exactly as clients/grpcurl/README.md shows it: list services
-through reflection, describe a method, call GetStatus, drive Run and Converse from JSON files."""
+through reflection, describe a method, call GetStatus, drive Run and Converse from JSON files.
+Harness and gateway calls carry the tenant key, inference calls the service token; reflection
+and health need neither."""
 
 from __future__ import annotations
 
@@ -33,6 +35,25 @@ def _grpcurl(binary: str, *args: str, stdin: str | None = None) -> str:
     )
     assert proc.returncode == 0, f"grpcurl {' '.join(args)} exited {proc.returncode}: {proc.stderr}"
     return proc.stdout
+
+
+def _refused(binary: str, *args: str, stdin: str | None = None) -> str:
+    """grpcurl's stderr for a call that must end UNAUTHENTICATED."""
+    proc = subprocess.run(
+        [binary, "-plaintext", *args], input=stdin, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0, proc.stdout
+    assert "Code: Unauthenticated" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def _key(mesh) -> str:
+    return f"authorization: Bearer {mesh.api_key}"
+
+
+def _token(mesh) -> str:
+    """The README's `$(cat .state/service-token)`, for this mesh's state dir."""
+    return f"authorization: Bearer {(Path(mesh.state_dir) / 'service-token').read_text().strip()}"
 
 
 def _json_stream(text: str) -> list[dict]:
@@ -83,7 +104,9 @@ def test_describe_a_method(grpcurl: str, mesh) -> None:
 
 def test_get_status(grpcurl: str, mesh) -> None:
     status = json.loads(
-        _grpcurl(grpcurl, "-d", "{}", mesh.inference[0], "loopwire.v1.InferenceService/GetStatus")
+        _grpcurl(
+            grpcurl, "-H", _token(mesh), "-d", "{}", mesh.inference[0], "loopwire.v1.InferenceService/GetStatus"
+        )
     )
     assert status["vocab_size"] == 100279  # the dummy model: cl100k and <|im_start|>, <|im_end|>
     assert len(status["tokenizer_digest"]) == 64
@@ -94,7 +117,9 @@ def test_get_status(grpcurl: str, mesh) -> None:
 def test_run_stream_from_json_file(grpcurl: str, mesh) -> None:
     request = (EXAMPLES / "run.json").read_text()
     events = _json_stream(
-        _grpcurl(grpcurl, "-d", "@", mesh.harness, "loopwire.v1.HarnessService/Run", stdin=request)
+        _grpcurl(
+            grpcurl, "-H", _key(mesh), "-d", "@", mesh.harness, "loopwire.v1.HarnessService/Run", stdin=request
+        )
     )
     kinds = [next(k for k in e if k not in ("session_id", "sequence")) for e in events]
     assert kinds[0] == "started" and kinds[-1] == "completed", kinds
@@ -102,6 +127,22 @@ def test_run_stream_from_json_file(grpcurl: str, mesh) -> None:
     assert [e["tool_call_ended"]["output"] for e in events if "tool_call_ended" in e] == ["hello\n"]
     assert kinds.count("turn_completed") == 2
     assert events[-1]["completed"]["final_text"] == "Done: the shell said hello."
+    # The stored sessions, as the README lists and fetches them.
+    session_id = events[0]["session_id"]
+    listed = json.loads(
+        _grpcurl(
+            grpcurl, "-H", _key(mesh), "-d", '{"page_size": 5}', mesh.harness,
+            "loopwire.v1.HarnessService/ListSessions",
+        )
+    )
+    assert session_id in {s["session_id"] for s in listed["sessions"]}
+    got = json.loads(
+        _grpcurl(
+            grpcurl, "-H", _key(mesh), "-d", json.dumps({"session_id": session_id}), mesh.harness,
+            "loopwire.v1.HarnessService/GetSession",
+        )
+    )
+    assert got["items"]
 
 
 def test_converse_stream_from_json_file(grpcurl: str, mesh) -> None:
@@ -136,3 +177,24 @@ def test_converse_without_a_key_is_unauthenticated(grpcurl: str, mesh) -> None:
     )
     assert proc.returncode != 0
     assert "Unauthenticated" in proc.stderr
+
+
+def test_harness_without_a_key_is_unauthenticated(grpcurl: str, mesh) -> None:
+    _refused(grpcurl, "-d", "@", mesh.harness, "loopwire.v1.HarnessService/Run",
+             stdin=(EXAMPLES / "run.json").read_text())
+    _refused(grpcurl, "-d", "{}", mesh.harness, "loopwire.v1.HarnessService/ListSessions")
+    # The service token is inference's credential, not a tenant key.
+    _refused(grpcurl, "-H", _token(mesh), "-d", "{}", mesh.harness, "loopwire.v1.HarnessService/ListSessions")
+    health = json.loads(_grpcurl(grpcurl, mesh.harness, "grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
+
+
+def test_inference_without_the_service_token_is_unauthenticated(grpcurl: str, mesh) -> None:
+    stderr = _refused(grpcurl, "-d", "{}", mesh.inference[0], "loopwire.v1.InferenceService/GetStatus")
+    assert "service token" in stderr
+    # A tenant key is not the service token: clients never call inference.
+    _refused(grpcurl, "-H", _key(mesh), "-d", "{}", mesh.inference[0], "loopwire.v1.InferenceService/GetStatus")
+    # Health and reflection stay open.
+    health = json.loads(_grpcurl(grpcurl, mesh.inference[0], "grpc.health.v1.Health/Check"))
+    assert health["status"] == "SERVING"
+    assert "loopwire.v1.InferenceService" in _grpcurl(grpcurl, mesh.inference[0], "list").split()

@@ -144,7 +144,7 @@ def test_one_trace_spans_harness_gateway_and_inference(jaeger: dict[str, str], t
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger["otlp"], "OTEL_BSP_SCHEDULE_DELAY": "200"}
     mesh = start_mesh(tmp_path / "mesh", env=env, extra_args={"inference": ["--model", "dummy:0"]})
     try:
-        result = asyncio.run(run_task(mesh.harness, _start_task(), timeout=240))
+        result = asyncio.run(run_task(mesh.harness, _start_task(), timeout=240, api_key=mesh.api_key))
         assert result.completed, result.error
     finally:
         # Stream spans end when their streams do; a drained shutdown flushes every span.

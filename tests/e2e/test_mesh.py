@@ -1,5 +1,6 @@
 """The whole mesh as real subprocesses: a recorded session replayed end to end through
-Run, the transcript in SQLite, reflection, bad input to each service, the CLI."""
+Run, the transcript in SQLite, reflection, bad input to each service, credentials at each
+service (tenant keys at the harness and gateway, the service token at inference), the CLI."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from session_files import session_path
 
@@ -41,9 +43,18 @@ def _session(name: str):
     return load_session(session_path(name))
 
 
+def _bearer(secret: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {secret}"),)
+
+
+def _service_token(mesh) -> str:
+    """The token `start_mesh` wrote for inference (0600, beside the state)."""
+    return (Path(mesh.state_dir) / "service-token").read_text(encoding="utf-8").strip()
+
+
 def test_replayed_session_runs_to_completion_and_is_stored(mesh):
     session = _session("function_calling_simple")
-    result = asyncio.run(run_task(mesh.harness, start_for(session, "stateful"), timeout=300))
+    result = asyncio.run(run_task(mesh.harness, start_for(session, "stateful"), timeout=300, api_key=mesh.api_key))
     assert result.completed, result.error
     assert len(result.turns) == len(session.turns)
     assert result.tool_calls == sum(len(t.calls) for t in session.turns)
@@ -56,8 +67,9 @@ def test_replayed_session_runs_to_completion_and_is_stored(mesh):
     async def fetch():
         async with grpc.aio.insecure_channel(mesh.harness) as ch:
             stub = harness_pb2_grpc.HarnessServiceStub(ch)
-            got = await stub.GetSession(harness_pb2.GetSessionRequest(session_id=result.session_id))
-            listed = await stub.ListSessions(harness_pb2.ListSessionsRequest(page_size=50))
+            key = _bearer(mesh.api_key)
+            got = await stub.GetSession(harness_pb2.GetSessionRequest(session_id=result.session_id), metadata=key)
+            listed = await stub.ListSessions(harness_pb2.ListSessionsRequest(page_size=50), metadata=key)
             return got, listed
 
     got, listed = asyncio.run(fetch())
@@ -79,8 +91,8 @@ def test_replayed_session_runs_to_completion_and_is_stored(mesh):
 def test_stateless_mode_resends_everything(mesh):
     session = _session("marshmallow-1867")
     session.turns = session.turns[:6]
-    stateful = asyncio.run(run_task(mesh.harness, start_for(session, "stateful"), timeout=300))
-    stateless = asyncio.run(run_task(mesh.harness, start_for(session, "stateless"), timeout=300))
+    stateful = asyncio.run(run_task(mesh.harness, start_for(session, "stateful"), timeout=300, api_key=mesh.api_key))
+    stateless = asyncio.run(run_task(mesh.harness, start_for(session, "stateless"), timeout=300, api_key=mesh.api_key))
     assert stateful.completed and stateless.completed, (stateful.error, stateless.error)
     sent = lambda r: sum(p.bytes_sent for p in r.turns)  # noqa: E731
     tokenized = lambda r: sum(p.timings.tokens_tokenized for p in r.turns)  # noqa: E731
@@ -110,7 +122,7 @@ def _converse(mesh, requests):
     async def go():
         async with grpc.aio.insecure_channel(mesh.gateway) as ch:
             stub = gateway_pb2_grpc.GatewayServiceStub(ch)
-            call = stub.Converse(iter(requests), metadata=[("authorization", f"Bearer {mesh.api_key}")])
+            call = stub.Converse(iter(requests), metadata=_bearer(mesh.api_key))
             return [e async for e in call]
 
     return asyncio.run(go())
@@ -153,11 +165,12 @@ def test_inference_bad_request_is_an_in_stream_error_and_the_stream_goes_on(mesh
         async with grpc.aio.insecure_channel(mesh.inference[0]) as ch:
             stub = inference_pb2_grpc.InferenceServiceStub(ch)
             events = []
-            async for e in stub.Generate(iter([bad, good])):
+            token = _bearer(_service_token(mesh))
+            async for e in stub.Generate(iter([bad, good]), metadata=token):
                 events.append(e)
                 if e.request_id == "good" and e.WhichOneof("event") == "finished":
                     break
-            status = await stub.GetStatus(inference_pb2.GetStatusRequest())
+            status = await stub.GetStatus(inference_pb2.GetStatusRequest(), metadata=token)
             return events, status
 
     events, status = asyncio.run(go())
@@ -173,7 +186,7 @@ def test_harness_bad_request_names_the_field(mesh):
         async with grpc.aio.insecure_channel(mesh.harness) as ch:
             stub = harness_pb2_grpc.HarnessServiceStub(ch)
             try:
-                events = [e async for e in stub.Run(iter([harness_pb2.RunRequest()]))]
+                events = [e async for e in stub.Run(iter([harness_pb2.RunRequest()]), metadata=_bearer(mesh.api_key))]
                 return None, events
             except grpc.aio.AioRpcError as e:
                 return e, []
@@ -190,11 +203,12 @@ def test_harness_bad_request_names_the_field(mesh):
     async def missing():
         async with grpc.aio.insecure_channel(mesh.harness) as ch:
             stub = harness_pb2_grpc.HarnessServiceStub(ch)
+            key = _bearer(mesh.api_key)
             with pytest.raises(grpc.aio.AioRpcError) as e:
-                await stub.GetSession(harness_pb2.GetSessionRequest(session_id="no-such-session"))
+                await stub.GetSession(harness_pb2.GetSessionRequest(session_id="no-such-session"), metadata=key)
             assert e.value.code() == grpc.StatusCode.NOT_FOUND
             # and the server still serves
-            await stub.ListSessions(harness_pb2.ListSessionsRequest())
+            await stub.ListSessions(harness_pb2.ListSessionsRequest(), metadata=key)
 
     asyncio.run(missing())
 
@@ -202,8 +216,110 @@ def test_harness_bad_request_names_the_field(mesh):
 def test_cli_run_streams_a_replay(mesh):
     path = session_path("function_calling_simple")
     out = subprocess.run(
-        [sys.executable, "-m", "loopwire.cli", "run", "--harness", mesh.harness, "--replay", str(path)],
+        [sys.executable, "-m", "loopwire.cli", "run", "--harness", mesh.harness, "--state-dir", str(mesh.state_dir),
+         "--replay", str(path)],
         capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", "PATH": ""},
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "completed" in out.stdout and "per-turn profile" in out.stdout
+
+
+def test_cli_run_with_an_explicit_key_and_without_one(mesh, tmp_path):
+    path = session_path("function_calling_simple")
+    env = {"COLUMNS": "200", "PATH": ""}
+    empty = tmp_path / "no-state"
+    base = [sys.executable, "-m", "loopwire.cli", "run", "--harness", mesh.harness, "--state-dir", str(empty),
+            "--replay", str(path)]
+    out = subprocess.run([*base, "--api-key", mesh.api_key], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "completed" in out.stdout
+    # The key from the environment works the same.
+    out = subprocess.run(base, capture_output=True, text=True, timeout=300,
+                         env={**env, "LOOPWIRE_API_KEY": mesh.api_key})
+    assert out.returncode == 0, out.stdout + out.stderr
+    # No key anywhere: a clear refusal before any call.
+    out = subprocess.run(base, capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "no API key" in out.stdout and "--api-key" in out.stdout
+    # A wrong key: the harness refuses it.
+    out = subprocess.run([*base, "--api-key", "lw-dev-wrong"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert "UNAUTHENTICATED" in (out.stdout + out.stderr).upper()
+
+
+def test_inference_refuses_calls_without_the_service_token_but_health_answers(mesh):
+    address = mesh.inference[0]
+    generate = inference_pb2.GenerateRequest(start=inference_pb2.GenerationStart(
+        request_id="r", full=inference_pb2.FullPrompt(token_ids=[1, 2, 3]),
+        params=inference_pb2.GenerationParams(max_tokens=2)))
+
+    async def go(metadata):
+        async with grpc.aio.insecure_channel(address) as ch:
+            stub = inference_pb2_grpc.InferenceServiceStub(ch)
+            codes = {}
+            for name, call in (
+                ("GetStatus", lambda: stub.GetStatus(inference_pb2.GetStatusRequest(), metadata=metadata)),
+                ("GetModelInfo", lambda: stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), metadata=metadata)),
+            ):
+                try:
+                    await call()
+                    codes[name] = grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as e:
+                    codes[name] = e.code()
+            try:
+                async for _ in stub.Generate(iter([generate]), metadata=metadata):
+                    pass
+                codes["Generate"] = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as e:
+                codes["Generate"] = e.code()
+            health = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            return codes, health.status
+
+    for metadata in (None, _bearer("lw-svc-" + "x" * 43), _bearer(mesh.api_key), (("authorization", "Basic abc"),)):
+        codes, health = asyncio.run(go(metadata))
+        assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, (metadata, codes)
+        assert health == health_pb2.HealthCheckResponse.SERVING
+    # The token file is private, and with it the same calls go through.
+    assert (Path(mesh.state_dir) / "service-token").stat().st_mode & 0o777 == 0o600
+
+    async def with_token():
+        async with grpc.aio.insecure_channel(address) as ch:
+            stub = inference_pb2_grpc.InferenceServiceStub(ch)
+            return await stub.GetStatus(inference_pb2.GetStatusRequest(), metadata=_bearer(_service_token(mesh)))
+
+    assert asyncio.run(with_token()).kv_blocks_total > 0
+
+
+def test_harness_refuses_calls_without_a_tenant_key(mesh):
+    session = _session("function_calling_simple")
+
+    async def go(metadata):
+        async with grpc.aio.insecure_channel(mesh.harness) as ch:
+            stub = harness_pb2_grpc.HarnessServiceStub(ch)
+            codes = {}
+            for name, call in (
+                ("ListSessions", lambda: stub.ListSessions(harness_pb2.ListSessionsRequest(), metadata=metadata)),
+                ("GetSession", lambda: stub.GetSession(harness_pb2.GetSessionRequest(session_id="x"),
+                                                       metadata=metadata)),
+            ):
+                try:
+                    await call()
+                    codes[name] = grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as e:
+                    codes[name] = e.code()
+            try:
+                start = harness_pb2.RunRequest(start=start_for(session, "stateful"))
+                async for _ in stub.Run(iter([start]), metadata=metadata):
+                    pass
+                codes["Run"] = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as e:
+                codes["Run"] = e.code()
+            health = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
+            return codes, health.status
+
+    # No key, an unknown key, the service token (inference's credential, not a tenant's).
+    for metadata in (None, _bearer("lw-dev-unknown"), _bearer(_service_token(mesh))):
+        codes, health = asyncio.run(go(metadata))
+        assert set(codes.values()) == {grpc.StatusCode.UNAUTHENTICATED}, (metadata, codes)
+        assert health == health_pb2.HealthCheckResponse.SERVING
+    assert (Path(mesh.state_dir) / "dev-api-key").read_text().strip() == mesh.api_key

@@ -21,7 +21,8 @@ def real_mesh(tmp_path_factory):
 
 def test_loopwire_run_answers_from_smollm2(real_mesh):
     out = subprocess.run(
-        [sys.executable, "-m", "loopwire.cli", "run", "--harness", real_mesh.harness, "What is the capital of France?"],
+        [sys.executable, "-m", "loopwire.cli", "run", "--harness", real_mesh.harness,
+         "--state-dir", str(real_mesh.state_dir), "What is the capital of France?"],
         capture_output=True, text=True, timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,5 @@
-"""`loopwire up`: three services in the foreground, a development key, a clean stop on SIGTERM."""
+"""`loopwire up`: three services in the foreground, a development key and a service token left
+(0600) in the state dir, a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import grpc
 import pytest
 
 from loopwire.mesh import free_port, wait_healthy
-from loopwire.v1 import inference_pb2, inference_pb2_grpc
+from loopwire.v1 import harness_pb2, harness_pb2_grpc, inference_pb2, inference_pb2_grpc
 
 pytestmark = pytest.mark.e2e
 
@@ -41,13 +42,35 @@ def test_up_serves_prints_a_key_and_stops_cleanly(tmp_path):
         assert key, "".join(lines)
         for port in ports.values():
             wait_healthy(f"127.0.0.1:{port}", timeout=10)
+        # The credentials stay in the state dir, readable by their owner only: the printed key
+        # (what `loopwire run` reads) and the service token the services share.
+        dev_key, token_file = tmp_path / "dev-api-key", tmp_path / "service-token"
+        for path in (dev_key, token_file):
+            assert path.is_file(), sorted(p.name for p in tmp_path.iterdir())
+            assert path.stat().st_mode & 0o777 == 0o600, (path.name, oct(path.stat().st_mode))
+        assert dev_key.read_text().strip() == key.group(1)
+        token = token_file.read_text().strip()
+        assert len(token) >= 16 and token != key.group(1)
         with grpc.insecure_channel(f"127.0.0.1:{ports['inference']}") as ch:
             stub = inference_pb2_grpc.InferenceServiceStub(ch)
-            status = stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=10)
-            info = stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10).model
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            auth = (("authorization", f"Bearer {token}"),)
+            status = stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=10, metadata=auth)
+            info = stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10, metadata=auth).model
         assert status.engine == "reference" and status.kv_blocks_free > 0
         assert info.source == "dummy:0" and info.tokenizer_digest == status.tokenizer_digest  # --model reached it
-        # The key works at the gateway: the SQLite state and the auth file live in the state dir.
+        # The printed key works at the harness; without it the harness refuses.
+        with grpc.insecure_channel(f"127.0.0.1:{ports['harness']}") as ch:
+            stub = harness_pb2_grpc.HarnessServiceStub(ch)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ListSessions(harness_pb2.ListSessionsRequest(), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            listed = stub.ListSessions(harness_pb2.ListSessionsRequest(), timeout=10,
+                                       metadata=(("authorization", f"Bearer {key.group(1)}"),))
+        assert list(listed.sessions) == []
+        # The SQLite state and the auth file live in the state dir; the auth file holds only hashes.
         assert (tmp_path / "auth.json").exists() and key.group(1) not in (tmp_path / "auth.json").read_text()
     finally:
         proc.send_signal(signal.SIGTERM)

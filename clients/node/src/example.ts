@@ -1,10 +1,12 @@
 // Runs one task on a loopwire harness and prints every event of the run.
 //
 // Usage: node dist/example.js [HARNESS_ADDRESS] [TASK]
-// The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays a
-// built-in two-turn session (a shell call, then an answer), which needs no model weights.
-// Exits 0 once the run completes and 1 if it fails.
-import { harnessClient, RunResponse, StartTask } from "./index";
+// The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
+// $LOOPWIRE_API_KEY and is sent as `authorization: Bearer <key>` (`loopwire up` prints a
+// development key and leaves it in .state/dev-api-key). Without a task it replays a built-in
+// two-turn session (a shell call, then an answer), which needs no model weights.
+// Exits 0 once the run completes, 1 if it fails, 2 without a key.
+import { authMetadata, harnessClient, RunResponse, StartTask } from "./index";
 
 function builtInReplay(): StartTask {
   return {
@@ -34,10 +36,15 @@ function builtInReplay(): StartTask {
 }
 
 function main(): void {
+  const apiKey = (process.env.LOOPWIRE_API_KEY ?? "").trim();
+  if (!apiKey) {
+    console.error("LOOPWIRE_API_KEY is not set: export the harness API key (`loopwire up` leaves a development key in .state/dev-api-key)");
+    process.exit(2);
+  }
   const address = process.argv[2] ?? process.env.LOOPWIRE_HARNESS ?? "127.0.0.1:50051";
   const start: StartTask = process.argv[3] ? { task: process.argv[3], maxTurns: 8 } : builtInReplay();
   const client = harnessClient(address);
-  const call = client.Run({ deadline: Date.now() + 5 * 60_000 });
+  const call = client.Run(authMetadata(apiKey), { deadline: Date.now() + 5 * 60_000 });
   call.on("data", (event: RunResponse) => {
     const { sessionId, sequence, event: kind } = event;
     console.log(JSON.stringify({ sessionId, sequence, [kind as string]: event[kind as keyof RunResponse] }));

@@ -37,6 +37,13 @@ export function loadLoopwire(): LoopwireProto["loopwire"]["v1"] {
   return loaded.loopwire.v1;
 }
 
+// Call metadata carrying a tenant API key: the harness wants `authorization: Bearer <key>`.
+export function authMetadata(apiKey: string): grpc.Metadata {
+  const metadata = new grpc.Metadata();
+  metadata.set("authorization", `Bearer ${apiKey}`);
+  return metadata;
+}
+
 export function harnessClient(address: string) {
   const v1 = loadLoopwire();
   return new v1.HarnessService(address, grpc.credentials.createInsecure());

@@ -49,6 +49,10 @@ log = logging.getLogger("loopwire.gateway")
 Code = common_pb2.ErrorCode
 
 
+# Requests larger than this are tokenized off the event loop.
+OFFLOAD_TOKENIZE_BYTES = 64 * 1024
+
+
 @dataclass
 class GatewayConfig:
     max_request_bytes: int = 16 * 1024 * 1024
@@ -233,7 +237,7 @@ class ConverseSession:
         watch = Stopwatch()
         try:
             with watch:
-                prepared = self._prepare(create)
+                prepared = await self._prepare(create)
         except RequestError as e:
             if e.code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND:
                 self.gw.metrics.previous_response_not_found += 1
@@ -259,45 +263,52 @@ class ConverseSession:
             self._in_flight = None
             run.stop_safety()
 
-    def _prepare(self, create: gateway_pb2.CreateResponse) -> _Prepared:
+    async def _prepare(self, create: gateway_pb2.CreateResponse) -> _Prepared:
         """Validate, find the conversation, tokenize what is new, admit under the rate limits."""
         try:
-            return self._prepare_checked(create)
+            return await self._prepare_checked(create)
         except ChatTemplateError as e:  # the model's own template refused this conversation
             raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "create_response.input") from None
 
-    def _prepare_checked(self, create: gateway_pb2.CreateResponse) -> _Prepared:
+    async def _prepare_checked(self, create: gateway_pb2.CreateResponse) -> _Prepared:
         gw = self.gw
         cfg = gw.config
         received = validation.check_size(create, cfg.max_request_bytes)
         validation.check_header(create)
         difference: Difference | None = None
         reused = 0
-        t0 = time.thread_time_ns()
+        held: Conversation | None = None
         if create.previous_response_id:
-            conversation = gw.store.resolve(create.previous_response_id, self.tenant.name, self.stream_id)
-            _check_delta_header(create, conversation)
-            validation.check_items(create.input, conversation.call_ids)
-            new_items = list(create.input)
-            tokenized = 0
+            held = gw.store.resolve(create.previous_response_id, self.tenant.name, self.stream_id)
+            _check_delta_header(create, held)
+            validation.check_items(create.input, held.call_ids)
         else:
             validation.check_items(create.input, ())
             previous = None if (cfg.stateless or create.no_store) else self.conversation
-            shared = 0
             if previous is not None:
                 shared, difference = previous.difference(create.model, create.instructions, create.tools, create.input)
-            if previous is not None and not (difference and difference.first_differing_item == -1):
-                conversation = previous.fork(shared)  # copies ids, re-tokenizes nothing
-                reused, tokenized = len(conversation.ids), 0
-            else:
+                if not (difference and difference.first_differing_item == -1):
+                    held = previous.fork(shared)  # copies ids, re-tokenizes nothing
+                    reused = len(held.ids)
+
+        def tokenize() -> tuple[Conversation, list[common_pb2.Item], int, bool, int]:
+            t0 = time.thread_time_ns()
+            conversation, tokenized = held, 0
+            if conversation is None:
                 conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools)
                 tokenized = conversation.initial_tokens
-            new_items = list(create.input[conversation.item_count :])
-        breaks_before = conversation.template_breaks
-        tokenized += conversation.append(new_items)
-        if conversation.template_breaks != breaks_before and difference is None:
+            new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
+            breaks_before = conversation.template_breaks
+            tokenized += conversation.append(new)
+            return (conversation, new, tokenized, conversation.template_breaks != breaks_before,
+                    time.thread_time_ns() - t0)
+
+        # A large request is tokenized in a worker thread (the tokenizers release the GIL), so one
+        # huge prompt never stalls the other streams on this event loop.
+        work = await asyncio.to_thread(tokenize) if received > OFFLOAD_TOKENIZE_BYTES else tokenize()
+        conversation, new_items, tokenized, broke, tokenize_ns = work
+        if broke and difference is None:
             difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
-        tokenize_ns = time.thread_time_ns() - t0
         if len(conversation) > cfg.max_session_tokens:
             raise RequestError(
                 Code.ERROR_CODE_RESOURCE_EXHAUSTED,

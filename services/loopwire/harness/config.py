@@ -10,6 +10,8 @@ from pathlib import Path
 class HarnessConfig:
     gateway: str = "127.0.0.1:50052"
     api_key: str = ""
+    # Every session workspace resolves to a directory under this root (default <state-dir>/workspaces):
+    # StartTask.workspace may name one relative to it or an absolute path inside it, nothing else.
     workspace_root: Path = Path(".state/workspaces")
     shell_timeout: float = 120.0
     background_after: float = 30.0

@@ -16,13 +16,12 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 
 from loopwire.common.auth import Authenticator, AuthError
 from loopwire.common.errors import RequestError, invalid
-from loopwire.harness import tools, validation
+from loopwire.harness import tools, validation, workspace_files
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
 from loopwire.harness.loop import SessionRun, user_message
 from loopwire.harness.sandbox import Sandbox
@@ -206,17 +205,17 @@ class RunStream:
         sid = start.session_id or f"s_{uuid.uuid4().hex[:20]}"
         if await asyncio.to_thread(store.exists, sid):
             raise invalid("start.session_id", f"session {sid!r} already exists")
-        workspace = Path(start.workspace) if start.workspace else Path(sid)
-        if not workspace.is_absolute():
-            workspace = config.workspace_root / workspace
         try:
-            workspace.mkdir(parents=True, exist_ok=True)
+            workspace = await asyncio.to_thread(workspace_files.workspace_under_root, config.workspace_root,
+                                                start.workspace, sid)
+        except workspace_files.ToolInputError as e:
+            raise invalid("start.workspace", str(e)) from None
         except OSError as e:
             raise invalid("start.workspace", f"cannot create it: {e}") from None
         replay = start.HasField("replay")
         session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list()
         await asyncio.to_thread(store.create, sid, start, start.instructions or DEFAULT_INSTRUCTIONS,
-                                session_tools, str(workspace.resolve()),
+                                session_tools, str(workspace),
                                 start.replay.source or "recorded session" if replay else "", self.caller.tenant)
         await asyncio.to_thread(store.append, sid, [user_message(start.task)], first_seq=0)
         await self._launch(sid, resumed=False)

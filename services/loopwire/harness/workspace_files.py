@@ -1,108 +1,508 @@
 """read_file / list / grep inside the workspace, without a process per call.
 
-Paths are resolved inside the workspace (symlinks included), so a tool call can never
-read or write elsewhere; file names that are not UTF-8 are shown escaped.
+Paths are walked one component at a time from an open descriptor of the workspace, never
+by name from the host root: every component is opened relative to its parent with
+O_NOFOLLOW, and a symlink is followed only by reading it and walking its target the same
+way, so a link (or one swapped in while a call runs) can never lead outside the workspace.
+This is a userspace openat2(RESOLVE_BENEATH): it works on any kernel and in any container
+seccomp profile, and it can accept an absolute link that points back into the workspace.
+
+Only regular files are opened, with O_NONBLOCK and after an lstat, so a FIFO, socket or
+device is refused at once instead of blocking a worker; reads are bounded in bytes and
+grep in time. File names that are not UTF-8 are shown escaped.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
-import re
-from pathlib import Path
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import regex
 
 from loopwire.harness.output import looks_binary, to_text
 
 _SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
+_MAX_LINKS = 40
+_RETRIES = 5
+_MAX_MKDIRS = 1000
+_CHUNK = 1 << 16
+READ_SCAN_LIMIT = 16 << 20  # read_file looks at most this far into a file
+LINE_KEEP = 64 << 10  # and shows at most this much of one line
+EDIT_SIZE_LIMIT = 8 << 20  # edit_file rewrites files up to this size
+GREP_FILE_LIMIT = 4 << 20  # grep searches the first bytes of each file
+GREP_TOTAL_LIMIT = 256 << 20  # and stops after this many bytes in all
+GREP_TIME_LIMIT = 10.0  # seconds for a whole grep call, regex matching included
+
+_O_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# Never a workspace: the root, system trees the sandbox mounts read-only, kernel interfaces.
+_NEVER = {"/", "/home", "/root", "/tmp", "/var", "/run", "/srv", "/mnt", "/media", "/opt"}
+_NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                 "/libx32", "/boot")
 
 
 class ToolInputError(ValueError):
     """Bad arguments of a tool call; the message is shown to the model."""
 
 
-def resolve(workspace: Path, path: str) -> Path:
-    """The path inside the workspace, or ToolInputError if it points outside."""
+class NoSuchFile(ToolInputError):
+    """The path names nothing (inside the workspace)."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def check_workspace_path(path: str | os.PathLike[str]) -> str:
+    """The normalized absolute workspace path, or ToolInputError for one that must never be one."""
+    text = os.fspath(path)
+    if "\0" in text:
+        raise ToolInputError("workspace path contains a NUL byte")
+    norm = os.path.normpath(os.path.abspath(text))
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    if norm in _NEVER or any(norm == d or norm.startswith(d + "/") for d in _NEVER_INSIDE):
+        raise ToolInputError(f"workspace {norm!r} is a system directory; refusing to use it")
+    return norm
+
+
+def open_workspace(path: str | os.PathLike[str]) -> tuple[int, str]:
+    """An O_PATH descriptor of the workspace directory and its path, walked from / without
+    following a symlink anywhere (a stored workspace path is always resolved already)."""
+    norm = check_workspace_path(path)
+    fd = os.open("/", _O_DIR)
+    try:
+        for part in norm.strip("/").split("/"):
+            try:
+                child = os.open(part, _O_DIR, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ToolInputError(f"workspace {norm!r}: {part!r} is a symlink or not a directory") from None
+                if e.errno == errno.ENOENT:
+                    raise ToolInputError(f"workspace {norm!r} does not exist") from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, norm
+
+
+def workspace_under_root(root: str | os.PathLike[str], requested: str, default_name: str) -> Path:
+    """Where a session's workspace lives: ``requested`` (relative, or absolute inside ``root``;
+    empty means ``default_name``) created under the configured workspace root. `/`, paths
+    outside the root, the root itself, `..` escapes and symlinks out are refused with
+    ToolInputError. Directories are created component by component without following links."""
+    if "\0" in requested:
+        raise ToolInputError("workspace contains a NUL byte")
+    root_path = Path(root)
+    root_path.mkdir(parents=True, exist_ok=True)
+    root_real = os.path.realpath(root_path)
+    text = requested or default_name
+    if os.path.isabs(text):
+        norm = os.path.normpath(text)
+        if norm != root_real and not norm.startswith(root_real.rstrip("/") + "/"):
+            raise ToolInputError(f"workspace {text!r} is outside the workspace root {root_real!r}")
+        text = os.path.relpath(norm, root_real)
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ToolInputError(f"workspace {requested!r} must not contain '..'")
+    if not parts:
+        raise ToolInputError(f"workspace {requested!r} is the workspace root itself; name a directory inside it")
+    root_fd, _ = open_workspace(root_real)
+    try:
+        with _Walk(root_fd, root_real) as walk:
+            walk.descend(parts, make_dirs=True, what=f"workspace {requested!r}")
+            path = os.path.join(root_real, *walk.names)
+    finally:
+        os.close(root_fd)
+    check_workspace_path(path)
+    return Path(path)
+
+
+class _Walk:
+    """A stack of O_PATH descriptors from the workspace root down to the current directory."""
+
+    def __init__(self, root_fd: int, root_path: str) -> None:
+        self.root_path = root_path
+        self.stack = [os.dup(root_fd)]
+        self.names: list[str] = []
+        self.links = 0
+
+    def __enter__(self) -> _Walk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self.stack:
+            os.close(fd)
+        self.stack = []
+
+    @property
+    def fd(self) -> int:
+        return self.stack[-1]
+
+    def _outside(self, what: str) -> ToolInputError:
+        return ToolInputError(f"path {what!r} is outside the workspace")
+
+    def _restart(self) -> None:
+        for fd in self.stack[1:]:
+            os.close(fd)
+        del self.stack[1:]
+        self.names.clear()
+
+    def descend(self, parts: list[str], *, create: bool = False, make_dirs: bool = False,
+                follow_last: bool = True, what: str = "") -> str | None:
+        """Walk ``parts``; return the final component left to open (None when the walk ends on
+        a directory, pushed). Symlinks inside are followed, ones leading out refused. ``create``
+        makes missing parent directories; ``make_dirs`` makes (and requires) every component a
+        directory."""
+        todo = list(reversed([p for p in parts if p not in ("", ".")]))
+        retries = made = 0
+        while todo:
+            part = todo.pop()
+            if part == "..":
+                if len(self.stack) == 1:
+                    raise self._outside(what)
+                os.close(self.stack.pop())
+                self.names.pop()
+                continue
+            last = not todo
+            try:
+                st = os.stat(part, dir_fd=self.fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            except NotADirectoryError:
+                raise ToolInputError(f"{what}: not a directory") from None
+            if st is None:
+                if last and not make_dirs:
+                    return part
+                if not (create or make_dirs):
+                    raise NoSuchFile(f"{what}: no such file or directory")
+                made += 1
+                if made > _MAX_MKDIRS:
+                    raise ToolInputError(f"{what}: too many directories to create")
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=self.fd)
+                todo.append(part)  # look again: whatever is there now is checked like anything else
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                if last and not follow_last:
+                    return part
+                self.links += 1
+                if self.links > _MAX_LINKS:
+                    raise ToolInputError(f"{what}: too many levels of symbolic links")
+                try:
+                    target = os.readlink(part, dir_fd=self.fd)
+                except OSError as e:
+                    if e.errno not in (errno.EINVAL, errno.ENOENT) or retries >= _RETRIES:
+                        raise
+                    retries += 1  # no longer a link: look again
+                    todo.append(part)
+                    continue
+                if target.startswith("/"):
+                    norm = os.path.normpath(target)
+                    if norm != self.root_path and not norm.startswith(self.root_path.rstrip("/") + "/"):
+                        raise self._outside(what)
+                    self._restart()
+                    target = os.path.relpath(norm, self.root_path)
+                todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
+                continue
+            if last and not stat.S_ISDIR(st.st_mode) and not make_dirs:
+                return part
+            if not stat.S_ISDIR(st.st_mode):
+                raise ToolInputError(f"{what}: {part!r} is not a directory")
+            try:
+                fd = os.open(part, _O_DIR, dir_fd=self.fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT) or retries >= _RETRIES:
+                    raise
+                retries += 1  # swapped between the lstat and the open: look again
+                todo.append(part)
+                continue
+            self.stack.append(fd)
+            self.names.append(part)
+        return None
+
+
+@dataclass
+class Target:
+    """A resolved path: the directory that holds it (open), its name there, its display path."""
+
+    dir_fd: int
+    name: str  # "." when the path is a directory already open in dir_fd
+    rel: str
+
+
+@contextlib.contextmanager
+def target(workspace: Path, path: str, *, create_parents: bool = False) -> Iterator[Target]:
+    """Resolve ``path`` inside the workspace; ToolInputError when it points outside."""
     if "\0" in path:
         raise ToolInputError("path contains a NUL byte")
-    root = workspace.resolve()
-    target = (root / path).resolve()
-    if target != root and root not in target.parents:
-        raise ToolInputError(f"path {path!r} is outside the workspace")
-    return target
-
-
-def show(workspace: Path, path: Path) -> str:
-    rel = os.path.relpath(path, workspace.resolve())
-    return to_text(rel)
-
-
-def read_file(workspace: Path, path: str, offset: int = 1, limit: int = 400) -> str:
-    target = resolve(workspace, path)
-    if target.is_dir():
-        raise ToolInputError(f"{path} is a directory (use list)")
+    root_fd, root_path = open_workspace(workspace)
     try:
-        data = target.read_bytes()
-    except FileNotFoundError:
-        raise ToolInputError(f"{path}: no such file") from None
-    if looks_binary(data):
-        raise ToolInputError(f"{path} is a binary file ({len(data)} bytes)")
-    lines = to_text(data).splitlines()
-    start = max(offset, 1)
-    chosen = lines[start - 1 : start - 1 + max(limit, 1)]
-    body = "\n".join(f"{n:6}\t{line}" for n, line in enumerate(chosen, start))
+        if path.startswith("/"):
+            norm = os.path.normpath(path)
+            if norm != root_path and not norm.startswith(root_path.rstrip("/") + "/"):
+                raise ToolInputError(f"path {path!r} is outside the workspace")
+            path = os.path.relpath(norm, root_path)
+        with _Walk(root_fd, root_path) as walk:
+            name = walk.descend(path.split("/"), create=create_parents, what=path)
+            rel = "/".join([*walk.names, name] if name else walk.names) or "."
+            yield Target(walk.fd, name or ".", rel)
+    finally:
+        os.close(root_fd)
+
+
+def open_regular(workspace: Path, path: str) -> tuple[int, os.stat_result, str]:
+    """A read-only descriptor of a regular file inside the workspace, never blocking on a
+    FIFO or device: the type is checked before the open and again on the open descriptor."""
+    for _ in range(_RETRIES):
+        with target(workspace, path) as t:
+            try:
+                st = os.stat(t.name, dir_fd=t.dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise NoSuchFile(f"{path}: no such file") from None
+            if stat.S_ISLNK(st.st_mode):
+                continue  # replaced by a link since the walk: walk again
+            if stat.S_ISDIR(st.st_mode):
+                raise ToolInputError(f"{path} is a directory (use list)")
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolInputError(f"{path} is {_kind(st.st_mode)}, not a regular file; refusing to open it")
+            try:
+                fd = os.open(t.name, _O_FILE, dir_fd=t.dir_fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOENT):
+                    continue
+                raise
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):
+                return fd, st, t.rel
+            os.close(fd)
+            raise ToolInputError(f"{path} is {_kind(st.st_mode)}, not a regular file; refusing to open it")
+    raise ToolInputError(f"{path} keeps changing while it is opened; try again")
+
+
+def read_bounded(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from the start of an open file, in chunks."""
+    parts, total = [], 0
+    while total < limit:
+        chunk = os.pread(fd, min(_CHUNK, limit - total), total)
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
+
+
+def read_file(workspace: Path, path: str, offset: int = 1, limit: int = 400,
+              scan_limit: int = READ_SCAN_LIMIT) -> str:
+    fd, st, _ = open_regular(workspace, path)
+    try:
+        head = os.pread(fd, 8192, 0)
+        if looks_binary(head):
+            raise ToolInputError(f"{path} is a binary file ({st.st_size} bytes)")
+        start, count = max(offset, 1), max(limit, 1)
+        chosen: list[str] = []
+        line: list[bytes] = []  # the unfinished line, kept only while it is one to show
+        kept = lineno = pos = 0
+        open_line = False
+        while pos < scan_limit:
+            chunk = os.pread(fd, min(_CHUNK, scan_limit - pos), pos)
+            if not chunk:
+                break
+            pos += len(chunk)
+            pieces = chunk.split(b"\n")
+            for i, piece in enumerate(pieces):
+                shown = start <= lineno + 1 < start + count
+                if shown and kept <= LINE_KEEP:
+                    line.append(piece[: LINE_KEEP - kept])
+                    kept += len(line[-1]) + (len(piece) > LINE_KEEP - kept)  # one past: it was cut
+                if i < len(pieces) - 1:
+                    lineno += 1
+                    if shown:
+                        chosen.append(_line_text(line, kept))
+                    line, kept = [], 0
+            open_line = bool(pieces[-1]) or (len(pieces) == 1 and open_line)
+        complete = pos < scan_limit or pos >= st.st_size
+        if open_line and complete:
+            lineno += 1
+            if start <= lineno < start + count:
+                chosen.append(_line_text(line, kept))
+    finally:
+        os.close(fd)
+    body = "\n".join(f"{n:6}\t{text}" for n, text in enumerate(chosen, start))
     end = start + len(chosen) - 1
-    if end < len(lines) or start > 1:
-        body += f"\n[lines {start}-{end} of {len(lines)}]"
+    if not complete:
+        body += (f"\n[lines {start}-{end}; read stopped after the first {pos} of {st.st_size} bytes "
+                 f"({lineno} lines); use grep or the shell for the rest]")
+    elif end < lineno or start > 1:
+        body += f"\n[lines {start}-{end} of {lineno}]"
     return body
 
 
+def _line_text(parts: list[bytes], kept: int) -> str:
+    text = to_text(b"".join(parts)).rstrip("\r")
+    return text + f" [... line cut at {LINE_KEEP} bytes]" if kept > LINE_KEEP else text
+
+
 def list_dir(workspace: Path, path: str = ".", depth: int = 2, max_entries: int = 500) -> str:
-    root = resolve(workspace, path)
-    if not root.is_dir():
-        raise ToolInputError(f"{path}: not a directory")
     out: list[str] = []
-    base_depth = len(root.parts)
-    for dirpath, dirnames, filenames in os.walk(root):
-        here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        if len(here.parts) - base_depth >= depth:
-            dirnames[:] = []
-        for name in [*(d + "/" for d in dirnames), *sorted(filenames)]:
-            out.append(show(workspace, here / name.rstrip("/")) + ("/" if name.endswith("/") else ""))
-            if len(out) >= max_entries:
-                return "\n".join([*out, f"[listing stopped at {max_entries} entries]"])
+    with target(workspace, path) as t:
+        try:
+            dir_fd = os.open(t.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=t.dir_fd)
+        except (NotADirectoryError, FileNotFoundError):
+            raise ToolInputError(f"{path}: not a directory") from None
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ToolInputError(f"{path}: not a directory") from None
+            raise
+        prefix = "" if t.rel == "." else t.rel + "/"
+        try:
+            for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
+                here = PurePosixPath(dirpath)
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+                if len(here.parts) >= depth:
+                    dirnames[:] = []
+                for name in [*(d + "/" for d in dirnames), *sorted(filenames)]:
+                    out.append(to_text(prefix + str(here / name.rstrip("/"))) + ("/" if name.endswith("/") else ""))
+                    if len(out) >= max_entries:
+                        return "\n".join([*out, f"[listing stopped at {max_entries} entries]"])
+        finally:
+            os.close(dir_fd)
     return "\n".join(out) if out else "(empty)"
 
 
-def grep(workspace: Path, pattern: str, path: str = ".", glob: str = "", max_matches: int = 200) -> str:
+def grep(workspace: Path, pattern: str, path: str = ".", glob: str = "", max_matches: int = 200,
+         time_limit: float = GREP_TIME_LIMIT, file_limit: int = GREP_FILE_LIMIT,
+         total_limit: int = GREP_TOTAL_LIMIT) -> str:
+    """Matches as path:line:text. The `regex` engine runs with a deadline for the whole call
+    (and without the GIL), so a catastrophically backtracking pattern costs seconds, not hours."""
     try:
-        regex = re.compile(pattern)
-    except re.error as e:
+        compiled = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError) as e:
         raise ToolInputError(f"invalid regular expression: {e}") from None
-    root = resolve(workspace, path)
-    files = [root] if root.is_file() else _walk_files(root, glob)
-    out: list[str] = []
-    for file in files:
+    deadline = time.monotonic() + time_limit
+    state = _GrepState(compiled, deadline, max_matches, file_limit, total_limit)
+    with target(workspace, path) as t:
+        st = _lstat(t)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            fd, _, rel = open_regular(workspace, path)
+            with contextlib.suppress(_Stop):
+                state.search_fd(fd, rel)
+        else:
+            try:
+                dir_fd = os.open(t.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                 dir_fd=t.dir_fd)
+            except FileNotFoundError:
+                raise ToolInputError(f"{path}: no such file or directory") from None
+            prefix = "" if t.rel == "." else t.rel + "/"
+            try:
+                state.search_tree(dir_fd, prefix, glob)
+            finally:
+                os.close(dir_fd)
+    return state.result()
+
+
+def _lstat(t: Target) -> os.stat_result | None:
+    try:
+        return os.stat(t.name, dir_fd=t.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+class _Stop(Exception):
+    pass
+
+
+class _GrepState:
+    def __init__(self, compiled: regex.Pattern, deadline: float, max_matches: int, file_limit: int,
+                 total_limit: int) -> None:
+        self.regex, self.deadline, self.max_matches = compiled, deadline, max_matches
+        self.file_limit, self.total_limit = file_limit, total_limit
+        self.out: list[str] = []
+        self.scanned = 0
+        self.partial_files = 0
+        self.stopped = ""
+
+    def search_tree(self, dir_fd: int, prefix: str, glob: str) -> None:
         try:
-            data = file.read_bytes()
-        except OSError:
-            continue
+            for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
+                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+                for name in sorted(filenames):
+                    self._check_time()
+                    rel = prefix + os.path.normpath(os.path.join(dirpath, name))
+                    if glob and not PurePosixPath(rel).match(glob):
+                        continue
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                        if not stat.S_ISREG(st.st_mode):
+                            continue  # links, FIFOs, sockets, devices: never opened
+                        file_fd = os.open(name, _O_FILE, dir_fd=fd)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+                        os.close(file_fd)
+                        continue
+                    self.search_fd(file_fd, rel)
+        except _Stop:
+            pass
+
+    def search_fd(self, fd: int, rel: str) -> None:
+        """Search one open file (and close it)."""
+        try:
+            if self.stopped:
+                return
+            room = min(self.file_limit, self.total_limit - self.scanned)
+            if room <= 0:
+                self.stopped = f"stopped after searching {self.scanned} bytes"
+                raise _Stop
+            data = read_bounded(fd, room + 1)
+            if len(data) > room:
+                data = data[:room]
+                self.partial_files += 1
+            self.scanned += len(data)
+        finally:
+            os.close(fd)
         if looks_binary(data):
-            continue
+            return
+        shown = to_text(rel)
         for n, line in enumerate(to_text(data).splitlines(), 1):
-            if regex.search(line):
-                out.append(f"{show(workspace, file)}:{n}:{line[:400]}")
-                if len(out) >= max_matches:
-                    return "\n".join([*out, f"[stopped at {max_matches} matches]"])
-    return "\n".join(out) if out else "no matches"
+            remaining = self._check_time()
+            try:
+                found = self.regex.search(line, concurrent=True, timeout=remaining)
+            except TimeoutError:
+                self.stopped = "the pattern took too long (time limit reached); results are incomplete"
+                raise _Stop from None
+            if found:
+                self.out.append(f"{shown}:{n}:{line[:400]}")
+                if len(self.out) >= self.max_matches:
+                    self.stopped = f"stopped at {self.max_matches} matches"
+                    raise _Stop
 
+    def _check_time(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            self.stopped = "time limit reached; results are incomplete"
+            raise _Stop
+        return remaining
 
-def _walk_files(root: Path, glob: str) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            p = Path(dirpath) / name
-            if not glob or p.match(glob):
-                found.append(p)
-    return found
-
+    def result(self) -> str:
+        notes = []
+        if self.partial_files:
+            notes.append(f"[{self.partial_files} file(s) searched only in their first {self.file_limit} bytes]")
+        if self.stopped:
+            notes.append(f"[{self.stopped}]")
+        if not self.out:
+            return "\n".join(["no matches", *notes])
+        return "\n".join([*self.out, *notes])

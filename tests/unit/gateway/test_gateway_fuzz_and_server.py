@@ -130,7 +130,7 @@ async def test_serve_from_args_serves_health_and_drains_on_sigterm():
     srv, address = await start_replica(replica)
     parser = argparse.ArgumentParser()
     server.add_arguments(parser)
-    args = parser.parse_args(["--listen", "127.0.0.1:0", "--inference", address, "--stateless"])
+    args = parser.parse_args(["--listen", "127.0.0.1:0", "--inference", address, "--stateless", "--insecure-dev"])
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve_from_args(args, ready=ready.set_result))
     port = await asyncio.wait_for(ready, 10)

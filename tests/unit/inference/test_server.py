@@ -64,7 +64,7 @@ def test_bad_options_are_named() -> None:
 
 async def test_serve_from_args_listens_and_drains_on_sigterm() -> None:
     ports: list[int] = []
-    task = asyncio.create_task(serve_from_args(parse(["--listen", "127.0.0.1:0", "--engine", "simulated"]),
+    task = asyncio.create_task(serve_from_args(parse(["--listen", "127.0.0.1:0", "--engine", "simulated", "--insecure-dev"]),
                                                ready=ports.append))
     for _ in range(200):
         if ports:

@@ -2,9 +2,11 @@
 //
 // Usage: example [HARNESS_ADDRESS] [TASK]
 //
-// The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays
-// a built-in two-turn session (a shell call, then an answer), which needs no model weights.
-// It exits 0 once the run completes and 1 if it fails.
+// The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes
+// from $LOOPWIRE_API_KEY and is sent as `authorization: Bearer <key>` (`loopwire up` prints a
+// development key and leaves it in .state/dev-api-key). Without a task it replays a built-in
+// two-turn session (a shell call, then an answer), which needs no model weights.
+// It exits 0 once the run completes, 1 if it fails, 2 without a key.
 package main
 
 import (
@@ -12,10 +14,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	loopwirev1 "github.com/loopwire/loopwire/clients/go/gen/loopwire/v1"
@@ -51,6 +55,11 @@ func builtInReplay() *loopwirev1.StartTask {
 }
 
 func main() {
+	apiKey := strings.TrimSpace(os.Getenv("LOOPWIRE_API_KEY"))
+	if apiKey == "" {
+		fmt.Fprintln(os.Stderr, "LOOPWIRE_API_KEY is not set: export the harness API key (`loopwire up` leaves a development key in .state/dev-api-key)")
+		os.Exit(2)
+	}
 	address := os.Getenv("LOOPWIRE_HARNESS")
 	if address == "" {
 		address = "127.0.0.1:50051"
@@ -62,10 +71,10 @@ func main() {
 	if len(os.Args) > 2 {
 		start = &loopwirev1.StartTask{Task: os.Args[2], MaxTurns: 8}
 	}
-	os.Exit(run(address, start))
+	os.Exit(run(address, apiKey, start))
 }
 
-func run(address string, start *loopwirev1.StartTask) int {
+func run(address, apiKey string, start *loopwirev1.StartTask) int {
 	conn, err := grpc.NewClient(address, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "connect:", err)
@@ -74,6 +83,7 @@ func run(address string, start *loopwirev1.StartTask) int {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+apiKey)
 	stream, err := loopwirev1.NewHarnessServiceClient(conn).Run(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "run:", err)

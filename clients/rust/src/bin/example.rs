@@ -2,9 +2,11 @@
 //!
 //! Usage: example [HARNESS_ADDRESS] [TASK]
 //!
-//! The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays a
-//! built-in two-turn session (a shell call, then an answer), which needs no model weights.
-//! Exits 0 once the run completes and 1 if it fails.
+//! The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
+//! $LOOPWIRE_API_KEY and is sent as `authorization: Bearer <key>` (`loopwire up` prints a
+//! development key and leaves it in .state/dev-api-key). Without a task it replays a built-in
+//! two-turn session (a shell call, then an answer), which needs no model weights.
+//! Exits 0 once the run completes, 1 if it fails, 2 without a key.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -57,7 +59,11 @@ fn built_in_replay() -> StartTask {
     }
 }
 
-async fn run(address: String, start: StartTask) -> Result<bool, Box<dyn std::error::Error>> {
+async fn run(
+    address: String,
+    api_key: String,
+    start: StartTask,
+) -> Result<bool, Box<dyn std::error::Error>> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
         .connect_timeout(Duration::from_secs(10))
         .connect()
@@ -66,7 +72,9 @@ async fn run(address: String, start: StartTask) -> Result<bool, Box<dyn std::err
     // The request stream stays open until the run is over (the harness may expect more requests).
     let (requests, outbox) = mpsc::channel(4);
     requests.send(RunRequest { action: Some(run_request::Action::Start(start)) }).await?;
-    let mut events = client.run(ReceiverStream::new(outbox)).await?.into_inner();
+    let mut request = tonic::Request::new(ReceiverStream::new(outbox));
+    request.metadata_mut().insert("authorization", format!("Bearer {api_key}").parse()?);
+    let mut events = client.run(request).await?.into_inner();
     while let Some(event) = events.message().await? {
         println!("{event:?}");
         match event.event {
@@ -81,6 +89,11 @@ async fn run(address: String, start: StartTask) -> Result<bool, Box<dyn std::err
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    let api_key = std::env::var("LOOPWIRE_API_KEY").unwrap_or_default().trim().to_string();
+    if api_key.is_empty() {
+        eprintln!("LOOPWIRE_API_KEY is not set: export the harness API key (`loopwire up` leaves a development key in .state/dev-api-key)");
+        return ExitCode::from(2);
+    }
     let mut args = std::env::args().skip(1);
     let address = args
         .next()
@@ -90,7 +103,7 @@ async fn main() -> ExitCode {
         Some(task) => StartTask { task, max_turns: 8, ..Default::default() },
         None => built_in_replay(),
     };
-    match tokio::time::timeout(Duration::from_secs(300), run(address, start)).await {
+    match tokio::time::timeout(Duration::from_secs(300), run(address, api_key, start)).await {
         Ok(Ok(true)) => ExitCode::SUCCESS,
         Ok(Ok(false)) => ExitCode::FAILURE,
         Ok(Err(err)) => {

@@ -3,6 +3,8 @@ package dev.loopwire.example;
 import com.google.protobuf.TextFormat;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -23,9 +25,11 @@ import loopwire.v1.HarnessServiceGrpc;
  * Runs one task on a loopwire harness and prints every event of the run.
  *
  * <p>Usage: {@code java -jar loopwire-client-example.jar [HARNESS_ADDRESS] [TASK]}. The address
- * defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. Without a task it replays a built-in
+ * defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
+ * $LOOPWIRE_API_KEY and is sent as {@code authorization: Bearer <key>} ({@code loopwire up} prints
+ * a development key and leaves it in .state/dev-api-key). Without a task it replays a built-in
  * two-turn session (a shell call, then an answer), which needs no model weights. Exits 0 once
- * the run completes and 1 if it fails.
+ * the run completes, 1 if it fails, 2 without a key.
  */
 public final class Example {
   private Example() {}
@@ -66,7 +70,18 @@ public final class Example {
         .build();
   }
 
+  static final Metadata.Key<String> AUTHORIZATION =
+      Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
+
   public static void main(String[] args) throws InterruptedException {
+    String apiKey = System.getenv("LOOPWIRE_API_KEY");
+    if (apiKey == null || apiKey.trim().isEmpty()) {
+      System.err.println(
+          "LOOPWIRE_API_KEY is not set: export the harness API key (`loopwire up` leaves a development key in .state/dev-api-key)");
+      System.exit(2);
+    }
+    Metadata auth = new Metadata();
+    auth.put(AUTHORIZATION, "Bearer " + apiKey.trim());
     String env = System.getenv("LOOPWIRE_HARNESS");
     String address = args.length > 0 ? args[0] : (env != null && !env.isEmpty() ? env : "127.0.0.1:50051");
     StartTask start =
@@ -78,6 +93,7 @@ public final class Example {
     AtomicInteger exitCode = new AtomicInteger(1);
     StreamObserver<RunRequest> requests =
         HarnessServiceGrpc.newStub(channel)
+            .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(auth))
             .withDeadlineAfter(5, TimeUnit.MINUTES)
             .run(
                 new StreamObserver<RunResponse>() {

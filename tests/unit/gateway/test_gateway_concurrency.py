@@ -180,3 +180,26 @@ async def test_health_polls_take_a_replica_out_and_back(make_mesh):
             break
         await asyncio.sleep(0.02)
     assert down.healthy
+
+
+async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_mesh):
+    """10 MB of instructions is tokenized off the event loop: a small request on another stream
+    finishes first, and the huge one is refused over the session limit, not after blocking all."""
+    mesh = await make_mesh(config=GatewayConfig(safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    huge, small = mesh.open(), mesh.open()
+    order: list[str] = []
+
+    async def send(conv, name: str, **fields: object) -> list[gateway_pb2.ConverseResponse]:
+        events = await conv.send(**fields)
+        order.append(name)
+        return events
+
+    big_task = asyncio.create_task(send(huge, "huge", instructions="word " * 2_000_000, input=[user("hi")],
+                                        replay=replay("ok")))
+    await asyncio.sleep(0.05)  # the huge request is being tokenized now
+    small_events = await send(small, "small", input=[user("hi")], replay=replay("fast"))
+    big_events = await big_task
+    assert last(small_events, "completed").output[0].message.content[0].text == "fast"
+    failed = last(big_events, "failed")
+    assert failed.error.code == common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED and "limit per session" in failed.error.message
+    assert order == ["small", "huge"]

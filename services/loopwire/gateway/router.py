@@ -37,8 +37,11 @@ DEFAULT_TOKEN_LATENCY_S = 0.01
 # Cache affinity may pick a replica carrying up to this much more load than the lightest.
 BALANCE_RATIO = 1.25
 BALANCE_SLACK = 2
-# A busy replica may miss one status poll; two in a row mean it is gone.
+# Two unreachable polls in a row mean a replica is gone; a slow answer counts a fraction of one,
+# so only a replica that stays silent for ~STATUS_TIMEOUT_S / SLOW_POLL_WEIGHT seconds is dropped.
 POLLS_TO_MARK_DOWN = 2
+SLOW_POLL_WEIGHT = 0.1
+STATUS_TIMEOUT_S = 2.0
 _EWMA = 0.2
 # Prefills shorter than this say more about overheads than about the replica's speed.
 _MIN_PREFILL_SAMPLE = 256
@@ -60,7 +63,7 @@ class Replica:
     prefill_tps: float = 0.0  # measured (EWMA); 0 until the first sample
     token_latency_s: float = DEFAULT_TOKEN_LATENCY_S  # measured time per decode step (EWMA)
     routed: int = 0
-    failed_polls: int = 0
+    failed_polls: float = 0.0
 
     @property
     def name(self) -> str:
@@ -196,9 +199,11 @@ class Router:
     async def _poll(self, replica: Replica) -> None:
         while True:
             try:
-                status = await replica.stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=2.0)
-            except grpc.aio.AioRpcError:
-                replica.failed_polls += 1
+                status = await replica.stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=STATUS_TIMEOUT_S)
+            except grpc.aio.AioRpcError as e:
+                # A replica that cannot be reached is down; one that answers slowly is busy, and
+                # taking it out would fail every session it holds (it is only down after many).
+                replica.failed_polls += 1 if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED else SLOW_POLL_WEIGHT
                 if replica.failed_polls >= POLLS_TO_MARK_DOWN:
                     self.mark_down(replica)
             else:

@@ -77,6 +77,11 @@ class Replica:
             n += 1
         return n
 
+    def reachable(self) -> bool:
+        """Whether the channel may still connect (not refused outright moments ago)."""
+        state = self.channel.get_state(try_to_connect=False)
+        return state not in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+
     def load(self) -> float:
         return self.in_flight + self.status.waiting
 
@@ -143,6 +148,11 @@ class Router:
     ) -> Replica:
         """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily."""
         candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        if not candidates:
+            # Every replica missed its polls, which under load means busy more often than dead:
+            # try the ones not yet tried for this response rather than fail it outright; a dead
+            # one fails the stream and the response fails over (or fails) from there.
+            candidates = [r for r in self.replicas if r not in exclude and r.reachable()]
         mismatched = [r for r in candidates if self._mismatched(r)]
         if mismatched and len(mismatched) == len(candidates):
             r = mismatched[0]

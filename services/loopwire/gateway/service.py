@@ -491,7 +491,7 @@ class _ResponseRun:
     async def _link(self) -> GenerateLink:
         """The session's Generate stream; routed anew on the first turn or when its replica failed."""
         session = self.s
-        if session.link is not None and session.link.alive and session.link.replica.healthy:
+        if session.link is not None and session.link.alive:  # a live stream is proof enough of a live replica
             return session.link
         if session.link is not None:
             old, session.link = session.link, None

@@ -134,10 +134,22 @@ async def test_round_robin_and_least_loaded():
     assert ll.choose(10, lambda bs: []) is ll.replicas[1]
 
 
-async def test_no_healthy_replica_is_a_retryable_unavailable():
+async def test_no_reachable_replica_is_a_retryable_unavailable(monkeypatch):
     router = make_router("cache-aware")
     for r in router.replicas:
         router.mark_down(r)
+        monkeypatch.setattr(r, "reachable", lambda: False)
     with pytest.raises(RequestError) as e:
         router.choose(10, lambda bs: [])
     assert e.value.retryable and e.value.retry_after_ms > 0
+
+
+async def test_replicas_that_only_missed_polls_are_still_tried():
+    """Under load every replica may miss its status polls: busy is not dead, so route anyway."""
+    router = make_router("cache-aware")
+    for r in router.replicas:
+        router.mark_down(r)
+    chosen = router.choose(10, lambda bs: [])
+    assert chosen in router.replicas
+    with pytest.raises(RequestError):
+        router.choose(10, lambda bs: [], exclude=router.replicas)  # each tried once per response

@@ -8,6 +8,7 @@ one full resend. Stateless: the naive way, kept to measure against: the whole tr
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,12 @@ from loopwire.common.errors import Code
 from loopwire.common.grpc_server import insecure_channel
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
+# Retryable gateway failures (no replica, rate limited, a broken stream) are retried with
+# exponential backoff while nothing of the response has streamed yet.
+MAX_ATTEMPTS = 5
+BACKOFF_S = 0.2
+MAX_BACKOFF_S = 5.0
+_TRANSIENT = (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_RESOURCE_EXHAUSTED)
 
 class GatewayError(Exception):
     """The model call failed; ``error`` says why, in the shared Error vocabulary."""
@@ -74,7 +81,7 @@ class Conversation:
         """Ask for one response to ``transcript``; ``on_event`` sees every streamed event."""
         turn = ModelTurn()
         use_delta = bool(self.last_response_id) and self.held_items <= len(transcript)
-        for attempt in range(2):
+        for attempt in range(MAX_ATTEMPTS):
             request = gateway_pb2.CreateResponse()
             request.CopyFrom(base)
             telemetry.inject(request.trace_context)  # this turn's trace continues in the gateway
@@ -95,13 +102,18 @@ class Conversation:
             except GatewayError as e:
                 code = e.error.code
                 lost_state = code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND and use_delta
-                # Resend only while nothing streamed yet: tools may already run on streamed calls.
-                broken = code == Code.ERROR_CODE_UNAVAILABLE and not turn.ttft_us
-                if attempt or not (lost_state or broken):
+                # Retry only while nothing streamed yet: tools may already run on streamed calls.
+                transient = (e.error.retryable or code in _TRANSIENT) and not turn.ttft_us
+                if attempt + 1 >= MAX_ATTEMPTS or not (lost_state or transient):
                     raise
-                turn.diagnostics.append(f"{Code.Name(e.error.code)}: {e.error.message}; resending in full")
+                if lost_state:
+                    turn.diagnostics.append(f"{Code.Name(code)}: {e.error.message}; resending in full")
+                    use_delta = False
+                else:  # back off (the gateway's own hint first), then the same request again
+                    delay = max(e.error.retry_after_ms / 1000, BACKOFF_S * 2**attempt)
+                    turn.diagnostics.append(f"{Code.Name(code)}: {e.error.message}; retrying in {delay:.1f} s")
+                    await asyncio.sleep(min(delay, MAX_BACKOFF_S))
                 turn.resends += 1
-                use_delta = False
         if self.stateful:
             self.last_response_id = turn.response_id
             self.held_items = len(transcript) + len(turn.output)

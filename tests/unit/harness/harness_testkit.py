@@ -49,6 +49,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.streams = 0
         self.cancelled_streams = 0
         self.forget_next_delta = False
+        self.unavailable_next = 0  # answer this many requests with a retryable UNAVAILABLE
         self.call_gap_s = 0.0  # generation time between two tool calls of one response
         self.first_token_delay_s = 0.0
         self.unsafe_output = False  # cut every response with a safety verdict
@@ -73,6 +74,12 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
 
     async def _respond(self, req: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         self.requests.append(req)
+        if self.unavailable_next:
+            self.unavailable_next -= 1
+            yield gateway_pb2.ConverseResponse(failed=gateway_pb2.ResponseFailed(error=common_pb2.Error(
+                code=common_pb2.ERROR_CODE_UNAVAILABLE, message="no healthy inference replica", retryable=True,
+                retry_after_ms=10)))
+            return
         if req.previous_response_id:
             if self.forget_next_delta or req.previous_response_id not in self.transcripts:
                 self.forget_next_delta = False

@@ -34,3 +34,28 @@ async def test_a_store_failure_mid_run_still_ends_the_run_with_a_failed_event(tm
         message = of(events, "failed")[0].error.message
         assert "disk is full" in message and "could not be stored" in message
         assert "cannot record its failure" in caplog.text
+
+
+async def test_retryable_gateway_errors_are_retried_with_backoff(tmp_path):
+    from harness_testkit import call
+
+    async with harness_env(tmp_path) as h:
+        h.gateway.script = [answer("", call("list", "{}")), answer("done")]
+        h.gateway.unavailable_next = 3
+        events = await h.start("anything")
+        assert kinds(events)[-1] == "completed"
+        stored = await h.session(of(events, "started")[0].session_id)
+        assert stored.turns[0].resends == 3 and stored.turns[1].resends == 0
+        assert len(h.gateway.requests) == 5  # 3 refused + 2 answered, and no request was lost
+        # The second turn is still a delta: backing off kept the gateway's state.
+        assert h.gateway.requests[-1].previous_response_id
+
+
+async def test_a_gateway_that_stays_unavailable_fails_the_run_after_a_bounded_number_of_tries(tmp_path):
+    async with harness_env(tmp_path) as h:
+        h.gateway.script = [answer("never")]
+        h.gateway.unavailable_next = 100
+        events = await h.start("anything")
+        assert kinds(events)[-1] == "failed"
+        assert of(events, "failed")[0].error.code == common_pb2.ERROR_CODE_UNAVAILABLE
+        assert len(h.gateway.requests) == 5

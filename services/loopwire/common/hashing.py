@@ -45,6 +45,14 @@ def sequence_hash(token_ids: Iterable[int]) -> int:
     return SequenceHash().extend(token_ids).value
 
 
+def salted_root(salt: str) -> int:
+    """The parent hash of a sequence's first block: the root, or a root of its own per salt
+    (a tenant), so equal prompts of two tenants never share a cache entry."""
+    if not salt:
+        return ROOT_BLOCK_HASH
+    return int.from_bytes(hashlib.sha256(b"loopwire cache salt\0" + salt.encode()).digest()[:8], "little")
+
+
 def block_hash(parent: int, token_ids: Sequence[int]) -> int:
     """Hash of one full block chained to its parent's hash (uint64, never 0)."""
     payload = struct.pack(f"<Q{len(token_ids)}I", parent, *token_ids)

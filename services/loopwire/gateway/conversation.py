@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loopwire.common.hashing import SequenceHash, block_hash
+from loopwire.common.hashing import SequenceHash, block_hash, salted_root
 from loopwire.common.prompt import ChatPrompt
 from loopwire.v1 import common_pb2
 
@@ -46,7 +46,8 @@ class _Checkpoint:
 class Conversation:
     """Instructions, tools and items of one conversation with their token ids."""
 
-    def __init__(self, prompt: ChatPrompt, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> None:
+    def __init__(self, prompt: ChatPrompt, model: str, instructions: str, tools: Sequence[common_pb2.Tool],
+                 cache_salt: str = "") -> None:
         self.prompt = prompt
         self.tokenizer = prompt.model.tokenizer
         self.model = model
@@ -65,6 +66,7 @@ class Conversation:
         self._checkpoints = [_Checkpoint(0, 0, 0, "", 0, self._hash.value)]
         self._blocks: list[int] = []
         self._block_size = 0
+        self.cache_salt = cache_salt  # the tenant: its prefix-cache hashes are its own (salted_root)
         # Responses whose text the template did not reproduce (their output was tokenized again).
         self.outputs_retokenized = 0
         # Appends whose rendering did not extend the text held (the whole conversation was tokenized again).
@@ -233,7 +235,7 @@ class Conversation:
         if block_size != self._block_size:
             self._blocks, self._block_size = [], block_size
         ids = self.ids
-        parent = self._blocks[-1] if self._blocks else 0
+        parent = self._blocks[-1] if self._blocks else salted_root(self.cache_salt)
         for start in range(len(self._blocks) * block_size, len(ids) - block_size + 1, block_size):
             parent = block_hash(parent, ids[start : start + block_size].tolist())
             self._blocks.append(parent)

@@ -295,7 +295,8 @@ class ConverseSession:
             t0 = time.thread_time_ns()
             conversation, tokenized = held, 0
             if conversation is None:
-                conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools)
+                conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools,
+                                            cache_salt=self.tenant.name)
                 tokenized = conversation.initial_tokens
             new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
             breaks_before = conversation.template_breaks
@@ -516,6 +517,7 @@ class _ResponseRun:
                 oracle_token_ids=self.oracle[len(self.generated) :],
                 retention_seconds=self.create.retention_seconds,
                 priority=self.create.priority,
+                cache_salt=self.s.tenant.name,
             )
             telemetry.inject(start.trace_context)  # the generation joins this response's (turn's) trace
             held = link.held_length

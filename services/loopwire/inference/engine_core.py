@@ -15,7 +15,6 @@ from typing import Protocol
 
 import numpy as np
 
-from loopwire.common.hashing import ROOT_BLOCK_HASH
 from loopwire.inference.clock import Clock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
@@ -195,7 +194,7 @@ class EngineCore:
         bs = self.blocks.block_size
         while (len(seq.block_hashes) + 1) * bs <= seq.num_computed:
             i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else ROOT_BLOCK_HASH
+            parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_root
             seq.block_hashes.append(self.blocks.commit(seq.block_ids[i], parent, seq.tokens[i * bs : (i + 1) * bs]))
 
     def _trim(self, seq: Sequence) -> None:

@@ -132,7 +132,7 @@ class BlockManager:
 
     # -- prefix cache -----------------------------------------------------------------
 
-    def match_prefix(self, token_ids: Sequence[int]) -> tuple[list[int], list[int]]:
+    def match_prefix(self, token_ids: Sequence[int], root: int = ROOT_BLOCK_HASH) -> tuple[list[int], list[int]]:
         """Acquire the cached blocks of the longest cached prefix of ``token_ids``.
 
         Only full blocks before the last token count: the last token must be computed to
@@ -144,7 +144,7 @@ class BlockManager:
             return [], []
         ids: list[int] = []
         hashes: list[int] = []
-        for i, h in enumerate(block_hashes(token_ids[:usable], self.block_size)):
+        for i, h in enumerate(block_hashes(token_ids[:usable], self.block_size, root)):
             block_id = self._by_hash.get(h)
             start = i * self.block_size
             if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids[start : start + self.block_size]):

@@ -95,7 +95,7 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
             seq = self.waiting[0]
             if not seq.block_ids:
-                seq.block_ids, seq.block_hashes = self.blocks.match_prefix(seq.tokens)
+                seq.block_ids, seq.block_hashes = self.blocks.match_prefix(seq.tokens, seq.cache_root)
                 seq.num_computed = len(seq.block_ids) * self.blocks.block_size
                 if not seq.cached_recorded:
                     seq.usage.cached_input_tokens = min(seq.num_computed, seq.prompt_len)

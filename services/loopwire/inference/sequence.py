@@ -8,6 +8,7 @@ from enum import Enum
 
 import numpy as np
 
+from loopwire.common.hashing import salted_root
 from loopwire.inference.drafter import DraftContext
 from loopwire.inference.sampling import SamplingSettings
 
@@ -37,6 +38,8 @@ class GenerationRequest:
     retention_seconds: float = 0.0
     # Compute the prompt's KV and stop (Prefill for disaggregation); held for retention_seconds.
     prefill_only: bool = False
+    # Prefix-cache namespace (a tenant): see salted_root.
+    cache_salt: str = ""
 
 
 @dataclass
@@ -86,6 +89,7 @@ class Sequence:
         self.req = req
         self.request_id = req.request_id
         self.tokens: list[int] = list(req.prompt)
+        self.cache_root = salted_root(req.cache_salt)
         self.prompt_len = len(req.prompt)
         self.max_tokens = max_tokens
         self.stop_ids = frozenset(req.stop_token_ids)

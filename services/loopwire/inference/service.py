@@ -198,6 +198,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             priority=start.priority,
             session_id=start.session_id,
             retention_seconds=float(start.retention_seconds),
+            cache_salt=start.cache_salt,
         )
         task = asyncio.create_task(self._generate(rid, req, start, prompt_hash, state))
         state.active[rid] = task
@@ -294,6 +295,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             prefill_only=True,
             session_id=f"prefill/{handle.hex()}",
             retention_seconds=PREFILL_HOLD_SECONDS,
+            cache_salt=request.cache_salt,
         )
         fin: Finished | None = None
         async for out in self.engine.generate(req):

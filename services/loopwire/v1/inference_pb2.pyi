@@ -196,6 +196,7 @@ class GenerationStart(_message.Message):
     KV_HANDLE_FIELD_NUMBER: _builtins.int
     KV_SOURCE_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    CACHE_SALT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Chosen by the caller; echoed on every response of this generation."""
     session_id: _builtins.str
@@ -208,6 +209,10 @@ class GenerationStart(_message.Message):
     """Opaque handle from Prefill on another replica: pull its KV instead of prefilling."""
     kv_source: _builtins.str
     """Address of the replica that holds kv_handle."""
+    cache_salt: _builtins.str
+    """Prefix-cache namespace (the gateway sets the tenant): cached blocks are shared only between
+    requests with the same salt, so no tenant learns from cache hits what another one sent.
+    """
     @_builtins.property
     def full(self) -> Global___FullPrompt: ...
     @_builtins.property
@@ -236,10 +241,11 @@ class GenerationStart(_message.Message):
         kv_handle: _builtins.bytes = ...,
         kv_source: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        cache_salt: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "params", b"params", "prompt", b"prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "cache_salt", b"cache_salt", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["full", "append"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
@@ -403,7 +409,10 @@ class PrefillRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     PARAMS_FIELD_NUMBER: _builtins.int
+    CACHE_SALT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    cache_salt: _builtins.str
+    """As GenerationStart.cache_salt."""
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -414,10 +423,11 @@ class PrefillRequest(_message.Message):
         request_id: _builtins.str = ...,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
         params: Global___GenerationParams | None = ...,
+        cache_salt: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["params", b"params"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["params", b"params", "request_id", b"request_id", "token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_salt", b"cache_salt", "params", b"params", "request_id", b"request_id", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -65,7 +65,7 @@ class GenerationParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerationStart(_message.Message):
-    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context")
+    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context", "cache_salt")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class GenerationStart(_message.Message):
     KV_HANDLE_FIELD_NUMBER: _ClassVar[int]
     KV_SOURCE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     full: FullPrompt
@@ -95,7 +96,8 @@ class GenerationStart(_message.Message):
     kv_handle: bytes
     kv_source: str
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    cache_salt: str
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class GenerationCancel(_message.Message):
     __slots__ = ("request_id",)
@@ -146,14 +148,16 @@ class GenerateResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
-    __slots__ = ("request_id", "token_ids", "params")
+    __slots__ = ("request_id", "token_ids", "params", "cache_salt")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     params: GenerationParams
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ...) -> None: ...
+    cache_salt: str
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
 
 class PrefillResponse(_message.Message):
     __slots__ = ("kv_handle", "num_tokens", "cached_tokens", "replica_id", "block_hashes", "timings")

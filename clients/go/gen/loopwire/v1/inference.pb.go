@@ -356,7 +356,10 @@ type GenerationStart struct {
 	// Address of the replica that holds kv_handle.
 	KvSource string `protobuf:"bytes,10,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
 	// W3C trace context of the response this generation serves (one trace per agent turn).
-	TraceContext  map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Prefix-cache namespace (the gateway sets the tenant): cached blocks are shared only between
+	// requests with the same salt, so no tenant learns from cache hits what another one sent.
+	CacheSalt     string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -477,6 +480,13 @@ func (x *GenerationStart) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *GenerationStart) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
 }
 
 type isGenerationStart_Prompt interface {
@@ -864,10 +874,12 @@ func (*GenerateResponse_Error) isGenerateResponse_Event() {}
 
 // Prefill on a prefill-role replica.
 type PrefillRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	TokenIds      []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	Params        *GenerationParams      `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	TokenIds  []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	Params    *GenerationParams      `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	// As GenerationStart.cache_salt.
+	CacheSalt     string `protobuf:"bytes,4,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -921,6 +933,13 @@ func (x *PrefillRequest) GetParams() *GenerationParams {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *PrefillRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
 }
 
 // Where to pull a prefilled KV from.
@@ -1853,7 +1872,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x126\n" +
 	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x12(\n" +
 	"\x10num_draft_tokens\x18\a \x01(\rR\x0enumDraftTokensB\x17\n" +
-	"\x15_speculative_decoding\"\xb7\x04\n" +
+	"\x15_speculative_decoding\"\xd6\x04\n" +
 	"\x0fGenerationStart\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -1868,7 +1887,9 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\tkv_handle\x18\t \x01(\fR\bkvHandle\x12\x1b\n" +
 	"\tkv_source\x18\n" +
 	" \x01(\tR\bkvSource\x12S\n" +
-	"\rtrace_context\x18\v \x03(\v2..loopwire.v1.GenerationStart.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\v \x03(\v2..loopwire.v1.GenerationStart.TraceContextEntryR\ftraceContext\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\f \x01(\tR\tcacheSalt\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
@@ -1897,12 +1918,14 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x06tokens\x18\x02 \x01(\v2\x17.loopwire.v1.TokenBatchH\x00R\x06tokens\x12=\n" +
 	"\bfinished\x18\x03 \x01(\v2\x1f.loopwire.v1.GenerationFinishedH\x00R\bfinished\x12*\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.loopwire.v1.ErrorH\x00R\x05errorB\a\n" +
-	"\x05event\"\x83\x01\n" +
+	"\x05event\"\xa2\x01\n" +
 	"\x0ePrefillRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1b\n" +
 	"\ttoken_ids\x18\x02 \x03(\rR\btokenIds\x125\n" +
-	"\x06params\x18\x03 \x01(\v2\x1d.loopwire.v1.GenerationParamsR\x06params\"\xe4\x01\n" +
+	"\x06params\x18\x03 \x01(\v2\x1d.loopwire.v1.GenerationParamsR\x06params\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x04 \x01(\tR\tcacheSalt\"\xe4\x01\n" +
 	"\x0fPrefillResponse\x12\x1b\n" +
 	"\tkv_handle\x18\x01 \x01(\fR\bkvHandle\x12\x1d\n" +
 	"\n" +

@@ -16,6 +16,7 @@ export interface GenerationStart {
   'kvHandle'?: (Buffer | Uint8Array | string);
   'kvSource'?: (string);
   'traceContext'?: ({[key: string]: string});
+  'cacheSalt'?: (string);
   'prompt'?: "full"|"append";
 }
 
@@ -31,5 +32,6 @@ export interface GenerationStart__Output {
   'kvHandle': (Buffer);
   'kvSource': (string);
   'traceContext': ({[key: string]: string});
+  'cacheSalt': (string);
   'prompt'?: "full"|"append";
 }

@@ -6,10 +6,12 @@ export interface PrefillRequest {
   'requestId'?: (string);
   'tokenIds'?: (number)[];
   'params'?: (_loopwire_v1_GenerationParams | null);
+  'cacheSalt'?: (string);
 }
 
 export interface PrefillRequest__Output {
   'requestId': (string);
   'tokenIds': (number)[];
   'params': (_loopwire_v1_GenerationParams__Output | null);
+  'cacheSalt': (string);
 }

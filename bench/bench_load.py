@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
     (out / "load.md").write_text("\n".join([
         "# Load: concurrent sessions through the whole mesh", "",
         f"- command: `python {' '.join(argv)}`", f"- commit: {commit.strip()}",
-        f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
         f"- machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores; harness, gateway and one simulated "
         "inference replica (H200 + 8B cost model, time scale 0) as processes on this machine",
         f"- data: {len(recorded)} recorded sessions from `{os.path.relpath(args.data, ROOT)}`, repeated to "

@@ -58,7 +58,10 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     async def abort_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        from loopwire.common.grpc_server import refuse_stream
+
+        await refuse_stream(context, request, grpc.StatusCode.UNAUTHENTICATED, message)
+        return
         yield  # pragma: no cover - makes this an async generator
 
     kwargs = {"request_deserializer": handler.request_deserializer,

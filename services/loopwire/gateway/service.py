@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from loopwire.common import telemetry
+from loopwire.common import grpc_server, telemetry
 from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError, invalid
@@ -122,7 +122,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             tenant = self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
             code = grpc.StatusCode.PERMISSION_DENIED if e.permission else grpc.StatusCode.UNAUTHENTICATED
-            await context.abort(code, f"authorization: {e}")
+            await grpc_server.refuse_stream(context, request_iterator, code, f"authorization: {e}")
+            return
         limiter = self.limiter(tenant)
         wait_ms = limiter.open_stream()
         if wait_ms:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, AuthError
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import tools, validation, workspace_files
@@ -56,12 +57,16 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
         self.active: dict[str, ActiveRun] = {}
         self.sequences: dict[str, int] = {}
 
-    async def _caller(self, context: grpc.aio.ServicerContext) -> Caller:
+    async def _caller(self, context: grpc.aio.ServicerContext, requests: object = None) -> Caller | None:
+        """The authenticated caller; None (the stream ended with its status) for a refused ``requests`` stream."""
         metadata = context.invocation_metadata()
         try:
             tenant = self.auth.authenticate(metadata)
         except AuthError as e:
             code = grpc.StatusCode.PERMISSION_DENIED if e.permission else grpc.StatusCode.UNAUTHENTICATED
+            if requests is not None:
+                await grpc_server.refuse_stream(context, requests, code, f"authorization: {e}")
+                return None
             await context.abort(code, f"authorization: {e}")
         header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
         return Caller(tenant.name, header.partition(" ")[2].strip())
@@ -69,14 +74,17 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
     async def Run(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[harness_pb2.RunRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[harness_pb2.RunResponse]:
-        stream = RunStream(self, await self._caller(context))
-        async for event in stream.serve(request_iterator):
+        caller = await self._caller(context, request_iterator)
+        if caller is None:
+            return
+        async for event in RunStream(self, caller).serve(request_iterator):
             yield event
 
     async def GetSession(  # noqa: N802
         self, request: harness_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
     ) -> harness_pb2.GetSessionResponse:
         caller = await self._caller(context)
+        assert caller is not None
         if not request.session_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
         stored = await asyncio.to_thread(self.store.load, request.session_id)
@@ -90,6 +98,7 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
         self, request: harness_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
     ) -> harness_pb2.ListSessionsResponse:
         caller = await self._caller(context)
+        assert caller is not None
         page_size = min(request.page_size or 50, 1000)
         try:
             sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token, caller.tenant)

@@ -1,4 +1,4 @@
-"""Where the recorded sessions for tests are: bundled ones, and the shared traces when present."""
+"""Where the recorded sessions for tests are: the three examples, and every bundled trace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "sessions"
-# The recorded sessions shared beside the project (CI has them too); tests fall back to the bundled ones.
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# Every recorded session the project bundles (data/sessions, MIT, with their licenses).
+TRACES = ROOT / "data" / "sessions"
 
 
 def session_paths() -> list[Path]:
@@ -15,9 +15,7 @@ def session_paths() -> list[Path]:
 
 
 def trace_paths() -> list[Path]:
-    if SHARED_TRACES.is_dir():
-        return sorted(p for p in SHARED_TRACES.rglob("*") if p.suffix in (".json", ".traj"))
-    return session_paths()
+    return sorted(p for p in TRACES.rglob("*") if p.suffix in (".json", ".traj"))
 
 
 def session_path(name_part: str) -> Path:

@@ -9,7 +9,7 @@ RUN_TURNS ?= 16
 
 TOOLS_STAMP := .state/tools.installed
 
-.PHONY: setup tools protos check-protos lint test test-gpu run bench clients jaeger breaking clean
+.PHONY: setup tools protos check-protos lint test test-gpu run bench bench-record clients jaeger breaking clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -57,8 +57,17 @@ test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
 run: $(VENV)/.installed  ## start the mesh, replay the bundled sessions three ways (stateful, fair stateless, stateless without cache)
 	$(VENV)/bin/loopwire replay examples/sessions --mode all --max-turns $(RUN_TURNS) --events --plots .state/plots/replay
 
-bench: $(VENV)/.installed  ## every benchmark: tables on stdout, PNGs and markdown in bench/results/
-	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+# Extra flags for every benchmark, e.g. `make bench BENCH_ARGS=--quick`.
+BENCH_ARGS ?=
+BENCH_OUT  ?= .state/bench
+
+bench: $(VENV)/.installed  ## every benchmark: tables on stdout, markdown + PNGs with provenance in .state/bench/ (untracked)
+	@case "$(abspath $(BENCH_OUT))" in "$(abspath bench/results)"*) \
+		echo "make bench never writes bench/results: use make bench-record"; exit 1;; esac
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b --out $(BENCH_OUT) $(BENCH_ARGS) || exit 1; done
+
+bench-record: $(VENV)/.installed  ## every benchmark, writing the committed results in bench/results/
+	@for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b --out bench/results $(BENCH_ARGS) || exit 1; done
 
 clients:  ## regenerate and build the generated clients (Go, TypeScript, Java, Rust, Python)
 	./scripts/clients.sh

@@ -7,18 +7,20 @@ decoding buy, each measured against the naive way on the same numpy model.
    turn's cost is independent of the others, so the naive run measures evenly spaced turns.
 2. Decode tokens/s at batch 1, 8 and 32 (continuous batching: one forward pass per step).
 3. Speculative decoding (prompt lookup, k=8) over the assistant turns of every session in
-   ``--traces``: mean acceptance length over *all* turns (drafter + oracle: the acceptance
+   ``--traces`` (default: the bundled ``data/sessions``; ``--quick``: its first 4): mean acceptance length over *all* turns (drafter + oracle: the acceptance
    does not depend on the model), and decode tokens/s on vs off on the engine for the last
    turns of each session whose prompt is at most ``MAX_ENGINE_PROMPT`` tokens.
 
-Run: .venv/bin/python bench/bench_engine.py [--traces DIR] [--quick]
+Run: .venv/bin/python bench/bench_engine.py [--traces DIR] [--quick] [--out DIR]
 Outputs are replays of recorded sessions (labelled as such) on a tiny dummy-weight model.
+Writes engine.md and engine.png into ``--out`` (default .state/bench/).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,10 +46,12 @@ from loopwire.inference.sequence import Finished, GenerationRequest  # noqa: E40
 from loopwire.inference.server import EngineOptions, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
-SESSION = ROOT / "examples" / "sessions" / "sqlfluff__sqlfluff-2419.traj.json"
-console = Console()
+import interrupts  # noqa: E402
+import provenance  # noqa: E402
+
+SESSION = provenance.DATA_SESSIONS / "mini-swe-agent" / "sqlfluff__sqlfluff-2419.traj.json"
+QUICK_SESSIONS = 4  # --quick: speculative decoding over the first sessions only
+console = Console() if sys.stdout.isatty() else Console(width=150)
 # Longest prompt the speculative-decoding speed test prefills (tokens).
 MAX_ENGINE_PROMPT = 4000
 
@@ -173,8 +177,7 @@ def acceptance_over_all_turns(turns: list[Turn], k: int) -> tuple[int, int]:
     return tokens, steps
 
 
-def bench_speculative(traces: Path, quick: bool, progress: Progress) -> list[dict]:
-    paths = sorted(p for p in traces.rglob("*") if p.suffix in (".json", ".traj"))
+def bench_speculative(paths: list[Path], quick: bool, progress: Progress) -> list[dict]:
     engine_turns = 1 if quick else 2
     max_out = 48 if quick else 64
     task = progress.add_task("speculative decoding per session", total=len(paths))
@@ -198,7 +201,8 @@ def bench_speculative(traces: Path, quick: bool, progress: Progress) -> list[dic
             on_tokens += on.usage.output_tokens - 1
             on_us += on.timings.decode_us
         rows.append({
-            "session": path.name.split(".")[0][:34], "turns": len(turns), "tokens": tokens, "steps": steps,
+            "path": path, "session": path.name.split(".")[0][:34], "turns": len(turns), "tokens": tokens,
+            "steps": steps, "speed_turns": len(eligible),
             "off_tps": off_tokens / max(off_us, 1) * 1e6, "on_tps": on_tokens / max(on_us, 1) * 1e6,
         })
         progress.advance(task)
@@ -208,16 +212,23 @@ def bench_speculative(traces: Path, quick: bool, progress: Progress) -> list[dic
 # -- report --------------------------------------------------------------------------------
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", type=Path, default=ROOT / "examples" / "sessions")
-    parser.add_argument("--quick", action="store_true", help="fewer naive turns, shorter decodes")
+    parser.add_argument("--traces", type=Path, default=provenance.DATA_SESSIONS,
+                        help="sessions for the speculative-decoding part (default: data/sessions)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"fewer naive turns, shorter decodes, the first {QUICK_SESSIONS} sessions only")
+    provenance.add_out_argument(parser)
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    paths = provenance.session_files(args.traces)
+    if args.quick:
+        paths = paths[:QUICK_SESSIONS]
+    if not paths:
+        raise SystemExit(f"no recorded sessions under {args.traces}")
     with Progress(console=console, transient=True) as progress:
         prefix = bench_prefix_cache(args.quick, progress)
         batching = bench_batching(args.quick, progress)
-        spec = bench_speculative(args.traces, args.quick, progress)
+        spec = bench_speculative(paths, args.quick, progress)
 
     turns, cached, naive = prefix["turns"], prefix["cached"], prefix["naive"]
     sampled = sorted(naive)
@@ -227,21 +238,24 @@ def main() -> None:
     hit = sum(c for _, c, _ in cached) / sum(n for _, _, n in cached)
     all_tokens = sum(r["tokens"] for r in spec)
     all_steps = sum(r["steps"] for r in spec)
+    all_turns = sum(r["turns"] for r in spec)
+    speed_turns = sum(r["speed_turns"] for r in spec)
     on_tps = statistics.fmean(r["on_tps"] for r in spec)
     off_tps = statistics.fmean(r["off_tps"] for r in spec)
+    session_name = SESSION.name.split(".")[0]
 
     lines: list[tuple[str, str, str, str]] = [
-        ("Replay sqlfluff-2419 (replay, all turns)", f"{len(turns)} turns, final context {len(turns[-1].prompt)}",
+        (f"Replay {session_name} (all turns)", f"{len(turns)} turns, final context {len(turns[-1].prompt):,} tokens",
          f"{cached_total:.1f} s total, hit rate {hit:.0%}", "-"),
         (f"Per-turn latency, {len(sampled)} sampled turns", "prefix cache on vs off",
          f"{cached_sampled / len(sampled):.2f} s/turn", f"{naive_sampled / len(sampled):.2f} s/turn "
-         f"({naive_sampled / max(cached_sampled, 1e-9):.1f}x slower)"),
+         f"({naive_sampled / max(cached_sampled, 1e-9):.1f}× slower)"),
         *[(f"Decode, batch {b}", "continuous batching vs batch 1", f"{tps:.0f} tok/s",
-           f"{batching[1]:.0f} tok/s ({tps / batching[1]:.1f}x)") for b, tps in batching.items()],
-        (f"Speculative decoding, {len(spec)} sessions (replay)", "mean acceptance length, all turns",
-         f"{all_tokens / max(all_steps, 1):.2f} tok/step", "1.00 tok/step"),
-        ("Speculative decoding, decode speed", "prompt lookup k=8 vs off",
-         f"{on_tps:.0f} tok/s", f"{off_tps:.0f} tok/s ({on_tps / max(off_tps, 1e-9):.2f}x)"),
+           f"{batching[1]:.0f} tok/s ({tps / batching[1]:.1f}×)") for b, tps in batching.items()],
+        (f"Speculative decoding, {len(spec)} sessions, {all_turns:,} turns (replay)",
+         "mean acceptance length, all turns", f"{all_tokens / max(all_steps, 1):.2f} tok/step", "1.00 tok/step"),
+        (f"Speculative decoding, decode speed ({speed_turns} turns)", "prompt lookup k=8 vs off",
+         f"{on_tps:.0f} tok/s", f"{off_tps:.0f} tok/s ({on_tps / max(off_tps, 1e-9):.2f}×)"),
     ]
     table = Table(title="Reference engine (numpy Llama tiny, dummy weights; recorded sessions replayed)")
     for col in ("measure", "comparison", "loopwire", "naive"):
@@ -249,43 +263,65 @@ def main() -> None:
     for row in lines:
         table.add_row(*row)
     console.print(table)
-    per_session = Table(title="Speculative decoding per session (replay)")
-    for col in ("session", "turns", "acceptance length", "tok/s on", "tok/s off"):
-        per_session.add_column(col)
+    per_session = Table(title="Speculative decoding per session (replay; tok/s over the last turns with a prompt "
+                              f"≤ {MAX_ENGINE_PROMPT:,} tokens)")
+    for col in ("session", "turns", "acceptance length", "speed turns", "tok/s on", "tok/s off"):
+        per_session.add_column(col, justify="left" if col == "session" else "right")
     for r in spec:
         per_session.add_row(r["session"], str(r["turns"]), f"{r['tokens'] / max(r['steps'], 1):.2f}",
-                            f"{r['on_tps']:.0f}", f"{r['off_tps']:.0f}")
+                            str(r["speed_turns"]), f"{r['on_tps']:.0f}", f"{r['off_tps']:.0f}")
     console.print(per_session)
 
-    fig, axes = plt.subplots(1, 3, figsize=(18, 6), gridspec_kw={"width_ratios": [1.2, 0.8, 1.2]})
+    spec_data = [(r["path"], r["turns"]) for r in spec]
+    short = provenance.short_data(spec_data)
+    fig, axes = plt.subplots(1, 3, figsize=(18, 6.5), gridspec_kw={"width_ratios": [1.2, 0.8, 1.2]})
     ax = axes[0]
-    ax.plot(range(len(cached)), [s for s, _, _ in cached], label="prefix cache on (every turn)")
-    ax.plot(sampled, [naive[i][0] for i in sampled], "o-", label="prefix cache off (sampled turns)")
-    ax.set(title="Per-turn latency, sqlfluff-2419 (replay)", xlabel="assistant turn", ylabel="seconds")
+    ax.plot(range(1, len(cached) + 1), [s for s, _, _ in cached], label="prefix cache on (every turn)")
+    ax.plot([i + 1 for i in sampled], [naive[i][0] for i in sampled], "o-",
+            label="prefix cache off (sampled turns)")
+    ax.set(title=f"1. Per-turn latency, {session_name}\n(replay of {len(turns)} turns; wall time, numpy on CPU)",
+           xlabel="assistant turn (1-based)", ylabel="seconds per turn (prefill + decode)")
+    ax.set_ylim(bottom=0)
     ax.legend()
+    ax.grid(alpha=0.3)
     ax = axes[1]
-    ax.bar([str(b) for b in batching], list(batching.values()))
-    ax.set(title="Decode throughput by batch size", xlabel="concurrent sequences", ylabel="tokens/s")
+    bars = ax.bar([str(b) for b in batching], list(batching.values()), color="tab:blue")
+    ax.bar_label(bars, labels=[f"{v:.0f}" for v in batching.values()], fontsize=8)
+    ax.set(title="2. Decode throughput by batch size\n(random 256-token prompts)",
+           xlabel="concurrent sequences (batch)", ylabel="decode tokens/s, all sequences")
     ax = axes[2]
-    ax.barh(range(len(spec)), [r["tokens"] / max(r["steps"], 1) for r in spec])
-    ax.set_yticks(range(len(spec)), [r["session"] for r in spec])
+    acceptance = [r["tokens"] / max(r["steps"], 1) for r in spec]
+    ax.barh(range(len(spec)), acceptance, color="tab:green")
+    ax.set_yticks(range(len(spec)), [f"{r['session']} ({r['turns']})" for r in spec])
+    ax.invert_yaxis()
     ax.axvline(1.0, color="gray", linestyle="--")
-    ax.set(title="Prompt-lookup acceptance length (replay)", xlabel="tokens per verification step")
-    ax.tick_params(axis="y", labelsize=6)
+    ax.set_xlim(left=0)
+    ax.set(title=f"3. Prompt-lookup acceptance length (k=8), all turns\n{short}",
+           xlabel="tokens per verification step, the session's turns pooled (dashed: 1 = no speculation)",
+           ylabel="session (assistant turns)")
+    ax.tick_params(axis="y", labelsize=7)
+    fig.suptitle("Reference engine: numpy Llama `tiny` with dummy weights, recorded turns forced by the replay "
+                 "oracle")
     fig.tight_layout()
-    fig.savefig(RESULTS / "engine.png", dpi=120)
+    provenance.stamp(fig, f"part 1: {session_name}, {len(turns)} turns; part 3: {short}")
+    png = provenance.save_figure(fig, args.out, "engine")
 
-    md = ["# Reference engine benchmark", "",
-          "Replays of recorded sessions (oracle tokens) on the numpy `tiny` Llama with dummy weights, "
-          "2 CPU cores. Produced by `bench/bench_engine.py`" + (" --quick" if args.quick else "") + ".", "",
-          "| measure | comparison | loopwire | naive |", "|---|---|---|---|"]
-    md += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in lines]
-    md += ["", "| session | turns | acceptance length | tok/s on | tok/s off |", "|---|---|---|---|---|"]
-    md += [f"| {r['session']} | {r['turns']} | {r['tokens'] / max(r['steps'], 1):.2f} | {r['on_tps']:.0f} | "
-           f"{r['off_tps']:.0f} |" for r in spec]
-    (RESULTS / "engine.md").write_text("\n".join(md) + "\n")
-    console.print(f"wrote {RESULTS / 'engine.png'} and {RESULTS / 'engine.md'}")
+    header = provenance.provenance(
+        ["part 1: " + provenance.describe_sessions([(SESSION, len(turns))], note=(
+            f"prefix cache on for every turn, off for {len(sampled)} sampled turns")),
+         f"part 2: random 256-token prompts, {32 if args.quick else 64} tokens decoded per sequence",
+         "part 3: " + provenance.describe_sessions(spec_data, note=(
+            f"acceptance over every turn; speed over the last {1 if args.quick else 2} turn(s) of each with a "
+            f"prompt ≤ {MAX_ENGINE_PROMPT:,} tokens, {48 if args.quick else 64} tokens decoded"))],
+        engine="reference (numpy) engine, model `dummy:0`: Llama `tiny` shape (2 layers, hidden 64, 4 heads) with "
+               "random weights and the cl100k tokenizer; the recorded turns are forced by the replay oracle; "
+               "times are wall time on this machine")
+    body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",
+            *provenance.table_markdown(per_session), "", "![engine](engine.png)"]
+    md = provenance.write_markdown(args.out, "engine", "Reference engine benchmark", header, body)
+    console.print(f"wrote {provenance.rel(png)} and {provenance.rel(md)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(interrupts.main(main))

@@ -9,8 +9,11 @@ routing save, each measured against the naive way through the same binary.
    and load imbalance (max/mean prefill tokens) for cache-aware, round-robin and
    least-loaded, with sticky streams and with a new stream every turn.
 
-Run: .venv/bin/python bench/bench_gateway.py [--traces DIR] [--quick]
+Run: .venv/bin/python bench/bench_gateway.py [--traces DIR] [--quick] [--out DIR]
 Outputs are replays of recorded sessions (labelled as such); the engines are simulated.
+``--traces`` defaults to the bundled ``data/sessions`` (``--quick``: its first 4 sessions).
+Writes gateway.md + gateway.png (parts 1 and 2) and gateway_routing.md + gateway_routing.png
+(part 3) into ``--out`` (default .state/bench/).
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import statistics
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-import matplotlib
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no transport chatter between the tables
+import grpc  # noqa: E402
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -44,9 +50,11 @@ from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E40
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+import interrupts  # noqa: E402
+import provenance  # noqa: E402
+
 console = Console(width=140)
+QUICK_SESSIONS = 4
 
 
 # -- servers ------------------------------------------------------------------------------
@@ -192,14 +200,13 @@ async def replay_session(
     return results
 
 
-def load_sessions(directory: Path) -> list[RecordedSession]:
+def load_sessions(directory: Path) -> list[tuple[Path, RecordedSession]]:
     sessions = []
-    for path in sorted(directory.rglob("*")):
-        if path.is_file() and path.suffix in (".json", ".traj") and not path.name.startswith("LICENSE"):
-            try:
-                sessions.append(load_session(path))
-            except ValueError as e:
-                console.print(f"[yellow]skipping {path.name}: {e}")
+    for path in provenance.session_files(directory):
+        try:
+            sessions.append((path, load_session(path)))
+        except ValueError as e:
+            console.print(f"[yellow]skipping {path.name}: {e}")
     return sessions
 
 
@@ -224,8 +231,9 @@ async def bench_protocol(sessions: list[RecordedSession], max_turns: int) -> dic
     return results
 
 
-def report_protocol(results: dict[str, list[list[TurnResult]]]) -> None:
-    table = Table(title="Per-turn gateway work over recorded sessions (replayed): stateful deltas vs stateless resend")
+def report_protocol(results: dict[str, list[list[TurnResult]]], data: str) -> tuple[Table, object]:
+    table = Table(title="1. Per-turn gateway work over recorded sessions (replayed): stateful deltas vs stateless "
+                        "resend")
     for col in ("way", "turns", "bytes received", "tokens tokenized", "gateway CPU ms", "CPU µs/turn (last 10%)"):
         table.add_column(col, justify="right")
     totals = {}
@@ -237,25 +245,37 @@ def report_protocol(results: dict[str, list[list[TurnResult]]]) -> None:
         table.add_row(name, str(len(flat)), f"{totals[name][0]:,}", f"{totals[name][1]:,}",
                       f"{totals[name][2] / 1000:,.1f}", f"{statistics.mean(t.gateway_us for t in tail):,.0f}")
     a, b = totals["stateless"], totals["stateful"]
-    table.add_row("stateless / stateful", "", f"{a[0] / max(1, b[0]):.1f}x", f"{a[1] / max(1, b[1]):.1f}x",
-                  f"{a[2] / max(1, b[2]):.1f}x", "", style="bold")
+    table.add_row("stateless / stateful", "", f"{a[0] / max(1, b[0]):.1f}×", f"{a[1] / max(1, b[1]):.1f}×",
+                  f"{a[2] / max(1, b[2]):.1f}×", "", style="bold")
     console.print(table)
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.4))
+    colours = {"stateful": "tab:green", "stateless": "tab:red"}
     for name, runs in results.items():
-        longest = max(len(r) for r in runs)
         for ax, attr, label in zip(axes, ("bytes_received", "tokens_tokenized", "gateway_us"),
-                                   ("bytes received", "tokens tokenized", "gateway CPU (µs)"), strict=True):
-            means = [statistics.mean(getattr(r[i], attr) for r in runs if len(r) > i) for i in range(longest)]
-            ax.plot(range(longest), means, label=name)
-            ax.set_xlabel("turn index")
-            ax.set_ylabel(label + " per turn (mean over sessions)")
+                                   ("bytes received by the gateway", "tokens tokenized", "gateway CPU (µs)"),
+                                   strict=True):
+            # One line per session (a mean over sessions would dip wherever a long session ends).
+            for k, run in enumerate(runs):
+                ax.plot([t.turn + 1 for t in run], [max(getattr(t, attr), 1) for t in run],
+                        color=colours[name], alpha=0.25, linewidth=0.8,
+                        label=f"{name}: one line per session" if k == 0 and ax is axes[0] else None)
+            # The median over the sessions that reach each turn, while at least half of them do.
+            reach = sorted((len(r) for r in runs), reverse=True)[len(runs) // 2] if len(runs) > 1 else len(runs[0])
+            median = [statistics.median(getattr(r[i], attr) for r in runs if len(r) > i) for i in range(reach)]
+            ax.plot(range(1, reach + 1), [max(v, 1) for v in median], color=colours[name], linewidth=2.2,
+                    label=f"{name}: median over sessions" if ax is axes[0] else None)
+            ax.set_xlabel("turn (1-based)")
+            ax.set_ylabel(f"{label} per turn (log scale)")
             ax.set_yscale("log")
-    axes[0].legend()
-    fig.suptitle("Gateway work per turn: stateful deltas vs stateless full resend (recorded sessions, replayed)")
-    fig.tight_layout()
-    fig.savefig(RESULTS / "gateway.png", dpi=110)
-    plt.close(fig)
+            ax.set_xlim(left=1)
+            ax.grid(alpha=0.3, which="major")
+    fig.suptitle(f"Gateway work per turn: stateful deltas vs stateless full resend ({data}, replayed; "
+                 "simulated engine)", fontsize=10)
+    fig.legend(loc="upper center", bbox_to_anchor=(0.5, 0.945), ncol=4, fontsize=8, frameon=False,
+               title="medians over the sessions that reach the turn, while at least half of them do", title_fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.88))
+    return table, fig
 
 
 # -- 2. safety serial vs concurrent ----------------------------------------------------------
@@ -288,8 +308,8 @@ async def bench_safety(sessions: list[RecordedSession], turns: int) -> dict[str,
     return ttfts
 
 
-def report_safety(ttfts: dict[str, list[float]]) -> None:
-    table = Table(title="TTFT with a guard-model input check (simulated: 70B on B200 serving, 8B guard on H200; "
+def report_safety(ttfts: dict[str, list[float]]) -> Table:
+    table = Table(title="2. TTFT with a guard-model input check (simulated: 70B on B200 serving, 8B guard on H200; "
                         "modelled real time)")
     for col in ("safety check", "turns", "TTFT mean ms", "TTFT p50 ms", "TTFT p90 ms"):
         table.add_column(col, justify="right")
@@ -298,8 +318,9 @@ def report_safety(ttfts: dict[str, list[float]]) -> None:
         table.add_row(name, str(len(values)), f"{statistics.mean(values) * 1000:.1f}",
                       f"{values[len(values) // 2] * 1000:.1f}", f"{values[int(len(values) * 0.9)] * 1000:.1f}")
     s, c = statistics.mean(ttfts["serial"]), statistics.mean(ttfts["concurrent"])
-    table.add_row("serial / concurrent", "", f"{s / c:.2f}x", "", "", style="bold")
+    table.add_row("serial / concurrent", "", f"{s / c:.2f}×", "", "", style="bold")
     console.print(table)
+    return table
 
 
 # -- 3. routing -----------------------------------------------------------------------------
@@ -333,49 +354,111 @@ async def bench_routing(sessions: list[RecordedSession], n_sessions: int, turns:
     return rows
 
 
-def report_routing(rows: list[tuple], n_sessions: int) -> None:
-    table = Table(title=f"Routing over 4 simulated replicas, {n_sessions} concurrent replayed sessions")
+def report_routing(rows: list[tuple], n_sessions: int, turns: int, data: str,
+                   time_scale: float) -> tuple[Table, object]:
+    table = Table(title=f"3. Routing over 4 simulated replicas, {n_sessions} concurrent replayed sessions, "
+                        f"first {turns} turns each")
     for col in ("policy", "streams", "prefix-cache hit rate", "load imbalance (max/mean prefill)", "tokens prefilled",
-                "TTFT mean ms"):
+                f"TTFT mean ms (wall, time scale {time_scale:g})"):
         table.add_column(col, justify="right")
     for policy, mode, hit, imbalance, prefilled, ttft in rows:
         table.add_row(policy, mode, f"{hit:.1%}", f"{imbalance:.2f}", f"{prefilled:,}", f"{ttft * 1000:.1f}")
     console.print(table)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    labels = [f"{p}\n{m}" for p, m, *_ in rows]
-    axes[0].bar(labels, [r[2] for r in rows])
-    axes[0].set_ylabel("prefix-cache hit rate")
-    axes[1].bar(labels, [r[3] for r in rows])
-    axes[1].set_ylabel("load imbalance (max/mean)")
-    for ax in axes:
-        ax.tick_params(axis="x", labelsize=7)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
+    labels = [f"{p}\n{m.replace('new stream per turn', 'new stream/turn')}" for p, m, *_ in rows]
+    colours = ["tab:green" if p == "cache-aware" else "tab:blue" if p == "round-robin" else "tab:purple"
+               for p, *_ in rows]
+    for ax, values, fmt, ylabel, title in (
+        (axes[0], [r[2] * 100 for r in rows], "{:.1f}%", "prefix-cache hit rate (% of input tokens)",
+         "prefix-cache hit rate"),
+        (axes[1], [r[3] for r in rows], "{:.2f}", "max ÷ mean prefill tokens per replica (1 = even)",
+         "load imbalance"),
+        (axes[2], [r[5] * 1000 for r in rows], "{:.0f}", f"mean TTFT (wall ms; replicas at time scale {time_scale:g})",
+         "mean time to first token"),
+    ):
+        bars = ax.bar(range(len(rows)), values, color=colours)
+        ax.bar_label(bars, labels=[fmt.format(v) for v in values], fontsize=7)
+        ax.set_xticks(range(len(rows)), labels, fontsize=7, rotation=30, ha="right", rotation_mode="anchor")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.set_ylim(0, max(values) * 1.15 or 1)
+    axes[1].axhline(1, color="0.4", linestyle="--", linewidth=0.8)
+    fig.suptitle(f"Routing over 4 simulated replicas (H200 + Llama 8B): {data}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(RESULTS / "gateway_routing.png", dpi=110)
-    plt.close(fig)
+    return table, fig
 
 
-async def main() -> None:
+async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", type=Path, default=ROOT / "examples" / "sessions")
-    parser.add_argument("--quick", action="store_true", help="fewer turns and sessions")
+    parser.add_argument("--traces", type=Path, default=provenance.DATA_SESSIONS,
+                        help="recorded sessions (default: data/sessions)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the first {QUICK_SESSIONS} sessions, fewer turns, 8 sessions in the routing part")
     parser.add_argument("--max-turns", type=int, default=0, help="turns per session in part 1 (0: all)")
     parser.add_argument("--sessions", type=int, default=32, help="concurrent sessions in the routing part")
     parser.add_argument("--time-scale", type=float, default=0.25,
                         help="routing part: real seconds per modelled second of the simulated replicas")
+    provenance.add_out_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    sessions = load_sessions(args.traces)
-    if not sessions:
+    loaded = load_sessions(args.traces)
+    if args.quick:
+        loaded = loaded[:QUICK_SESSIONS]
+    if not loaded:
         raise SystemExit(f"no recorded sessions under {args.traces}")
-    console.print(f"{len(sessions)} recorded sessions from {args.traces.name}/ (outputs replayed; engines simulated)")
+    sessions = [s for _, s in loaded]
     max_turns = args.max_turns or (10 if args.quick else 0)
-    report_protocol(await bench_protocol(sessions, max_turns))
-    report_safety(await bench_safety(sessions[:3], 2 if args.quick else 4))
+    safety_turns = 2 if args.quick else 4
     n_sessions = 8 if args.quick else args.sessions
-    report_routing(await bench_routing(sessions, n_sessions, 4 if args.quick else 8, args.time_scale), n_sessions)
-    console.print(f"plots: {RESULTS.relative_to(ROOT)}/gateway.png, gateway_routing.png")
+    routing_turns = 4 if args.quick else 8
+
+    def used(subset: list[tuple[Path, RecordedSession]], limit: int) -> list[tuple[Path, int]]:
+        return [(p, min(len(s.turns), limit) if limit else len(s.turns)) for p, s in subset]
+
+    part1 = used(loaded, max_turns)
+    short1 = provenance.short_data(part1, f"first {max_turns} of each" if max_turns else "every turn")
+    console.print(f"{len(sessions)} recorded sessions from {provenance.rel(args.traces)}/ "
+                  "(outputs replayed; engines simulated)")
+    protocol_table, protocol_fig = report_protocol(await bench_protocol(sessions, max_turns), short1)
+    safety_table = report_safety(await bench_safety(sessions[:3], safety_turns))
+    routing_rows = await bench_routing(sessions, n_sessions, routing_turns, args.time_scale)
+    routed = loaded[:n_sessions]
+    replayed = sum(min(len(sessions[i % len(sessions)].turns), routing_turns) for i in range(n_sessions))
+    short3 = (f"{n_sessions} concurrent replays of {len(routed)} recorded sessions from "
+              f"{provenance.rel(args.traces)}, first {routing_turns} turns each ({replayed} turns)")
+    routing_table, routing_fig = report_routing(routing_rows, n_sessions, routing_turns, short3, args.time_scale)
+
+    engine = ("simulated (the real scheduler and KV block manager, step times from the cost model); gateway, "
+              "router and replicas in this process on real gRPC servers")
+    out = args.out
+    provenance.stamp(protocol_fig, short1)
+    png1 = provenance.save_figure(protocol_fig, out, "gateway", dpi=110)
+    md1 = provenance.write_markdown(
+        out, "gateway", "Gateway benchmark: stateful protocol and concurrent safety check",
+        provenance.provenance(
+            [f"part 1: {provenance.describe_sessions(part1, note='every turn' if not max_turns else f'first {max_turns} turns of each')}",
+             f"part 2: {provenance.describe_sessions(used(loaded[:3], safety_turns), note=f'first {safety_turns} turns of each')}"],
+            engine=engine + "; part 1 at time scale 0 (modelled time, no sleeping), part 2 in modelled real time "
+                            "(time scale 1)",
+            cost_model="part 1: " + provenance.cost_model("h200", "8b") + "; part 2: served model "
+                       + provenance.cost_model("b200", "70b") + ", guard " + provenance.cost_model("h200", "8b")),
+        [*provenance.table_markdown(protocol_table), "", *provenance.table_markdown(safety_table), "",
+         "![gateway](gateway.png)"])
+    cycled = f"; {n_sessions} concurrent replays cycling over these" if n_sessions > len(routed) else ""
+    provenance.stamp(routing_fig, short3)
+    png3 = provenance.save_figure(routing_fig, out, "gateway_routing", dpi=110)
+    md3 = provenance.write_markdown(
+        out, "gateway_routing", "Gateway benchmark: routing over 4 replicas",
+        provenance.provenance(
+            f"{provenance.describe_sessions(used(routed, routing_turns), note=f'first {routing_turns} turns of each')}"
+            f"{cycled} (each replay's task prefixed with its number, so no two share a prompt)",
+            engine=engine + f"; 4 replicas at time scale {args.time_scale:g} (real seconds per modelled second)",
+            cost_model=provenance.cost_model("h200", "8b")),
+        [*provenance.table_markdown(routing_table), "", "![gateway routing](gateway_routing.png)"])
+    for path in (md1, png1, md3, png3):
+        console.print(f"wrote {provenance.rel(path)}")
+    return 0
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(interrupts.main(lambda: asyncio.run(main())))

@@ -9,8 +9,10 @@ through the same mesh (real harness → real gateway → simulated inference rep
    for the whole response and runs the calls one after another.
 3. Cost of one tool call: in-process file tools vs a sandboxed `cat` vs an unsandboxed one.
 
-Run: .venv/bin/python bench/bench_harness.py [--traces DIR] [--quick]
+Run: .venv/bin/python bench/bench_harness.py [--traces DIR] [--quick] [--out DIR]
 Model outputs are replays of recorded sessions (labelled as such); the engine is simulated.
+Part 1 replays the three sessions of ``examples/sessions`` (plus ``--traces``; ``--quick``: the
+first two). Writes harness.md and harness.png into ``--out`` (default .state/bench/).
 """
 
 from __future__ import annotations
@@ -54,8 +56,9 @@ from loopwire.harness.server import build  # noqa: E402
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+import interrupts  # noqa: E402
+import provenance  # noqa: E402
+
 console = Console() if sys.stdout.isatty() else Console(width=150)
 STATEFUL, STATELESS = harness_pb2.CONVERSATION_MODE_STATEFUL, harness_pb2.CONVERSATION_MODE_STATELESS
 
@@ -236,7 +239,9 @@ async def _plain(workspace: Path) -> None:
 # -- report ---------------------------------------------------------------------------------
 
 
-def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs: dict[str, float]) -> Path:
+def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs: dict[str, float],
+           short: str, tool_setup: str) -> tuple[list[Table], object]:
+    tables = []
     table = Table(title="1. Recorded sessions (replayed): harness → gateway per mode")
     for col in ("session", "mode", "turns", "bytes sent", "tokens tokenized", "wall s", "naive / ours"):
         table.add_column(col, justify="right" if col not in ("session", "mode") else "left")
@@ -261,8 +266,9 @@ def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs
             table.add_row(f"[bold]all {len(by_session)} sessions[/]", mode, str(turns), f"{sent:,}", f"{tokens:,}",
                           f"{wall:.2f}", ratio)
     console.print(table)
+    tables.append(table)
 
-    table = Table(title="2. Tool-heavy turns (modelled real-time replica, real sandboxed tools)")
+    table = Table(title=f"2. Tool-heavy turns ({tool_setup}; modelled real-time replica, real sandboxed tools)")
     for col in ("loop", "turns", "mean turn s", "median turn s", "naive / ours"):
         table.add_column(col, justify="right" if col != "loop" else "left")
     (ours_label, ours), (naive_label, naive) = overlap.items()
@@ -271,6 +277,7 @@ def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs
         table.add_row(label, str(len(walls)), f"{statistics.mean(walls):.3f}", f"{statistics.median(walls):.3f}",
                       ratio)
     console.print(table)
+    tables.append(table)
 
     table = Table(title="3. One tool call (median)")
     table.add_column("call")
@@ -278,8 +285,9 @@ def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs
     for label, ms in costs.items():
         table.add_row(label, f"{ms:.2f}")
     console.print(table)
+    tables.append(table)
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5))
     for modes in by_session.values():
         for mode, color in (("stateful (ours)", "tab:green"), ("stateless (naive)", "tab:red")):
             r = modes[mode]
@@ -287,47 +295,73 @@ def report(sessions: list[SessionResult], overlap: dict[str, list[float]], costs
             axes[0].plot(range(1, r.turns + 1), cumulative, color=color, alpha=0.5, linewidth=1)
     for mode, color in (("stateful (ours)", "tab:green"), ("stateless (naive)", "tab:red")):
         axes[0].plot([], [], color=color, label=mode)
-    axes[0].set(title=f"bytes sent so far, {len(by_session)} replayed sessions", xlabel="turn", ylabel="KiB",
-                yscale="log")
+    axes[0].set(title=f"1. bytes sent harness → gateway so far\n({short}; one line per session)",
+                xlabel="turn (1-based)", ylabel="KiB sent so far (log scale)", yscale="log")
+    axes[0].set_xlim(left=1)
+    axes[0].grid(alpha=0.3)
     axes[0].legend()
     axes[1].boxplot([ours, naive], tick_labels=["streamed +\nparallel (ours)", "sequential after\nresponse (naive)"])
-    axes[1].set(title="tool-heavy turn wall time", ylabel="seconds")
-    axes[2].barh(list(costs), list(costs.values()), color=["tab:green", "tab:blue", "tab:gray"])
-    axes[2].set(title="one tool call (median)", xlabel="ms")
-    axes[2].tick_params(axis="y", labelsize=7)
+    axes[1].set_ylim(bottom=0)
+    axes[1].set(title=f"2. tool-heavy turn wall time\n({tool_setup})", ylabel="seconds per turn (wall)")
+    bars = axes[2].barh(list(costs), list(costs.values()), color=["tab:green", "tab:blue", "tab:gray"])
+    axes[2].bar_label(bars, labels=[f"{v:.2f} ms" for v in costs.values()], fontsize=8, padding=2)
+    axes[2].set_xlim(0, max(costs.values()) * 1.25)
+    axes[2].invert_yaxis()
+    axes[2].set(title="3. one tool call (median wall time)", xlabel="milliseconds per call")
+    axes[2].tick_params(axis="y", labelsize=8)
+    fig.suptitle("Harness: stateful deltas, streamed parallel tools and in-process file tools vs the naive way "
+                 "(simulated engine)", fontsize=11)
     fig.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / "harness.png"
-    fig.savefig(out, dpi=120)
-    return out
+    return tables, fig
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    paths = sorted((ROOT / "examples" / "sessions").glob("*.traj*"))
+async def main_async(args: argparse.Namespace) -> int:
+    paths = provenance.session_files(provenance.EXAMPLE_SESSIONS)
     if args.traces:
-        paths += sorted(p for p in Path(args.traces).rglob("*") if p.name.endswith((".traj", ".traj.json")))
+        paths += provenance.session_files(args.traces)
     if args.quick:
         paths = paths[:2]
+    tool_turns_n, calls, tool_s = (3 if args.quick else 6), 4, 0.5
+    reps = 10 if args.quick else 40
+    tool_setup = f"{tool_turns_n} synthetic turns × {calls} shell calls of `sleep {tool_s}`"
     tmp = Path(tempfile.mkdtemp(prefix="bench-harness-"))
     try:
         with Progress(console=console, transient=True) as progress:
             sessions = await bench_sessions(paths, tmp, progress)
-            overlap = await bench_tool_overlap(tmp, 3 if args.quick else 6, 4, 0.5, progress)
-            costs = await bench_call_cost(tmp, 10 if args.quick else 40, progress)
-        out = report(sessions, overlap, costs)
-        console.print(f"plot: {out.relative_to(ROOT)}")
+            overlap = await bench_tool_overlap(tmp, tool_turns_n, calls, tool_s, progress)
+            costs = await bench_call_cost(tmp, reps, progress)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    turns = {r.name: r.turns for r in sessions if r.mode == "stateful (ours)"}
+    used = [(p, turns.get(p.name, 0)) for p in paths]
+    short = provenance.short_data(used)
+    tables, fig = report(sessions, overlap, costs, short, tool_setup)
+    provenance.stamp(fig, short)
+    png = provenance.save_figure(fig, args.out, "harness")
+    header = provenance.provenance(
+        [f"part 1: {provenance.describe_sessions(used, note='every turn, stateful and stateless on fresh meshes')}",
+         f"part 2: {tool_setup} (synthetic), run by the harness vs a naive loop",
+         f"part 3: a 200-line file read {reps} times each way"],
+        engine="simulated (one replica, in this process with the gateway and harness on real gRPC servers; part 1 at "
+               "time scale 0, part 2 in modelled real time); tools run in bubblewrap",
+        cost_model=provenance.cost_model("h200", "8b"))
+    body = []
+    for t in tables:
+        body += [*provenance.table_markdown(t), ""]
+    md = provenance.write_markdown(args.out, "harness", "Harness benchmark", header, [*body, "![harness](harness.png)"])
+    console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
+    return 0
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", help="a directory of more recorded sessions (.traj / .traj.json) to replay")
     parser.add_argument("--quick", action="store_true", help="fewer sessions and repetitions")
+    provenance.add_out_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    asyncio.run(main_async(args))
+    return asyncio.run(main_async(args))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(interrupts.main(main))

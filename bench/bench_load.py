@@ -6,7 +6,9 @@ time scale 0: the engine's modelled time is not slept, so the machine's own CPU 
 Reports failed runs (the goal is zero), p50/p99 turn latency as the harness saw it, and peak and
 final RSS of each service process.
 
-Run: .venv/bin/python bench/bench_load.py [--sessions 200] [--max-turns 0] [--out DIR]
+Run: .venv/bin/python bench/bench_load.py [--sessions 200] [--max-turns 0] [--quick] [--out DIR]
+Writes load.md into ``--out`` (default .state/bench/). The default run takes ~16 min on 2 cores;
+``--quick``: 16 sessions of 10 turns.
 """
 
 from __future__ import annotations
@@ -14,23 +16,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from loopwire.common.recorded import load_session
-from loopwire.mesh import start_mesh
 from loopwire.replay import replay_sessions
 
-ROOT = Path(__file__).resolve().parent.parent
+import interrupts
+import provenance
+
 console = Console(width=120)
 
 
@@ -44,10 +43,15 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=200, help="sessions at once (default: %(default)s)")
     parser.add_argument("--max-turns", type=int, default=0, help="turns per session, 0 = all (default: %(default)s)")
-    parser.add_argument("--data", default=str(ROOT / "data" / "sessions"), help="recorded sessions")
-    parser.add_argument("--out", default=str(ROOT / ".state" / "bench"), help="where load.md goes")
+    parser.add_argument("--data", default=str(provenance.DATA_SESSIONS), help="recorded sessions")
+    parser.add_argument("--quick", action="store_true", help="16 sessions of 10 turns (unless given)")
+    provenance.add_out_argument(parser)
     args = parser.parse_args(argv[1:])
-    recorded = [load_session(p) for p in sorted(Path(args.data).rglob("*")) if p.suffix in (".json", ".traj")]
+    if args.quick:
+        args.sessions = 16 if args.sessions == parser.get_default("sessions") else args.sessions
+        args.max_turns = args.max_turns or 10
+    paths = [p for p in provenance.session_files(args.data) if p.suffix in (".json", ".traj")]
+    recorded = [load_session(p) for p in paths]
     sessions = []
     for i in range(args.sessions):
         s = copy.deepcopy(recorded[i % len(recorded)])
@@ -55,7 +59,8 @@ def main(argv: list[str]) -> int:
             s.turns = s.turns[: args.max_turns]
         sessions.append(s)
     with tempfile.TemporaryDirectory(prefix="loopwire-load-") as state:
-        mesh = start_mesh(Path(state), extra_args={"inference": ["--engine", "simulated", "--time-scale", "0"]})
+        mesh = interrupts.start_mesh(Path(state),
+                                     extra_args={"inference": ["--engine", "simulated", "--time-scale", "0"]})
         try:
             t0 = time.perf_counter()
             result = asyncio.run(replay_sessions(mesh.harness, sessions, "stateful", args.sessions,
@@ -63,7 +68,7 @@ def main(argv: list[str]) -> int:
             wall = time.perf_counter() - t0
             rss = {name: memory(p.pid) for name, p in mesh.processes.items()}
         finally:
-            mesh.stop()
+            interrupts.stop(mesh)
     failures = [r.error for r in result.runs if not r.completed]
     latency = sorted(p.wall_us / 1000 for r in result.runs for p in r.turns)
     table = Table(title=f"{args.sessions} concurrent sessions, {len(latency)} turns, simulated H200 + 8B, time scale 0")
@@ -75,23 +80,22 @@ def main(argv: list[str]) -> int:
     console.print(table)
     for error in sorted(set(failures))[:5]:
         console.print(f"[red]failed:[/] {error}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "load.md").write_text("\n".join([
-        "# Load: concurrent sessions through the whole mesh", "",
-        f"- command: `python {' '.join(argv)}`", f"- commit: {commit.strip()}",
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}",
-        f"- machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores; harness, gateway and one simulated "
-        "inference replica (H200 + 8B cost model, time scale 0) as processes on this machine",
-        f"- data: {len(recorded)} recorded sessions from `{os.path.relpath(args.data, ROOT)}`, repeated to "
-        f"{args.sessions}, {len(latency)} turns, all stateful, all at once", "",
-        "| " + " | ".join(c.header for c in table.columns) + " |", "|" + "---|" * len(table.columns),
-        "| " + " | ".join(row) + " |", "",
-    ]))
-    console.print(f"wrote {out / 'load.md'}")
+    per_file = [(p, min(len(s.turns), args.max_turns) if args.max_turns else len(s.turns))
+                for p, s in zip(paths, recorded, strict=True)][: args.sessions]
+    note = (f"{'first ' + str(args.max_turns) + ' turns of each' if args.max_turns else 'every turn'}; "
+            f"{'repeated to ' if args.sessions > len(recorded) else ''}{args.sessions} sessions "
+            f"({len(latency):,} turns), all stateful, all at once")
+    header = provenance.provenance(
+        provenance.describe_sessions(per_file, note=note),
+        engine="simulated (`--engine simulated --time-scale 0`: modelled time is not slept, so this machine's CPU "
+               "is what limits); harness, gateway and one inference replica as processes on this machine",
+        cost_model=provenance.cost_model("h200", "8b"))
+    md = provenance.write_markdown(args.out, "load", "Load: concurrent sessions through the whole mesh", header,
+                                   [*provenance.table_markdown(table), "",
+                                    *(f"- failed: `{e}`" for e in sorted(set(failures))[:5])])
+    console.print(f"wrote {provenance.rel(md)}")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(interrupts.main(lambda: main(sys.argv)))

@@ -14,18 +14,15 @@ numpy and llama.cpp each get one thread (``--threads``), so the ratio compares t
 not how many cores each grabbed on a shared machine.
 
 Run: .venv/bin/python bench/bench_model.py [--quick] [--out DIR]
+Writes model.md and model.png into ``--out`` (default .state/bench/).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import matplotlib
@@ -45,9 +42,11 @@ from loopwire.inference.engine_core import EngineCore  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest  # noqa: E402
 from loopwire.inference.server import EngineOptions, build_engine  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
-SESSIONS = ROOT / "examples" / "sessions"
-console = Console()
+import interrupts  # noqa: E402
+import provenance  # noqa: E402
+
+SESSIONS = provenance.EXAMPLE_SESSIONS
+console = Console() if sys.stdout.isatty() else Console(width=150)
 
 
 @dataclass
@@ -65,6 +64,7 @@ class Run:
 class AgentTurn:
     prompt: list[int]
     recorded: list[int]  # the recorded agent's turn in this model's tokens, stop token included
+    source: Path  # the session file
 
 
 def agent_turns(n: int, max_tokens: int) -> list[AgentTurn]:
@@ -75,14 +75,14 @@ def agent_turns(n: int, max_tokens: int) -> list[AgentTurn]:
     prompt = ChatPrompt(model)
     im_start = model.tokenizer.added_tokens["<|im_start|>"]
     out: list[AgentTurn] = []
-    for path in sorted(SESSIONS.glob("*.traj*")):
+    for path in provenance.session_files(SESSIONS):
         s = load_session(path)
         items = [user_item(s.task)]
         for turn in s.turns:
             ids = prompt.encode_conversation(s.instructions, s.tools, items, add_generation_prompt=True)
             starts = [i for i, t in enumerate(ids) if t == im_start and max_tokens // 2 <= len(ids) - i <= max_tokens]
             if starts:
-                out.append(AgentTurn(ids[starts[0]:], prompt.output_ids(turn.text, turn.calls)))
+                out.append(AgentTurn(ids[starts[0]:], prompt.output_ids(turn.text, turn.calls), path))
             items += [*prompt_items(turn), *turn.followups]
     if len(out) < n:
         raise SystemExit(f"only {len(out)} turns with prompts of {max_tokens // 2}..{max_tokens} tokens in {SESSIONS}")
@@ -175,21 +175,13 @@ def run_llama_cpp(gguf: str, turns: list[AgentTurn], out_tokens: int, threads: i
     return [Run("llama.cpp", "greedy", 1, False, prefill_tokens / prefill_s, decode_tokens / decode_s, 1.0)]
 
 
-def provenance(argv: list[str]) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    return (f"- command: `{' '.join(['python', *argv])}`\n- commit: {commit.strip() or 'unknown'}\n"
-            f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}\n"
-            f"- machine: {platform.machine()}, {len(os.sched_getaffinity(0))} cores, Python "
-            f"{platform.python_version()}\n")
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="batch 1 and 4 only, 16 output tokens")
     parser.add_argument("--prompt-tokens", type=int, default=512, help="longest prompt (default: %(default)s)")
     parser.add_argument("--out-tokens", type=int, default=48, help="tokens decoded per sequence (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="BLAS / llama.cpp threads (default: %(default)s)")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where model.md/png go")
+    provenance.add_out_argument(parser)
     args = parser.parse_args(argv[1:])
     batches = [1, 4] if args.quick else [1, 4, 16]
     out_tokens = 16 if args.quick else args.out_tokens
@@ -231,19 +223,31 @@ def main(argv: list[str]) -> int:
     console.print(table)
     if note:
         console.print(f"[yellow]{note}[/]")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    md = ["# Real model on the numpy engine vs llama.cpp", "", provenance(argv),
-          f"- data: {len(turns)} assistant turns of `examples/sessions` (SmolLM2 template, prompts of "
-          f"{args.prompt_tokens // 2}..{args.prompt_tokens} tokens); output `greedy` = the model's own, `recorded` = "
-          f"the recorded agent's turn forced by the replay oracle (same forward passes); {out_tokens} tokens each",
-          "- numpy decode is timed from when every sequence has its first token; llama.cpp runs batch 1 only", "",
-          "| " + " | ".join(c.header for c in table.columns) + " |",
+    out = args.out
+    per_file: dict[Path, int] = {}
+    for t in turns[:max(batches)]:
+        per_file[t.source] = per_file.get(t.source, 0) + 1
+    used = [(p, n) for p, n in per_file.items()]
+    header = provenance.provenance(
+        provenance.describe_sessions(used, note=(
+            f"the prompt before each of these turns, sampled evenly over the sessions' turns whose conversation "
+            f"(SmolLM2 chat template) has a message boundary {args.prompt_tokens // 2}..{args.prompt_tokens} tokens "
+            f"from its end, cut there; {out_tokens} tokens decoded each; batch b uses the first b")),
+        engine=f"numpy reference engine (`--engine reference --model default`) vs llama.cpp "
+               f"(`llama_cpp` {getattr(sys.modules.get('llama_cpp'), '__version__', 'not installed')}), "
+               f"{args.threads} thread(s) each; model SmolLM2-135M-Instruct Q4_1 GGUF "
+               f"(`{provenance.rel(load_definition('default').source)}`); times are wall time on this machine",
+        notes=["output `greedy` = the model's own, `recorded` = the recorded agent's turn forced by the replay "
+               "oracle (same forward passes)",
+               "numpy decode is timed from when every sequence has its first token; llama.cpp runs batch 1 only, on "
+               "the first prompt"])
+    md = ["| " + " | ".join(c.header for c in table.columns) + " |",
           "|" + "---|" * len(table.columns)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     if note:
         md += ["", note]
-    (out / "model.md").write_text("\n".join(md) + "\n")
+    md_path = provenance.write_markdown(out, "model", "Real model on the numpy engine vs llama.cpp", header,
+                                        [f"**{table.title}**", "", *md, "", "![model](model.png)"])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     styles = {(False, False): "tab:blue", (False, True): "tab:green", (True, False): "tab:purple",
               (True, True): "tab:olive"}
@@ -257,16 +261,23 @@ def main(argv: list[str]) -> int:
         ax.axhline(ref.decode_tps, color="tab:red", linestyle="--", label="llama.cpp, batch 1")
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches, [str(b) for b in batches])
-    ax.set_xlabel("sequences decoded together (batch)")
-    ax.set_ylabel("decode tokens/s (all sequences)")
-    ax.set_title(f"SmolLM2-135M on CPU ({args.threads} thread): decode throughput")
-    ax.legend()
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("sequences decoded together (batch, log₂ scale)")
+    ax.set_ylabel("decode tokens/s (all sequences together)")
+    short = (f"{sum(n for _, n in used)} agent turns of {len(used)} recorded session(s) in "
+             f"{provenance.rel(SESSIONS)}")
+    ax.set_title(f"SmolLM2-135M Q4_1 on CPU ({args.threads} thread): decode throughput\n"
+                 f"prompts of {args.prompt_tokens // 2}..{args.prompt_tokens} tokens before {short}; "
+                 f"{out_tokens} tokens decoded each", fontsize=9)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "model.png", dpi=120)
-    console.print(f"wrote {out / 'model.md'} and {out / 'model.png'}")
+    provenance.stamp(fig, short)
+    png = provenance.save_figure(fig, out, "model")
+    console.print(f"wrote {provenance.rel(md_path)} and {provenance.rel(png)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(interrupts.main(lambda: main(sys.argv)))

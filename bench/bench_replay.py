@@ -1,17 +1,28 @@
-"""Replay every recorded session through the real mesh with the simulated engine
-(H200 + Llama 8B roofline cost model) and compare stateful vs stateless per layer,
-on 1 and 4 replicas (cache-aware vs round-robin routing), at 1 and 16 concurrent sessions.
+"""Replay every recorded session through the real mesh (harness → gateway → inference, each its
+own process) with the simulated engine (H200 + Llama 8B roofline cost model) and compare the
+three ways of ``loopwire.replay.ALL_MODES`` per layer, on 1 and 4 replicas (cache-aware vs
+round-robin routing), at 1 and 16 concurrent sessions:
 
-Times in the table are the engine's modelled (virtual) times; bytes and token counts are
-what really crossed each hop. Writes bench/results/replay.md and bench/results/replay.png.
+* ``stateful``: deltas on one stream, the replica keeps the session's KV;
+* ``stateless``: the full transcript every turn, the engine's prefix cache on (the fair naive
+  way, what a client of a provider with automatic prompt caching gets): the headline baseline;
+* ``stateless-nocache``: the same with the prefix cache off (what the cache itself is worth).
 
-    .venv/bin/python bench/bench_replay.py [--traces DIR] [--quick]
+Ratios are ``baseline ÷ stateful`` (how many times the stateful way's cost the baseline pays),
+against ``stateless`` first and ``stateless-nocache`` second. Routing is the setting's for every
+mode, so the three ways of a setting differ in conversation mode and prefix cache only.
+
+Times are the engine's modelled (virtual) times; bytes and token counts are what really crossed
+each hop. Writes replay.md and replay.png into ``--out`` (default .state/bench/).
+
+    .venv/bin/python bench/bench_replay.py [--traces DIR] [--quick] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -23,13 +34,16 @@ from rich.table import Table
 
 from loopwire.analyze import expand_paths
 from loopwire.common.recorded import load_session
-from loopwire.mesh import start_mesh
 from loopwire.replay import ALL_MODES, SERVICE_ARGS, ModeResult, replay_sessions
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
-SIM_ARGS = ["--engine", "simulated", "--gpu", "h200", "--model-params", "8b", "--time-scale", "0"]
+import interrupts
+import provenance
+
+GPU, PARAMS = "h200", "8b"
+SIM_ARGS = ["--engine", "simulated", "--gpu", GPU, "--model-params", PARAMS, "--time-scale", "0"]
+BASELINES = ("stateless", "stateless-nocache")  # headline first
+COLOURS = {"stateful": "tab:green", "stateless": "tab:orange", "stateless-nocache": "tab:red"}
+SETTINGS = ((1, "cache-aware"), (4, "cache-aware"), (4, "round-robin"))
 
 
 @dataclass
@@ -40,8 +54,19 @@ class Config:
     mode: str
 
     @property
+    def setting(self) -> tuple[int, str, int]:
+        return self.replicas, self.routing, self.concurrency
+
+    @property
     def label(self) -> str:
         return f"{self.replicas}r {self.routing} c{self.concurrency} {self.mode}"
+
+
+def setting_label(setting: tuple[int, str, int], short: bool = False) -> str:
+    replicas, routing, concurrency = setting
+    if short:
+        return f"{replicas}r {routing} c{concurrency}"
+    return f"{replicas} replica{'s' if replicas > 1 else ''}, {routing}, {concurrency} concurrent"
 
 
 @dataclass
@@ -55,6 +80,15 @@ class Summary:
     session_s: float
     real_s: float
     failed: int
+
+
+METRICS = (  # (ratio column, Summary field)
+    ("bytes sent", "bytes_sent"),
+    ("tokens tokenized", "tokens_tokenized"),
+    ("prefill computed", "prefill_computed"),
+    ("mean TTFT", "mean_ttft_ms"),
+    ("session time", "session_s"),
+)
 
 
 def summarize(config: Config, result: ModeResult, real_s: float) -> Summary:
@@ -75,130 +109,187 @@ def summarize(config: Config, result: ModeResult, real_s: float) -> Summary:
     )
 
 
-def configs(quick: bool) -> list[Config]:
+def parse_settings(text: str) -> list[tuple[int, str]]:
+    """``1:cache-aware,4:round-robin`` → [(1, "cache-aware"), (4, "round-robin")]."""
     out = []
-    for concurrency in (1, 16):
-        for replicas, routing in ((1, "cache-aware"), (4, "cache-aware"), (4, "round-robin")):
-            for mode in ALL_MODES:
-                out.append(Config(replicas, routing, concurrency, mode))
-    return out[:6] if quick else out
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        replicas, _, routing = part.partition(":")
+        if not replicas.isdigit() or routing not in ("cache-aware", "round-robin", "least-loaded"):
+            raise argparse.ArgumentTypeError(f"{part!r}: expected REPLICAS:ROUTING, e.g. 4:round-robin")
+        out.append((int(replicas), routing))
+    return out
+
+
+def parse_ints(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma list of integers") from None
+
+
+def configs(settings: list[tuple[int, str]], concurrencies: list[int]) -> list[Config]:
+    return [Config(replicas, routing, concurrency, mode)
+            for concurrency in concurrencies for replicas, routing in settings for mode in ALL_MODES]
 
 
 async def run_config(config: Config, sessions, progress: Progress) -> Summary:  # type: ignore[no-untyped-def]
-    extra = {"inference": list(SIM_ARGS), "gateway": ["--routing", config.routing]}
-    extra["inference"] += SERVICE_ARGS[config.mode].get("inference", [])
+    # Each mode's own service flags (the prefix cache off for stateless-nocache), but the setting's
+    # routing for every mode, so a setting's rows differ in conversation mode and cache only.
+    extra = {"inference": [*SIM_ARGS, *SERVICE_ARGS[config.mode].get("inference", [])],
+             "gateway": ["--routing", config.routing]}
     with tempfile.TemporaryDirectory(prefix="loopwire-bench-") as state:
-        mesh = await asyncio.to_thread(start_mesh, Path(state), inference_replicas=config.replicas, extra_args=extra)
+        mesh = await asyncio.to_thread(interrupts.start_mesh, Path(state), inference_replicas=config.replicas,
+                                       extra_args=extra)
         try:
             t0 = time.perf_counter()
             result = await replay_sessions(mesh.harness, sessions, config.mode, config.concurrency, progress,
                                            api_key=mesh.api_key)
             return summarize(config, result, time.perf_counter() - t0)
         finally:
-            await asyncio.to_thread(mesh.stop)
+            await asyncio.to_thread(interrupts.stop, mesh)
 
 
-def ratio_rows(summaries: list[Summary]) -> list[tuple[str, list[str]]]:
-    """stateless/stateful ratios per (replicas, routing, concurrency)."""
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("inf")
+
+
+def fmt_ratio(x: float) -> str:
+    return "∞" if x == float("inf") else f"{x:.1f}×" if x >= 9.95 else f"{x:.2f}×"
+
+
+def ratios(summaries: list[Summary], baseline: str) -> list[tuple[tuple[int, str, int], list[float]]]:
+    """``baseline ÷ stateful`` per setting and metric."""
+    by_key = {(s.config.setting, s.config.mode): s for s in summaries}
     rows = []
-    by_key = {(s.config.replicas, s.config.routing, s.config.concurrency, s.config.mode): s for s in summaries}
-    for (replicas, routing, concurrency, mode), stateless in by_key.items():
-        if mode != "stateless":
-            continue
-        stateful = by_key.get((replicas, routing, concurrency, "stateful"))
-        if stateful is None:
-            continue
-
-        def r(a: float, b: float) -> str:
-            return f"{a / b:.1f}×" if b else "∞"
-
-        rows.append((f"{replicas} replica(s), {routing}, {concurrency} concurrent", [
-            r(stateless.bytes_sent, stateful.bytes_sent),
-            r(stateless.tokens_tokenized, stateful.tokens_tokenized),
-            r(stateless.prefill_computed, stateful.prefill_computed),
-            r(stateless.mean_ttft_ms, stateful.mean_ttft_ms),
-            r(stateless.session_s, stateful.session_s),
-        ]))
+    for setting in dict.fromkeys(s.config.setting for s in summaries):
+        base, ours = by_key.get((setting, baseline)), by_key.get((setting, "stateful"))
+        if base and ours:
+            rows.append((setting, [ratio(getattr(base, f), getattr(ours, f)) for _, f in METRICS]))
     return rows
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--traces", default=str(DEFAULT_TRACES if DEFAULT_TRACES.is_dir() else ROOT / "examples" / "sessions"))
-    parser.add_argument("--quick", action="store_true", help="4 sessions, 20 turns each, concurrency 1 only")
+    parser.add_argument("--traces", default=str(provenance.DATA_SESSIONS),
+                        help="recorded sessions: a directory or file (default: data/sessions)")
+    parser.add_argument("--quick", action="store_true",
+                        help="4 sessions, 20 turns each, concurrency 1, 1 replica and 4 round-robin only "
+                             "(--settings / --concurrency override)")
     parser.add_argument("--max-turns", type=int, default=0, help="replay only the first N turns of each session")
+    parser.add_argument("--settings", type=parse_settings,
+                        help="REPLICAS:ROUTING comma list (default: " +
+                             ",".join(f"{r}:{p}" for r, p in SETTINGS) + "; --quick: 1:cache-aware,4:round-robin)")
+    parser.add_argument("--concurrency", type=parse_ints,
+                        help="sessions replayed at once, a comma list (default: 1,16; --quick: 1)")
+    provenance.add_out_argument(parser)
     args = parser.parse_args()
     console = Console(width=160)
-    sessions = [load_session(p) for p in expand_paths([args.traces])]
+    paths = expand_paths([args.traces])
     if args.quick:
-        sessions = sessions[:4]
+        paths = paths[:4]
+    sessions = [load_session(p) for p in paths]
     max_turns = 20 if args.quick else args.max_turns
     for s in sessions:
         s.turns = s.turns[:max_turns] if max_turns else s.turns
-    console.print(f"{len(sessions)} sessions, {sum(len(s.turns) for s in sessions)} turns from {args.traces}")
+    used = [(p, len(s.turns)) for p, s in zip(paths, sessions, strict=True)]
+    note = f"first {max_turns} turns of each" if max_turns else "every turn"
+    data = provenance.describe_sessions(used, note=note)
+    short = provenance.short_data(used, note)
+    console.print(f"{short}; modes {', '.join(ALL_MODES)}")
     summaries = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        for config in configs(args.quick):
-            progress.console.print(f"[bold]{config.label}")
-            summaries.append(asyncio.run(run_config(config, sessions, progress)))
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as progress:
+            for config in configs(args.settings or (list(SETTINGS[::2]) if args.quick else list(SETTINGS)),
+                                  args.concurrency or ([1] if args.quick else [1, 16])):
+                progress.console.print(f"[bold]{config.label}")
+                summaries.append(asyncio.run(run_config(config, sessions, progress)))
+    finally:
+        interrupts.stop_all()
 
-    table = Table(title="replay through the mesh, simulated H200 + 8B (modelled times)")
-    cols = ["config", "bytes sent", "tokens tokenized", "prefill computed", "prefill cached", "mean TTFT ms",
-            "session s (modelled)", "real s", "failed"]
+    table = Table(title=f"Replay through the mesh, simulated {GPU.upper()} + {PARAMS.upper()} (modelled times): "
+                        f"{short}\n(r = inference replicas, c = sessions replayed concurrently)")
+    cols = ["setting", "mode", "bytes sent", "tokens tokenized", "prefill computed",
+            "prefill cached", "mean TTFT ms", "session s (modelled)", "real s", "failed"]
     for c in cols:
-        table.add_column(c, justify="left" if c == "config" else "right")
-    md = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        table.add_column(c, justify="left" if c in cols[:2] else "right")
     for s in summaries:
-        cells = [s.config.label, f"{s.bytes_sent:,.0f}", f"{s.tokens_tokenized:,.0f}", f"{s.prefill_computed:,.0f}",
-                 f"{s.prefill_cached:,.0f}", f"{s.mean_ttft_ms:.1f}", f"{s.session_s:.2f}", f"{s.real_s:.0f}",
-                 str(s.failed)]
-        table.add_row(*cells)
-        md.append("| " + " | ".join(cells) + " |")
+        table.add_row(setting_label(s.config.setting, short=True), s.config.mode, f"{s.bytes_sent:,.0f}",
+                      f"{s.tokens_tokenized:,.0f}", f"{s.prefill_computed:,.0f}", f"{s.prefill_cached:,.0f}",
+                      f"{s.mean_ttft_ms:.1f}", f"{s.session_s:.2f}", f"{s.real_s:.0f}", str(s.failed))
     console.print(table)
 
-    ratio_cols = ["setting", "bytes", "tokens tokenized", "prefill computed", "mean TTFT", "session time"]
-    ratios = Table(title="stateless / stateful")
-    for c in ratio_cols:
-        ratios.add_column(c, justify="left" if c == "setting" else "right")
-    md += ["", "stateless / stateful:", "", "| " + " | ".join(ratio_cols) + " |", "|" + "---|" * len(ratio_cols)]
-    for name, cells in ratio_rows(summaries):
-        ratios.add_row(name, *cells)
-        md.append("| " + " | ".join([name, *cells]) + " |")
-    console.print(ratios)
+    ratio_tables = []
+    for baseline in BASELINES:
+        kind = "fair baseline, headline" if baseline == "stateless" else "no prefix cache"
+        t = Table(title=f"{baseline} ÷ stateful ({kind}): how many times the stateful way's cost {baseline} pays")
+        t.add_column("replicas, routing, concurrency")
+        for name, _ in METRICS:
+            t.add_column(name, justify="right")
+        for setting, values in ratios(summaries, baseline):
+            t.add_row(setting_label(setting), *map(fmt_ratio, values))
+        console.print(t)
+        ratio_tables.append(t)
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "replay.md").write_text("\n".join(md) + "\n")
-    plot(summaries, RESULTS / "replay.png")
-    console.print(f"wrote {RESULTS / 'replay.md'} and {RESULTS / 'replay.png'}")
+    out = args.out
+    body = [f"Modes: {', '.join(ALL_MODES)}. Routing is the setting's for every mode. Ratios are "
+            "`baseline ÷ stateful` over the sums (mean TTFT and session time: over their means).", ""]
+    for t in ratio_tables:
+        body += [*provenance.table_markdown(t), ""]
+    body += [*provenance.table_markdown(table), "", "![replay](replay.png)"]
+    header = provenance.provenance(
+        data, engine="simulated (`--engine simulated --time-scale 0`: the real scheduler and KV block manager, "
+                     "step times from the cost model on a virtual clock; `real s` is wall time on this machine)",
+        cost_model=provenance.cost_model(GPU, PARAMS),
+        notes=[f"services: harness, gateway and {', '.join(sorted({str(s.config.replicas) for s in summaries}))} "
+               "inference replica(s) as separate processes (`loopwire.mesh.start_mesh`), fresh per row"])
+    md = provenance.write_markdown(out, "replay", "Recorded sessions through the mesh: stateful vs stateless",
+                                   header, body)
+    png = plot(summaries, out, short)
+    console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
+    return 1 if any(s.failed for s in summaries) else 0
 
 
-def plot(summaries: list[Summary], path: Path) -> None:
+def plot(summaries: list[Summary], out: Path, short: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
-    labels = [s.config.label for s in summaries]
-    colors = ["tab:blue" if s.config.mode == "stateful" else "tab:red" for s in summaries]
-    for ax, (title, values) in zip(axes, (
-        ("prefill tokens computed", [s.prefill_computed for s in summaries]),
-        ("mean TTFT (modelled ms)", [s.mean_ttft_ms for s in summaries]),
-        ("tokens tokenized by the gateway", [s.tokens_tokenized for s in summaries]),
-    ), strict=True):
-        ax.barh(labels, values, color=colors)
-        ax.set_title(title)
-        ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=7)
-    fig.suptitle("stateful (blue) vs stateless (red), real sessions through the mesh, simulated H200 + 8B")
+    panels = list(METRICS)
+    per_baseline = {b: ratios(summaries, b) for b in BASELINES}
+    settings = [s for s, _ in per_baseline[BASELINES[0]]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 4.8), sharey=True)
+    x = np.arange(len(settings))
+    width = 0.38
+    for ax, (name, field) in zip(axes, panels, strict=True):
+        k = [f for _, f in METRICS].index(field)
+        for j, baseline in enumerate(BASELINES):
+            values = [v[k] for _, v in per_baseline[baseline]]
+            # Bars grow from 1× (= the stateful way's cost): up when the baseline pays more.
+            bars = ax.bar(x + (j - 0.5) * width, [v - 1 for v in values], width, bottom=1,
+                          color=COLOURS[baseline], label=f"{baseline} ÷ stateful")
+            ax.bar_label(bars, labels=[fmt_ratio(v) for v in values], fontsize=7, padding=1)
+        ax.axhline(1, color="0.3", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks(x, [setting_label(s).replace(", ", "\n") for s in settings], fontsize=7)
+        ax.set_title({"mean_ttft_ms": "mean TTFT (modelled)", "session_s": "session time (modelled)"}.get(field, name))
+        ax.grid(axis="y", alpha=0.3, which="both")
+    axes[0].set_ylabel("baseline ÷ stateful (log scale; bars start at 1× = same as stateful)")
+    top = max(v for rows in per_baseline.values() for _, vs in rows for v in vs if v != float("inf"))
+    axes[0].set_ylim(0.5, top * 3)
+    axes[0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"What each turn costs the naive ways, relative to stateful: {short}; simulated "
+                 f"{GPU.upper()} + Llama {PARAMS.upper()} (modelled times)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    provenance.stamp(fig, short)
+    return provenance.save_figure(fig, out, "replay", dpi=110)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(interrupts.main(main))

@@ -141,8 +141,8 @@ def main(args: argparse.Namespace) -> int:
     for path in expand_paths(args.paths):
         try:
             profiles.append(profile_session(load_session(path), model))
-        except ValueError as e:
-            console.print(f"[yellow]skipped[/] {e}")
+        except ValueError as e:  # on stderr, so --json output stays pure JSON
+            Console(stderr=True).print(f"[yellow]skipped[/] {e}")
     if args.json:
         for p in profiles:
             print(json.dumps({**asdict(p), "token_ratio": p.token_ratio, "byte_ratio": p.byte_ratio}))

@@ -279,6 +279,18 @@ def test_metrics_reach_the_prometheus_endpoint() -> None:
     assert value("loopwire_turn_bytes_sum") == 900
     assert value("loopwire_inference_queue_depth") == 3
 
+    def bucket(name: str, le: str) -> float:
+        [v] = [v for k, v in lines.items() if k.startswith(name + "_bucket{") and f'le="{le}"' in k]
+        return v
+
+    # Buckets fit each metric: a 0.25 s TTFT lands between 0.1 and 0.25, not in OTel's default le=5.
+    assert bucket("gen_ai_server_time_to_first_token_seconds", "0.1") == 0
+    assert bucket("gen_ai_server_time_to_first_token_seconds", "0.25") == 1
+    assert bucket("loopwire_prefix_cache_hit_ratio", "0.7") == 0
+    assert bucket("loopwire_prefix_cache_hit_ratio", "0.8") == 1
+    assert bucket("loopwire_speculative_acceptance_length", "1.5") == 0
+    assert bucket("loopwire_speculative_acceptance_length", "2") == 1
+
 
 def test_metrics_port_flag_defaults_from_env(monkeypatch) -> None:
     import argparse

@@ -431,17 +431,29 @@ def generation_span(
 # --------------------------------------------------------------------------- metrics
 
 
+# Bucket boundaries per metric: OTel's defaults (0, 5, 10, 25, ... 10000) put every TTFT in
+# seconds, every ratio and every acceptance length into one or two buckets.
+TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+SPEED_BUCKETS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000)
+RATIO_BUCKETS = tuple(i / 10 for i in range(11))
+TOKEN_BUCKETS = (10, 50, 100, 500, 1000, 5000, 10_000, 50_000, 100_000, 500_000, 1_000_000)
+BYTE_BUCKETS = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
+ACCEPTANCE_BUCKETS = (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65)  # 1 .. k+1 for k up to 64
+
+
 class Metrics:
     """The instruments of DESIGN §7, plus one-call recorders from the protos each layer has."""
 
     def __init__(self, meter: otel_metrics.Meter) -> None:
         self.ttft = meter.create_histogram(
-            "gen_ai.server.time_to_first_token", unit="s", description="Time to first output token"
+            "gen_ai.server.time_to_first_token", unit="s", description="Time to first output token",
+            explicit_bucket_boundaries_advisory=TTFT_BUCKETS_S,
         )
         self.tokens_per_second = meter.create_histogram(
             "loopwire.generation.tokens_per_second",
             unit="{token}/s",
             description="Decode speed per generation",
+            explicit_bucket_boundaries_advisory=SPEED_BUCKETS,
         )
         self.output_tokens = meter.create_counter(
             "loopwire.generation.output_tokens", unit="{token}", description="Tokens generated"
@@ -453,20 +465,24 @@ class Metrics:
             "loopwire.prefix_cache.hit_tokens", unit="{token}", description="Prompt tokens served from cache"
         )
         self.prefix_cache_hit_ratio = meter.create_histogram(
-            "loopwire.prefix_cache.hit_ratio", unit="1", description="Cached share of each prompt"
+            "loopwire.prefix_cache.hit_ratio", unit="1", description="Cached share of each prompt",
+            explicit_bucket_boundaries_advisory=RATIO_BUCKETS,
         )
         self.tokens_tokenized = meter.create_histogram(
             "loopwire.turn.tokens_tokenized",
             unit="{token}",
             description="Tokens the gateway tokenized per turn",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
         )
         self.bytes_per_turn = meter.create_histogram(
-            "loopwire.turn.bytes", unit="By", description="Request bytes sent per turn"
+            "loopwire.turn.bytes", unit="By", description="Request bytes sent per turn",
+            explicit_bucket_boundaries_advisory=BYTE_BUCKETS,
         )
         self.acceptance_length = meter.create_histogram(
             "loopwire.speculative.acceptance_length",
             unit="{token}",
             description="Output tokens per verification step",
+            explicit_bucket_boundaries_advisory=ACCEPTANCE_BUCKETS,
         )
         self.queue_depth = meter.create_gauge(
             "loopwire.inference.queue_depth", unit="{request}", description="Generations waiting to run"

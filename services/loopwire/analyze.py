@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rich.console import Console  # noqa: F401
+from rich.console import Console
 from rich.table import Table
 
 from loopwire.common.model_def import ModelDefinition, dummy_definition

@@ -102,7 +102,7 @@ def start_mesh(
     ``log`` receives every line the services print, prefixed with the service name;
     without it their output goes to files in ``state_dir/logs``.
     """
-    from loopwire.common.auth import create_dev_config
+    from loopwire.common.auth import create_dev_config, write_private_file
     from loopwire.common.service_auth import create_token_file
 
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -110,8 +110,7 @@ def start_mesh(
     extra_args = extra_args or {}
     auth_path = state_dir / "auth.json"
     api_key = create_dev_config(str(auth_path))
-    (state_dir / DEV_KEY_FILE).write_text(api_key + "\n", encoding="utf-8")
-    (state_dir / DEV_KEY_FILE).chmod(0o600)
+    write_private_file(state_dir / DEV_KEY_FILE, api_key + "\n")
     token_path = state_dir / "service-token"
     create_token_file(token_path)
     inference_addrs = []

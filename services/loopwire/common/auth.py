@@ -2,7 +2,7 @@
 
 Shared by every service that clients call: the gateway and the harness take the same file,
 so a key names one tenant everywhere. Inference is called by services only, with a service
-token (``ServiceToken``).
+token (``loopwire.common.service_auth``).
 
 Config file, JSON or TOML::
 
@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 log = logging.getLogger("loopwire.auth")
 
 ANONYMOUS_TENANT = "default"
@@ -43,9 +45,32 @@ class AuthError(Exception):
         super().__init__(message)
         self.permission = permission  # True: PERMISSION_DENIED, False: UNAUTHENTICATED
 
+    @property
+    def status_code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.PERMISSION_DENIED if self.permission else grpc.StatusCode.UNAUTHENTICATED
+
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def authorization_header(metadata: Any) -> str:
+    """The ``authorization`` metadata value ('' when absent)."""
+    return next((str(v) for k, v in metadata or () if k == "authorization"), "")
+
+
+def bearer_key(header: str) -> str:
+    """The key of a ``Bearer <key>`` header ('' when the header is not one)."""
+    scheme, _, key = header.partition(" ")
+    return key.strip() if scheme.lower() == "bearer" else ""
+
+
+def write_private_file(path: str | Path, text: str) -> None:
+    """A secret (key, token, key file) readable by its owner only."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
 
 
 @dataclass
@@ -94,15 +119,15 @@ class Authenticator:
         return cls(tenants, keys, disabled, anonymous=False)
 
     def authenticate(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> Tenant:
-        header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
+        header = authorization_header(metadata)
         if not header:
             if self.anonymous:
                 return self.tenants[ANONYMOUS_TENANT]
             raise AuthError(False, "missing 'authorization: Bearer <key>' metadata")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        key = bearer_key(header)
+        if not key:
             raise AuthError(False, "authorization metadata must be 'Bearer <key>'")
-        digest = hash_key(key.strip())
+        digest = hash_key(key)
         # Looking up a hash (not the key) leaks nothing useful through timing.
         name = self._keys.get(digest)
         if name is None:
@@ -112,19 +137,6 @@ class Authenticator:
         if digest in self._disabled:
             raise AuthError(True, f"API key of tenant {name!r} is disabled")
         return self.tenants[name]
-
-
-def load_authenticator(args: Any, service: str) -> Authenticator:
-    """``--auth-config`` as an Authenticator; anonymous only with ``--insecure-dev``; a clear exit otherwise."""
-    if args.auth_config:
-        try:
-            return Authenticator.from_file(args.auth_config)
-        except (OSError, ValueError, tomllib.TOMLDecodeError) as e:
-            raise SystemExit(f"{service}: --auth-config {args.auth_config}: {e}") from None
-    from loopwire.common.service_flags import check_insecure_dev
-
-    check_insecure_dev(args, service, "--auth-config")
-    return Authenticator.open()
 
 
 def create_dev_config(path: str | Path) -> str:
@@ -140,8 +152,5 @@ def create_dev_config(path: str | Path) -> str:
             }
         }
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    path.chmod(0o600)
+    write_private_file(path, json.dumps(config, indent=2) + "\n")
     return key

@@ -17,6 +17,8 @@ from typing import Any
 
 import grpc
 
+from loopwire.common.auth import authorization_header, bearer_key, write_private_file
+
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
@@ -26,10 +28,7 @@ class ServiceAuthError(ValueError):
 
 def create_token_file(path: str | Path) -> str:
     token = "lw-svc-" + secrets.token_urlsafe(32)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(token + "\n", encoding="utf-8")
-    path.chmod(0o600)
+    write_private_file(path, token + "\n")
     return token
 
 
@@ -41,14 +40,6 @@ def read_token_file(path: str | Path) -> str:
     if len(token) < 16:
         raise ServiceAuthError(f"service token file {path}: the token must be at least 16 characters")
     return token
-
-
-def _bearer(metadata: Any) -> str:
-    for key, value in metadata or ():
-        if key == "authorization":
-            scheme, _, token = str(value).partition(" ")
-            return token.strip() if scheme.lower() == "bearer" else ""
-    return ""
 
 
 def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
@@ -87,7 +78,7 @@ class ServiceTokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(details)
         if handler is None or details.method.startswith(OPEN_PREFIXES):
             return handler
-        presented = _bearer(details.invocation_metadata).encode()
+        presented = bearer_key(authorization_header(details.invocation_metadata)).encode()
         if not presented:
             return _refusal(handler, "missing 'authorization: Bearer <service token>': inference serves "
                                      "gateways and peer replicas only")

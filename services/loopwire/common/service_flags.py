@@ -1,10 +1,12 @@
-"""The flags every service shares for service-to-service auth: ``--service-token-file``, ``--insecure-dev``."""
+"""The auth flags the services share: ``--auth-config`` (tenants), ``--service-token-file``, ``--insecure-dev``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import tomllib
 
+from loopwire.common.auth import Authenticator
 from loopwire.common.config import env as _env
 from loopwire.common.service_auth import ServiceAuthError, read_token_file
 
@@ -33,6 +35,17 @@ def service_token_from_args(args: argparse.Namespace, service: str) -> str:
             raise SystemExit(f"{service}: {e}") from None
     check_insecure_dev(args, service, "--service-token-file")
     return ""
+
+
+def load_authenticator(args: argparse.Namespace, service: str) -> Authenticator:
+    """``--auth-config`` as an Authenticator; anonymous only with ``--insecure-dev``; a clear exit otherwise."""
+    if args.auth_config:
+        try:
+            return Authenticator.from_file(args.auth_config)
+        except (OSError, ValueError, tomllib.TOMLDecodeError) as e:
+            raise SystemExit(f"{service}: --auth-config {args.auth_config}: {e}") from None
+    check_insecure_dev(args, service, "--auth-config")
+    return Authenticator.open()
 
 
 def check_insecure_dev(args: argparse.Namespace, service: str, flag: str) -> None:

@@ -7,11 +7,14 @@ import logging
 from collections.abc import Callable
 
 from loopwire.common import grpc_server
-from loopwire.common.auth import load_authenticator
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
 from loopwire.common.model_def import ModelDefinition, ModelError
-from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
+from loopwire.common.service_flags import (
+    add_service_token_arguments,
+    load_authenticator,
+    service_token_from_args,
+)
 from loopwire.gateway.router import POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer

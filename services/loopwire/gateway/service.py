@@ -121,8 +121,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             tenant = self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
-            code = grpc.StatusCode.PERMISSION_DENIED if e.permission else grpc.StatusCode.UNAUTHENTICATED
-            await grpc_server.refuse_stream(context, request_iterator, code, f"authorization: {e}")
+            await grpc_server.refuse_stream(context, request_iterator, e.status_code, f"authorization: {e}")
             return
         limiter = self.limiter(tenant)
         wait_ms = limiter.open_stream()

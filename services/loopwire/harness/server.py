@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loopwire.common import grpc_server
-from loopwire.common.auth import Authenticator, load_authenticator
+from loopwire.common.auth import Authenticator
 from loopwire.common.config import env as _env
-from loopwire.common.service_flags import add_insecure_dev_argument
+from loopwire.common.service_flags import add_insecure_dev_argument, load_authenticator
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.service import HarnessService

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import grpc
 
 from loopwire.common import grpc_server
-from loopwire.common.auth import Authenticator, AuthError
+from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import tools, validation, workspace_files
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
@@ -63,13 +63,11 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
         try:
             tenant = self.auth.authenticate(metadata)
         except AuthError as e:
-            code = grpc.StatusCode.PERMISSION_DENIED if e.permission else grpc.StatusCode.UNAUTHENTICATED
             if requests is not None:
-                await grpc_server.refuse_stream(context, requests, code, f"authorization: {e}")
+                await grpc_server.refuse_stream(context, requests, e.status_code, f"authorization: {e}")
                 return None
-            await context.abort(code, f"authorization: {e}")
-        header = next((str(v) for k, v in metadata or () if k == "authorization"), "")
-        return Caller(tenant.name, header.partition(" ")[2].strip())
+            await context.abort(e.status_code, f"authorization: {e}")
+        return Caller(tenant.name, bearer_key(authorization_header(metadata)))
 
     async def Run(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[harness_pb2.RunRequest], context: grpc.aio.ServicerContext

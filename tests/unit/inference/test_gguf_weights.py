@@ -12,9 +12,11 @@ import gguf
 import numpy as np
 import pytest
 
+from loopwire.common import model_def
+from loopwire.common.model_def import ModelError, default_model_path
 from loopwire.inference import gguf_weights
 from loopwire.inference.config import ModelConfig
-from loopwire.inference.gguf_weights import default_gguf_path, load_gguf, unpermute_qk
+from loopwire.inference.gguf_weights import load_gguf, unpermute_qk
 from loopwire.inference.model import Chunk, LlamaModel
 from loopwire.inference.weights import (
     dummy_weights,
@@ -30,8 +32,8 @@ TINY = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidd
 
 def _default_path() -> str:
     try:
-        return default_gguf_path()
-    except FileNotFoundError as e:
+        return default_model_path()
+    except ModelError as e:
         pytest.skip(f"default GGUF model not installed ({e})")
 
 
@@ -179,9 +181,9 @@ def test_missing_tensor_is_named(tmp_path: Path) -> None:
 
 
 def test_default_path_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gguf_weights.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(FileNotFoundError, match="make setup"):
-        default_gguf_path()
+    monkeypatch.setattr(model_def.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ModelError, match="make setup"):
+        default_model_path()
 
 
 # -- the default model --------------------------------------------------------------------

@@ -33,8 +33,9 @@ import pytest
 from inference_helpers import make_core, run_all
 from threadpoolctl import threadpool_limits
 
+from loopwire.common.model_def import ModelError, default_model_path
 from loopwire.inference.engine_core import EngineCore
-from loopwire.inference.gguf_weights import default_gguf_path, load_gguf
+from loopwire.inference.gguf_weights import load_gguf
 from loopwire.inference.model import Chunk, LlamaModel
 from loopwire.inference.sequence import FinishReason, GenerationRequest
 
@@ -59,8 +60,8 @@ F32_TIE = 1e-2
 @pytest.fixture(scope="module")
 def smollm2() -> LlamaModel:
     try:
-        path = default_gguf_path()
-    except FileNotFoundError as e:
+        path = default_model_path()
+    except ModelError as e:
         pytest.skip(f"default GGUF model not installed ({e})")
     golden_sha = json.loads(str(np.load(FIXTURE)["meta"]))["gguf_sha256"]
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()

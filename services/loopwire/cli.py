@@ -159,7 +159,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwire", description=__doc__,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                     formatter_class=_Help)
     parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"),
                         choices=["debug", "info", "warning", "error"], help="env LOOPWIRE_LOG_LEVEL")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

@@ -140,3 +140,35 @@ async def test_approval_is_answered_after_a_restart(tmp_path, gateway):
         assert fake.requests[1].previous_response_id and len(fake.requests[1].input) == 1
     finally:
         second.kill()
+
+
+async def test_background_commands_of_a_killed_harness_are_reported_lost(tmp_path, gateway):
+    fake, gw = gateway
+    fake.script = [answer("", call("shell", json.dumps({"command": "sleep 60"}))),  # detached as bg-1
+                   answer("waiting for it")]
+    first = HarnessProcess(tmp_path, gw, "--background-after", "0.3")
+    await first.wait_ready()
+    events = await events_until(first.address, R(start=harness_pb2.StartTask(task="long build")),
+                                lambda ev: len(of(ev, "turn_completed")) >= 2, then=first.kill)
+    sid = of(events, "started")[0].session_id
+    assert of(events, "tool_call_ended")[0].handle == "bg-1"
+
+    fake.script = [answer("", call("wait", json.dumps({"handle": "bg-1", "timeout_seconds": 1})),
+                          call("shell", json.dumps({"command": "sleep 2; echo again"}))),
+                   answer("", call("wait", json.dumps({"handle": "bg-2", "timeout_seconds": 30}))),
+                   answer("done")]
+    second = HarnessProcess(tmp_path, gw, "--background-after", "0.3")
+    try:
+        await second.wait_ready()
+        before = list((await get_session(second.address, sid)).items)
+        events = await events_until(second.address, R(resume=harness_pb2.ResumeSession(session_id=sid)),
+                                    lambda ev: False)
+        assert kinds(events)[-1] == "completed"
+        told = list((await get_session(second.address, sid)).items)[len(before)]
+        assert "background command bg-1 was lost" in told.message.content[0].text
+        ended = of(events, "tool_call_ended")
+        assert "bg-1 was lost" in ended[0].output and ended[0].is_error
+        assert ended[1].handle == "bg-2"  # a new command never reuses a handle the transcript names
+        assert "bg-2 finished" in ended[2].output and "again" in ended[2].output
+    finally:
+        second.kill()

@@ -2,6 +2,11 @@
 
 The loop appends a finished task's result to the conversation at the next safe point, and
 the `wait` tool blocks on a handle, so the model never writes a `sleep` loop.
+
+Handles outlive the run that made them: a run that suspends for approval parks its tasks
+with the service and the resumed run takes them back. A harness restart kills them (they die
+with their parent); the resumed run finds their handles in the transcript and reports them
+as lost, so the model is told instead of waiting for a result that cannot come.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from loopwire.harness.sandbox import SandboxedProcess, ShellResult
@@ -26,13 +32,44 @@ class BackgroundTask:
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+# The texts the harness itself writes when it detaches a command and when the model sees its end.
+_DETACHED = re.compile(r"detached as handle (bg-(\d+))\b")
+_SEEN = re.compile(r"^(?:\[background command (bg-\d+) (?:finished|was lost)|(bg-\d+) finished:)")
+
+
+def transcript_handles(texts: list[str]) -> tuple[list[str], set[str]]:
+    """Handles detached in a transcript (in order), and those whose end the model has seen."""
+    detached, seen = [], set()
+    for text in texts:
+        detached += [m.group(1) for m in _DETACHED.finditer(text)]
+        if m := _SEEN.match(text):
+            seen.add(m.group(1) or m.group(2))
+    return detached, seen
+
+
 class BackgroundTasks:
-    """The detached commands of one session run."""
+    """The detached commands of one session (kept across the runs of one harness process)."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, BackgroundTask] = {}
+        self.lost: set[str] = set()  # detached by an earlier harness process that has since died
         self._numbers = itertools.count(1)
         self._changed = asyncio.Event()
+
+    def adopt(self, texts: list[str]) -> list[str]:
+        """Reconcile with the transcript: handles it names that no task here runs are lost.
+
+        Returns the newly lost handles (to tell the model once); new handles are numbered
+        after every handle the transcript names, so an old handle never means a new command.
+        """
+        detached, seen = transcript_handles(texts)
+        newly_lost = [h for h in dict.fromkeys(detached) if h not in self.tasks and h not in seen
+                      and h not in self.lost]
+        self.lost.update(newly_lost)
+        highest = max((int(h.split("-")[1]) for h in detached), default=0)
+        highest = max([highest, *(int(h.split("-")[1]) for h in self.tasks)])
+        self._numbers = itertools.count(highest + 1)
+        return newly_lost
 
     def detach(self, process: SandboxedProcess, command: str, timeout: float) -> str:
         handle = f"bg-{next(self._numbers)}"
@@ -69,6 +106,11 @@ class BackgroundTasks:
     @property
     def running(self) -> bool:
         return any(not t.done.is_set() for t in self.tasks.values())
+
+    @property
+    def pending(self) -> bool:
+        """Some task is still running or its result has not reached the model."""
+        return any(not t.delivered for t in self.tasks.values())
 
     async def next_completion(self) -> None:
         """Return once some task has finished that the model has not seen."""

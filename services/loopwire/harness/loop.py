@@ -70,7 +70,7 @@ class SessionRun:
     """Runs one session until it completes, fails, is cancelled or waits for approval."""
 
     def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox, stored: StoredSession,
-                 emit: Emit, api_key: str = "") -> None:
+                 emit: Emit, api_key: str = "", background: BackgroundTasks | None = None) -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
         self.stored = stored
         self.session_id = stored.session.session_id
@@ -79,7 +79,8 @@ class SessionRun:
         self.turn_count = stored.session.turn_count
         self.workspace = Path(stored.session.workspace)
         self.replay = ReplayPlan(self.start.replay) if self.start.replay.turns else None
-        self.background = BackgroundTasks()
+        self.background = background or BackgroundTasks()  # a suspended run's tasks come back
+        self.suspended = False
         self.tool_context = tools.ToolContext(self.workspace, sandbox, self.background, config.shell_timeout,
                                               config.background_after)
         self.conversation = Conversation(
@@ -116,9 +117,8 @@ class SessionRun:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="sandbox", message=self.sandbox.unavailable_reason))
         try:
             await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_RUNNING)
-            if await self._settle_open_turn() is Step.SUSPENDED:
-                return
-            await self._loop()
+            if await self._settle_open_turn() is Step.SUSPENDED or await self._loop() is Step.SUSPENDED:
+                self.suspended = True
         except asyncio.CancelledError:
             self.store.set_status(self.session_id, self.cancel_status)
             self.emit(failed=harness_pb2.RunFailed(error=common_pb2.Error(
@@ -130,8 +130,26 @@ class SessionRun:
             log.exception("session %s failed", self.session_id)
             await self._fail(common_pb2.Error(code=Code.ERROR_CODE_INTERNAL, message=f"{type(e).__name__}: {e}"))
         finally:
-            self.background.kill_all()
+            if not self.parks_background:
+                self.background.kill_all()
             await self.conversation.close()
+
+    @property
+    def parks_background(self) -> bool:
+        """A run suspended for approval keeps its commands running for the resumed run."""
+        return self.suspended and self.background.pending
+
+    async def _report_lost_background(self) -> None:
+        texts = [i.function_call_output.output if i.WhichOneof("item") == "function_call_output"
+                 else "".join(p.text for p in i.message.content) for i in self.items
+                 if i.WhichOneof("item") in ("function_call_output", "message")]
+        lost = self.background.adopt(texts)
+        for handle in lost:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(
+                source="harness", message=f"background command {handle} was lost: the harness restarted"))
+        await self.append([user_message(f"[background command {h} was lost: the harness restarted while it ran; "
+                                        "its result will not arrive. Run it again if you still need it.]")
+                           for h in lost])
 
     async def _fail(self, error: common_pb2.Error) -> None:
         """Always ends the run with a failed event, even when the store cannot record it (full disk)."""
@@ -143,8 +161,9 @@ class SessionRun:
                                                               f"stored: {type(e).__name__}: {e})")
         self.emit(failed=harness_pb2.RunFailed(error=error))
 
-    async def _loop(self) -> None:
+    async def _loop(self) -> Step:
         max_turns = self.start.max_turns or self.config.max_turns
+        await self._report_lost_background()  # after the open turn is settled: calls stay next to outputs
         while True:
             await self._deliver_pushed_items()
             if self.turn_count >= max_turns or (self.replay and self.turn_count >= len(self.replay.turns)):
@@ -153,17 +172,18 @@ class SessionRun:
                 return await self._complete()
             step = await self._turn()
             if step is Step.SUSPENDED:
-                return
+                return step
             if step is Step.FINAL and not self.inbox:
                 if not self.background.running:
                     return await self._complete()
                 await self.background.next_completion()  # the model is told when it finishes
 
-    async def _complete(self) -> None:
+    async def _complete(self) -> Step:
         await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_COMPLETED)
         self.emit(completed=harness_pb2.RunCompleted(
             final_text=self.final_text, turns=self.turn_count, usage=self.usage,
             wall_us=(time.perf_counter_ns() - self._started_ns) // 1000))
+        return Step.FINAL
 
     async def _deliver_pushed_items(self) -> None:
         """Append finished background commands and queued user messages before the next call."""

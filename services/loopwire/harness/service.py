@@ -23,6 +23,7 @@ from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import tools, validation, workspace_files
+from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
 from loopwire.harness.loop import SessionRun, user_message
 from loopwire.harness.sandbox import Sandbox
@@ -55,6 +56,7 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
         self.config, self.store, self.sandbox = config, store, sandbox
         self.auth = authenticator
         self.active: dict[str, ActiveRun] = {}
+        self.parked: dict[str, BackgroundTasks] = {}  # commands of sessions waiting for approval
         self.sequences: dict[str, int] = {}
 
     async def _caller(self, context: grpc.aio.ServicerContext, requests: object = None) -> Caller | None:
@@ -256,7 +258,8 @@ class RunStream:
         service = self.service
         stored = await asyncio.to_thread(service.store.load, sid)
         assert stored is not None
-        run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit, self.caller.key)
+        run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit, self.caller.key,
+                         background=service.parked.pop(sid, None))
         task = asyncio.ensure_future(run.run(resumed=resumed))
         service.active[sid] = ActiveRun(run, task)
         self.runs.add(sid)
@@ -265,6 +268,8 @@ class RunStream:
             if service.active.get(sid) is not None and service.active[sid].task is t:
                 del service.active[sid]
             self.runs.discard(sid)
+            if run.parks_background:
+                service.parked[sid] = run.background
             if not t.cancelled() and t.exception() is not None:
                 log.error("run of %s ended with %r", sid, t.exception())
             self.queue.put_nowait(_RUN_ENDED)

@@ -202,6 +202,8 @@ async def _wait(args: dict, ctx: ToolContext) -> ToolOutcome:
     handle = _str(args, "handle")
     timeout = min(max(_number(args, "timeout_seconds", ctx.shell_timeout), 0.0), ctx.max_shell_timeout)
     task = await ctx.background.wait(handle, timeout)
+    if task is None and handle in ctx.background.lost:
+        raise ToolInputError(f"{handle} was lost when the harness restarted; run the command again if needed")
     if task is None:
         raise ToolInputError(f"no background command with handle {handle!r}")
     if task.result is None:

@@ -162,3 +162,23 @@ async def test_resume_after_cancel_continues_the_same_session(tmp_path):
         events = await h.run(harness_pb2.RunRequest(resume=harness_pb2.ResumeSession(session_id=sid)))
         assert of(events, "completed")[0].final_text == "resumed fine"
         assert [i.message.content[0].text for i in (await h.session(sid)).items] == ["t", "resumed fine"]
+
+
+async def test_a_background_command_keeps_running_while_the_session_waits_for_approval(tmp_path):
+    async with harness_env(tmp_path, background_after=0.2) as h:
+        h.gateway.script = [
+            answer("", call("shell", json.dumps({"command": "sleep 0.8; echo built"}))),
+            answer("", call("edit_file", json.dumps({"path": "notes.txt", "old": "", "new": "x"}))),
+            answer("both done"),
+        ]
+        events = await h.start("build, then edit", approval_policy=policy(edit_file=Mode.APPROVAL_MODE_ALWAYS))
+        assert kinds(events)[-1] == "approval_requested"
+        assert of(events, "tool_call_ended")[0].handle == "bg-1"
+        await asyncio.sleep(1.2)  # the command finishes while nobody runs the session
+        events = await h.run(harness_pb2.RunRequest(approval=harness_pb2.ApprovalDecision(
+            approval_id=of(events, "approval_requested")[0].approval_id, approved=True)))
+        assert kinds(events)[-1] == "completed"
+        done = of(events, "background_task_completed")
+        assert len(done) == 1 and done[0].handle == "bg-1" and done[0].exit_code == 0 and "built" in done[0].output
+        pushed = [i.message.content[0].text for i in h.gateway.requests[2].input if i.WhichOneof("item") == "message"]
+        assert any("background command bg-1 finished with exit code 0" in t for t in pushed)

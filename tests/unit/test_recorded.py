@@ -92,3 +92,36 @@ def test_full_render_matches_item_by_item_render():
         done = upto
     assert "".join(pieces) == full
     assert [t for p in pieces for t in model.tokenizer.encode(p)] == prompt.encode_conversation(s.instructions, s.tools, items)
+
+
+def test_reasoning_content_is_kept_as_the_thinking_the_model_generated(tmp_path):
+    doc = {"messages": [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": "Running the tests.", "reasoning_content": "The bug is in L060.",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        {"role": "assistant", "content": "", "reasoning_content": "Nothing left to do."},
+    ]}
+    path = tmp_path / "reasoner.json"
+    path.write_text(json.dumps(doc))
+    s = load_session(path)
+    assert s.turns[0].text == "<think>\nThe bug is in L060.\n</think>\n\nRunning the tests."
+    assert s.turns[1].text == "<think>\nNothing left to do.\n</think>"
+
+
+def test_swe_agent_demonstrations_stay_in_the_prefix_and_the_task_is_the_real_one(tmp_path):
+    history = [
+        {"role": "system", "content": "SETTING: a shell", "agent": "main", "message_type": "system_prompt"},
+        {"role": "user", "content": "Here is a demonstration: ISSUE: demo bug ...", "agent": "main",
+         "message_type": "demonstration", "is_demo": True},
+        {"role": "user", "content": "ISSUE: the real bug", "agent": "main", "message_type": "observation"},
+        {"role": "assistant", "content": "Looking.", "agent": "main", "message_type": "action",
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]},
+        {"role": "tool", "content": "found", "tool_call_ids": ["c1"], "agent": "main"},
+    ]
+    path = tmp_path / "demo.traj"
+    path.write_text(json.dumps({"history": history}))
+    s = load_session(path)
+    assert s.task == "ISSUE: the real bug"
+    assert "demo bug" in s.instructions and "SETTING" in s.instructions

@@ -3,6 +3,11 @@ OpenAI chat-completions JSON) into one shape the mesh can replay and analyze.
 
 A session is instructions + task + tools + turns; a turn is what the assistant said
 (text and tool calls) followed by what came back (tool outputs, user messages).
+
+Nothing the recorded model generated is dropped: a reasoning model's ``reasoning_content``
+stays in the turn's text, in the ``<think>`` block such models emit, so its output tokens
+count. SWE-agent demonstrations (``is_demo`` messages) are part of the prompt prefix, kept
+with the instructions; the task is the first user message that is not a demonstration.
 """
 
 from __future__ import annotations
@@ -100,6 +105,14 @@ def _text(content: object) -> str:
     return "" if content is None else str(content)
 
 
+def _assistant_text(m: dict) -> str:
+    text = _text(m.get("content"))
+    reasoning = m.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning.strip():
+        return f"<think>\n{reasoning.strip()}\n</think>\n\n{text}" if text else f"<think>\n{reasoning.strip()}\n</think>"
+    return text
+
+
 def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list[dict]) -> RecordedSession:
     instructions_parts: list[str] = []
     task = ""
@@ -108,7 +121,7 @@ def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list
     for i, m in enumerate(messages):
         role = m.get("role")
         text = _text(m.get("content"))
-        if role == "system" and not turns:
+        if (role == "system" or m.get("is_demo")) and not turns:
             instructions_parts.append(text)
         elif role == "user" and not turns and not task:
             task = text
@@ -123,7 +136,7 @@ def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list
                 if name and name not in tool_names:
                     tool_names.append(name)
                 calls.append(common_pb2.FunctionCall(call_id=tc.get("id") or f"call_{i}_{j}", name=name, arguments=args))
-            turns.append(RecordedTurn(text=text, calls=calls))
+            turns.append(RecordedTurn(text=_assistant_text(m), calls=calls))
         elif role == "tool" and turns:
             ids = m.get("tool_call_ids") or [m.get("tool_call_id")]
             call_id = ids[0] if ids and ids[0] else (turns[-1].calls[0].call_id if turns[-1].calls else "")

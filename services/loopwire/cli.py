@@ -48,14 +48,16 @@ def _setup_logging(level: str) -> None:
 
 def _cmd_service(args: argparse.Namespace) -> int:
     """Service flags belong to the service module, imported only when that service starts."""
-    from loopwire.common import telemetry
+    from loopwire.common import telemetry, tls
 
     module = importlib.import_module(SERVICE_MODULES[args.command])
     parser = argparse.ArgumentParser(prog=f"loopwire {args.command}", formatter_class=_Help,
                                      epilog="Every flag also reads LOOPWIRE_<FLAG> (dashes as underscores).")
     module.add_arguments(parser)
     telemetry.add_arguments(parser)
+    tls.add_arguments(parser)
     service_args = parser.parse_args(args.service_args)
+    tls.configure(service_args, args.command)
     # Before any server or channel exists: their interceptors come from this setup.
     telemetry.setup(f"loopwire-{args.command}", metrics_port=service_args.metrics_port, metrics_host="127.0.0.1")
     asyncio.run(module.serve_from_args(service_args))
@@ -74,16 +76,19 @@ def _cmd_up(args: argparse.Namespace) -> int:
         extra["inference"] += ["--model", args.model]
     try:
         mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
-                          extra_args=extra, log=sys.stdout)
+                          extra_args=extra, log=sys.stdout, use_tls=args.tls)
     except RuntimeError as e:
         console.print(f"[red]loopwire up failed:[/] {e} (its own message is above)")
         return 1
+    tls_dir = f"{args.state_dir}/tls"
+    grpcurl_tls = (f"-cacert {tls_dir}/ca.pem -cert {tls_dir}/client.pem -key {tls_dir}/client.key" if args.tls
+                   else "-plaintext")
     console.print(
         f"\n[bold green]loopwire is up[/]  harness {mesh.harness}  gateway {mesh.gateway}  "
         f"inference {', '.join(mesh.inference)}\n"
         f"development API key (tenant 'dev'): [bold]{mesh.api_key}[/]\n"
         f"try:  loopwire run --harness {mesh.harness} --state-dir {args.state_dir} \"What is the capital of France?\"\n"
-        f"      grpcurl -plaintext -H \"authorization: Bearer $(cat {args.state_dir}/service-token)\" "
+        f"      grpcurl {grpcurl_tls} -H \"authorization: Bearer $(cat {args.state_dir}/service-token)\" "
         f"{mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
         "Ctrl-C stops all three (in-flight streams drain first).\n"
     )
@@ -129,8 +134,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         start.replay.CopyFrom(session.replay_script(run_tools=bool(args.workspace)))
     if args.max_turns:
         start.max_turns = args.max_turns
-    from loopwire.mesh import read_dev_key
+    from loopwire.mesh import read_dev_key, use_client_certificate
 
+    use_client_certificate(args.state_dir)  # the harness of `loopwire up --tls` demands it
     key = args.api_key or read_dev_key(args.state_dir)
     if not key:
         console.print(f"[red]no API key:[/] pass --api-key or LOOPWIRE_API_KEY, or start the mesh with "
@@ -182,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="",
                    help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> | FILE.gguf | a Hugging Face "
                         "directory (default: the real model on reference, dummy:0 on simulated)")
+    p.add_argument("--tls", action="store_true", default=_env("TLS", "") == "1",
+                   help="mutual TLS on every hop: a development CA and certificates in --state-dir/tls; "
+                        "`loopwire run` uses its client certificate (env LOOPWIRE_TLS=1)")
     p.set_defaults(func=_cmd_up)
 
     p = sub.add_parser("run", help="run a task on a running harness and stream its events", formatter_class=_Help)

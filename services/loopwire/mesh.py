@@ -32,6 +32,21 @@ def free_port() -> int:
 DEV_KEY_FILE = "dev-api-key"
 
 
+# The development CA and certificates of `loopwire up --tls`, under the state directory.
+TLS_DIR = "tls"
+
+
+def use_client_certificate(state_dir: str | Path) -> bool:
+    """Speak mutual TLS with the client certificate `loopwire up --tls` left, if there is one."""
+    from loopwire.common import tls
+
+    directory = Path(state_dir) / TLS_DIR
+    if not (directory / "client.pem").exists():
+        return False
+    tls.use(tls.load(str(directory / "client.pem"), str(directory / "client.key"), str(directory / "ca.pem")))
+    return True
+
+
 def read_dev_key(state_dir: str | Path) -> str:
     try:
         return (Path(state_dir) / DEV_KEY_FILE).read_text(encoding="utf-8").strip()
@@ -66,13 +81,19 @@ class Mesh:
 
 
 def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Poll grpc.health.v1 (over mutual TLS when this process has TLS files) until SERVING."""
+    from loopwire.common import tls
+
     deadline = time.monotonic() + timeout
     last = ""
+    files = tls.active()
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process for {address} exited with code {proc.returncode}")
         try:
-            with grpc.insecure_channel(address) as channel:
+            channel = (grpc.secure_channel(address, files.channel_credentials()) if files
+                       else grpc.insecure_channel(address))
+            with channel:
                 reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
@@ -96,12 +117,16 @@ def start_mesh(
     extra_args: dict[str, list[str]] | None = None,
     log: IO[str] | None = None,
     env: dict[str, str] | None = None,
+    use_tls: bool = False,
 ) -> Mesh:
     """Start inference replica(s), gateway and harness; return when all are healthy.
 
     ``log`` receives every line the services print, prefixed with the service name;
-    without it their output goes to files in ``state_dir/logs``.
+    without it their output goes to files in ``state_dir/logs``. ``use_tls`` makes a
+    development CA in ``state_dir/tls`` and runs every hop over mutual TLS; this process then
+    speaks TLS too (with the client certificate), as `loopwire run` does when it finds one.
     """
+    from loopwire.common import tls
     from loopwire.common.auth import create_dev_config, write_private_file
     from loopwire.common.service_auth import create_token_file
 
@@ -113,6 +138,11 @@ def start_mesh(
     write_private_file(state_dir / DEV_KEY_FILE, api_key + "\n")
     token_path = state_dir / "service-token"
     create_token_file(token_path)
+    tls_args: list[str] = []
+    if use_tls:
+        pki = tls.create_dev_pki(state_dir / TLS_DIR)
+        tls_args = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]), "--tls-ca", str(pki["ca"])]
+        use_client_certificate(state_dir)
     inference_addrs = []
     for i in range(inference_replicas):
         port = ports.get("inference", 0) + i if ports.get("inference") else free_port()
@@ -132,6 +162,8 @@ def start_mesh(
         "harness", "--listen", harness, "--gateway", gateway, "--state-dir", str(state_dir),
         "--auth-config", str(auth_path), *extra_args.get("harness", []),
     ]
+    for args in commands.values():
+        args[1:1] = tls_args
     proc_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir)
     (state_dir / "logs").mkdir(exist_ok=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import secrets
 import tomllib
 from dataclasses import dataclass
@@ -69,8 +70,10 @@ def write_private_file(path: str | Path, text: str) -> None:
     """A secret (key, token, key file) readable by its owner only."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    path.chmod(0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # never readable by others, not even briefly
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    path.chmod(0o600)  # an existing file keeps its old mode through O_CREAT
 
 
 @dataclass

@@ -13,7 +13,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from loopwire.common import service_auth, telemetry
+from loopwire.common import service_auth, telemetry, tls
 from loopwire.common.decode_guard import DecodeGuardInterceptor
 
 log = logging.getLogger("loopwire.server")
@@ -64,8 +64,9 @@ def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc
 
 
 def insecure_channel(target: str, service_token: str = "") -> grpc.aio.Channel:
-    """A channel that propagates the current trace to the callee (and the service token, if given)."""
-    return grpc.aio.insecure_channel(
+    """A channel to another service: mutual TLS when this process has TLS files (plaintext
+    otherwise), the current trace propagated, and the service token if given."""
+    return tls.channel(
         target, options=CHANNEL_OPTIONS,
         interceptors=[*telemetry.client_interceptors(), *service_auth.client_interceptors(service_token)])
 
@@ -109,7 +110,7 @@ async def serve(
         pool=_MethodAwarePool(descriptor_pool.Default()),  # type: ignore[arg-type]
     )
     try:
-        port = server.add_insecure_port(address)
+        port = tls.add_port(server, address)
     except RuntimeError:
         port = 0
     if port == 0:

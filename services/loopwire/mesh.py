@@ -64,6 +64,7 @@ class Mesh:
     api_key: str
     state_dir: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    api: str = ""  # host:port of the OpenAI-compatible front door, when started
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM in reverse start order (harness first), so streams drain top-down."""
@@ -103,6 +104,24 @@ def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | N
     raise TimeoutError(f"{address} not healthy after {timeout:.0f}s ({last})")
 
 
+def wait_http_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
+    """Wait for an HTTP service's ``GET /healthz`` (the api service speaks HTTP, not gRPC health)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process for {address} exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://{address}/healthz", timeout=1.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{address} not healthy after {timeout:.0f}s")
+
+
 def _pump(stream: IO[bytes], prefix: str, sink: IO[str]) -> None:
     for raw in iter(stream.readline, b""):
         sink.write(f"{prefix} {raw.decode(errors='replace').rstrip()}\n")
@@ -118,6 +137,7 @@ def start_mesh(
     log: IO[str] | None = None,
     env: dict[str, str] | None = None,
     use_tls: bool = False,
+    api: bool = False,
 ) -> Mesh:
     """Start inference replica(s), gateway and harness; return when all are healthy.
 
@@ -164,8 +184,13 @@ def start_mesh(
     ]
     for args in commands.values():
         args[1:1] = tls_args
+    api_address = ""
+    if api:  # `loopwire api`, the OpenAI-compatible front door: a gRPC client of the gateway
+        api_address = f"127.0.0.1:{ports.get('api') or free_port()}"
+        commands["api"] = ["api", *tls_args, "--listen", api_address, "--gateway", gateway,
+                           "--auth-config", str(auth_path), *extra_args.get("api", [])]
     proc_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir)
+    mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir, api=api_address)
     (state_dir / "logs").mkdir(exist_ok=True)
     try:
         for name, args in commands.items():
@@ -182,7 +207,7 @@ def start_mesh(
             if log is not None and proc.stdout is not None:
                 threading.Thread(target=_pump, args=(proc.stdout, f"[{name:>11}]", log), daemon=True).start()
             address = args[args.index("--listen") + 1]
-            wait_healthy(address, proc=proc)
+            (wait_http_healthy if name == "api" else wait_healthy)(address, proc=proc)
     except BaseException:
         mesh.stop()
         raise

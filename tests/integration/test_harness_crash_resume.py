@@ -172,3 +172,45 @@ async def test_background_commands_of_a_killed_harness_are_reported_lost(tmp_pat
         assert "bg-2 finished" in ended[2].output and "again" in ended[2].output
     finally:
         second.kill()
+
+
+async def test_a_call_whose_turn_a_crash_kept_from_being_stored_is_still_in_the_transcript(tmp_path, gateway):
+    fake, gw = gateway
+    fake.call_gap_s = 30  # the first call's tool starts; the model is still generating when the harness dies
+    marker = "side-effect.txt"
+    fake.script = [answer("", call("shell", json.dumps({"command": f"echo done > {marker}; sleep 60"}), "c_1"),
+                          call("shell", json.dumps({"command": "true"}), "c_2"))]
+    first = HarnessProcess(tmp_path, gw)
+    await first.wait_ready()
+    async with insecure_channel(first.address) as channel:  # open until the kill: a client leaving interrupts
+        stream = harness_pb2_grpc.HarnessServiceStub(channel).Run(
+            iter([R(start=harness_pb2.StartTask(task="side effects"))]), timeout=120)
+        async for event in stream:
+            if event.WhichOneof("event") == "started":
+                sid, workspace = event.session_id, Path(event.started.workspace)
+            if event.WhichOneof("event") == "tool_call_began":
+                break
+        for _ in range(200):  # the tool really ran: its side effect exists
+            if (workspace / marker).exists():
+                break
+            await asyncio.sleep(0.05)
+        first.kill()
+    assert (workspace / marker).exists()
+
+    fake.call_gap_s = 0
+    fake.script = [answer("recovered")]
+    second = HarnessProcess(tmp_path, gw)
+    try:
+        await second.wait_ready()
+        before = list((await get_session(second.address, sid)).items)
+        assert [i.WhichOneof("item") for i in before] == ["message"]  # the turn itself was never stored
+        events = await events_until(second.address, R(resume=harness_pb2.ResumeSession(session_id=sid)),
+                                    lambda ev: False)
+        assert kinds(events)[-1] == "completed"
+        after = list((await get_session(second.address, sid)).items)
+        assert after[1].function_call.call_id == "c_1" and marker in after[1].function_call.arguments
+        assert after[2].function_call_output.call_id == "c_1" and after[2].function_call_output.is_error
+        assert "before the turn that made it was stored" in after[2].function_call_output.output
+        assert not any(i.function_call.call_id == "c_2" for i in after)  # never started: nothing to report
+    finally:
+        second.kill()

@@ -37,10 +37,17 @@ class Inference(inference_pb2_grpc.InferenceServiceServicer):
                     request_id=start.request_id, finished=inference_pb2.GenerationFinished(usage=usage)
                 )
 
-    async def GetStatus(self, request, context) -> inference_pb2.GetStatusResponse:
+    async def Prefill(self, request, context) -> inference_pb2.PrefillResponse:
         # Echo the traceparents received, so tests can see what crossed the wire.
         received = [v for k, v in context.invocation_metadata() if k == "traceparent"]
+        return inference_pb2.PrefillResponse(replica_id=",".join(received) or "r0")
+
+    async def GetStatus(self, request, context) -> inference_pb2.GetStatusResponse:
+        received = [v for k, v in context.invocation_metadata() if k == "traceparent"]
         return inference_pb2.GetStatusResponse(replica_id="r0", model=",".join(received))
+
+    async def GetModelInfo(self, request, context) -> inference_pb2.GetModelInfoResponse:
+        return inference_pb2.GetModelInfoResponse()
 
 
 class Gateway(gateway_pb2_grpc.GatewayServiceServicer):
@@ -156,7 +163,7 @@ async def test_one_trace_spans_client_gateway_and_inference_over_bidi_streams(ex
     assert attrs["gen_ai.response.time_to_first_chunk"] >= 0
 
 
-async def test_unary_call_carries_incoming_traceparent_and_health_is_untraced(exporter) -> None:
+async def test_unary_call_carries_incoming_traceparent_and_health_and_polls_are_untraced(exporter) -> None:
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     server = grpc.aio.server(interceptors=telemetry.server_interceptors())
@@ -167,16 +174,18 @@ async def test_unary_call_carries_incoming_traceparent_and_health_is_untraced(ex
     trace_id = "0af7651916cd43dd8448eb211c80319c"
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            status = await inference_pb2_grpc.InferenceServiceStub(channel).GetStatus(
-                inference_pb2.GetStatusRequest(),
-                metadata=(("traceparent", f"00-{trace_id}-b7ad6b7169203331-01"),),
-            )
+            stub = inference_pb2_grpc.InferenceServiceStub(channel)
+            parent = (("traceparent", f"00-{trace_id}-b7ad6b7169203331-01"),)
+            prefilled = await stub.Prefill(inference_pb2.PrefillRequest(token_ids=[1]), metadata=parent)
+            # The routers' polls and health checks: no spans, even with a traceparent.
+            await stub.GetStatus(inference_pb2.GetStatusRequest(), metadata=parent)
+            await stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), metadata=parent)
             await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     finally:
         await server.stop(None)
-    assert status.replica_id == "r0"
+    assert prefilled.replica_id.startswith(f"00-{trace_id}-")
     [span] = exporter.get_finished_spans()
-    assert span.name == "loopwire.v1.InferenceService/GetStatus"
+    assert span.name == "loopwire.v1.InferenceService/Prefill"
     assert format(span.context.trace_id, "032x") == trace_id
     assert format(span.parent.span_id, "016x") == "b7ad6b7169203331"
 
@@ -189,13 +198,13 @@ async def test_client_span_replaces_a_traceparent_the_caller_set(exporter) -> No
             address, interceptors=telemetry.client_interceptors()
         ) as channel:
             with telemetry.turn_span("s", 1, "m"):
-                status = await inference_pb2_grpc.InferenceServiceStub(channel).GetStatus(
-                    inference_pb2.GetStatusRequest(), metadata=(("traceparent", stale),)
+                prefilled = await inference_pb2_grpc.InferenceServiceStub(channel).Prefill(
+                    inference_pb2.PrefillRequest(token_ids=[1]), metadata=(("traceparent", stale),)
                 )
     finally:
         await inference.stop(None)
     [client] = [s for s in exporter.get_finished_spans() if s.kind == trace.SpanKind.CLIENT]
-    [received] = status.model.split(",")
+    [received] = prefilled.replica_id.split(",")
     assert received.split("-")[1:3] == [f"{client.context.trace_id:032x}", f"{client.context.span_id:016x}"]
 
 

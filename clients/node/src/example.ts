@@ -1,4 +1,5 @@
-// Runs one task on a loopwire harness and prints every event of the run.
+// Runs one task on a loopwire harness and prints every event of the run, one line of proto3
+// canonical JSON each (see json.ts), like every other example.
 //
 // Usage: node dist/example.js [HARNESS_ADDRESS] [TASK]
 // The address defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
@@ -6,7 +7,7 @@
 // development key and leaves it in .state/dev-api-key). Without a task it replays a built-in
 // two-turn session (a shell call, then an answer), which needs no model weights.
 // Exits 0 once the run completes, 1 if it fails, 2 without a key.
-import { authMetadata, harnessClient, RunResponse, StartTask } from "./index";
+import { authMetadata, harnessClient, RunResponse, StartTask, toProto3Json } from "./index";
 
 function builtInReplay(): StartTask {
   return {
@@ -46,8 +47,8 @@ function main(): void {
   const client = harnessClient(address);
   const call = client.Run(authMetadata(apiKey), { deadline: Date.now() + 5 * 60_000 });
   call.on("data", (event: RunResponse) => {
-    const { sessionId, sequence, event: kind } = event;
-    console.log(JSON.stringify({ sessionId, sequence, [kind as string]: event[kind as keyof RunResponse] }));
+    console.log(toProto3Json("loopwire.v1.RunResponse", event));
+    const kind = event.event;
     if (kind === "completed" || kind === "failed") {
       // The harness may keep the stream open for more requests: the run is over, so leave.
       client.close();

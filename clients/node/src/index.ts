@@ -14,6 +14,7 @@ export type { InferenceServiceClient } from "./generated/loopwire/v1/InferenceSe
 export type { RunRequest } from "./generated/loopwire/v1/RunRequest";
 export type { RunResponse__Output as RunResponse } from "./generated/loopwire/v1/RunResponse";
 export type { StartTask } from "./generated/loopwire/v1/StartTask";
+export { toProto3Json } from "./json";
 
 const PROTO_DIR = path.join(__dirname, "..", "protos");
 

@@ -11,18 +11,26 @@ Cheap when off: without ``OTEL_EXPORTER_OTLP_ENDPOINT`` no tracer provider is bu
 out non-recording spans; without a metrics port the instruments are the API's no-ops.
 
 Call ``setup()`` once per process before building servers and channels.
+
+Not traced: health checks, reflection and the routers' polls (``GetStatus``, ``GetModelInfo``), which
+would otherwise be most of the traces. Logs: ``--log-format json`` writes one JSON object per line
+with the request, session and response ids bound by ``bind_log_ids`` (contextvars, so per task).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextvars
 import inspect
+import json
 import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -31,7 +39,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from loopwire.v1 import common_pb2
+from loopwire.v1 import common_pb2, inference_pb2
 
 log = logging.getLogger("loopwire.telemetry")
 
@@ -39,6 +47,15 @@ ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 INSTRUMENTATION_NAME = "loopwire"
 # Services whose calls are plumbing, not agent work: never traced.
 UNTRACED_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+_INFERENCE = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
+# The routers' periodic polls of every replica: traced, they were most of the gateway's traces.
+UNTRACED_METHODS = frozenset(f"/{_INFERENCE}/{m}" for m in ("GetStatus", "GetModelInfo"))
+MODEL_ATTRIBUTE = "gen_ai.request.model"
+
+
+def is_traced(method: str) -> bool:
+    """Whether calls of this gRPC method (``/package.Service/Method``) get spans."""
+    return not method.startswith(UNTRACED_PREFIXES) and method not in UNTRACED_METHODS
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACE_KEYS = frozenset(_PROPAGATOR.fields)
@@ -51,6 +68,9 @@ class _State:
     meter_provider: Any = None
     metrics_server: Any = None
     metrics: Metrics | None = None
+    meter: otel_metrics.Meter | None = None
+    # The model this process serves, when it serves one (inference): on its spans and metrics.
+    model: str = ""
 
 
 _state = _State()
@@ -59,14 +79,25 @@ _state = _State()
 # --------------------------------------------------------------------------- setup
 
 
+LOG_FORMATS = ("text", "json")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--metrics-port``: serve Prometheus metrics there (0 = any free port; unset = off)."""
+    """``--metrics-port`` (serve Prometheus metrics there; 0 = any free port; unset = off) and ``--log-format``."""
     env = os.environ.get("LOOPWIRE_METRICS_PORT", "")
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=int(env) if env else None,
-        help="serve Prometheus metrics on this port (0 = any free port; default: off) [LOOPWIRE_METRICS_PORT]",
+        help="serve Prometheus metrics on this port (0 = any free port; default: off; env LOOPWIRE_METRICS_PORT)",
+    )
+    log_format = os.environ.get("LOOPWIRE_LOG_FORMAT", "text")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=log_format if log_format in LOG_FORMATS else "text",
+        help="text lines, or one JSON object per line with timestamp, level, logger, message and the "
+             f"request/session/response ids when known (default: {log_format}; env LOOPWIRE_LOG_FORMAT)",
     )
 
 
@@ -86,13 +117,17 @@ def setup(
     metrics_port: int | None = None,
     metrics_host: str = "0.0.0.0",
     span_exporter: Any = None,
+    log_format: str | None = None,
 ) -> Telemetry:
     """Configure tracing and metrics for this process; calling it again replaces the previous setup.
 
     Tracing is on when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (OTLP over gRPC, batched) or when a
-    ``span_exporter`` is given (exported synchronously, e.g. an in-memory one).
+    ``span_exporter`` is given (exported synchronously, e.g. an in-memory one). ``log_format``
+    ("text" or "json") sets the formatter of the root logger's handlers; None leaves them alone.
     """
     shutdown()
+    if log_format is not None:
+        configure_logging(log_format)
     tracing = bool(os.environ.get(ENDPOINT_ENV)) or span_exporter is not None
     if tracing or metrics_port is not None:
         from opentelemetry.sdk.resources import Resource
@@ -122,7 +157,7 @@ def setup(
 
         registry = prometheus_client.CollectorRegistry()
         reader = PrometheusMetricReader(registry=registry)
-        _state.meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        _state.meter_provider = MeterProvider(resource=resource, metric_readers=[reader], views=histogram_views())
         server, _thread = prometheus_client.start_http_server(
             metrics_port, addr=metrics_host, registry=registry
         )
@@ -130,6 +165,7 @@ def setup(
         port = int(server.server_port)
         meter = _state.meter_provider.get_meter(INSTRUMENTATION_NAME)
         log.info("Prometheus metrics of %s on port %d", service_name, port)
+    _state.meter = meter
     _state.metrics = Metrics(meter)
     return Telemetry(service_name=service_name, tracing=tracing, metrics_port=port)
 
@@ -146,6 +182,17 @@ def shutdown() -> None:
     _state.tracer_provider = _state.meter_provider = _state.metrics_server = None
     _state.tracer = trace.NoOpTracer()
     _state.metrics = None
+    _state.meter = None
+    _state.model = ""
+
+
+def set_model(name: str) -> None:
+    """Name the model this process serves: its server spans and metrics carry it from now on."""
+    _state.model = name
+
+
+def served_model() -> str:
+    return _state.model
 
 
 def tracing_enabled() -> bool:
@@ -185,29 +232,92 @@ def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
     return [TracingServerInterceptor()] if tracing_enabled() else []
 
 
+def _rpc_attributes(method: str) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"rpc.system": "grpc", "rpc.method": method}
+    if _state.model:
+        attributes[MODEL_ATTRIBUTE] = _state.model
+    return attributes
+
+
+class _InContext:
+    """Awaits ``awaitable`` with each of its steps run inside ``ctx`` (one Context object for
+    the stream's whole life, whichever task drives a step)."""
+
+    __slots__ = ("_ctx", "_awaitable")
+
+    def __init__(self, ctx: contextvars.Context, awaitable: Any) -> None:
+        self._ctx, self._awaitable = ctx, awaitable
+
+    def __await__(self) -> Any:
+        it = self._awaitable.__await__()
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = self._ctx.run(it.throw, error) if error is not None else self._ctx.run(it.send, value)
+            except StopIteration as stop:
+                return stop.value
+            value, error = None, None
+            try:
+                value = yield yielded
+            except GeneratorExit:
+                self._ctx.run(it.close)
+                raise
+            except BaseException as e:  # noqa: BLE001 - cancellation and the rest go to the awaited step
+                error = e
+
+
+async def iterate_in_span(span: trace.Span, stream: AsyncIterator[Any],
+                          parent: otel_context.Context | None = None) -> AsyncIterator[Any]:
+    """Yield ``stream``'s items, ``stream`` running in a Context of its own where ``span`` is current; end it after.
+
+    Why not ``with start_as_current_span(): ... yield``: that attaches a context token in the task
+    that iterates, and when gRPC drops a stream between two items (writing a response when the
+    client goes away) the generator is closed later by the event loop's finalizer in another task,
+    where the token cannot be detached ("Failed to detach context"). Here the stream, and every
+    span it holds across its own yields, lives in one Context object whichever task closes it.
+    """
+    ctx = contextvars.copy_context()
+    ctx.run(otel_context.attach, trace.set_span_in_context(span, parent))  # never detached: ctx dies with the stream
+    try:
+        while True:
+            try:
+                item = await _InContext(ctx, anext(stream))
+            except StopAsyncIteration:
+                return
+            yield item
+    except (GeneratorExit, asyncio.CancelledError):
+        raise
+    except Exception as e:
+        span.record_exception(e)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+        raise
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        try:
+            if aclose is not None:  # the stream's own cleanup runs now, in its Context
+                await _InContext(ctx, aclose())
+        finally:
+            span.end()
+
+
 def _wrap_behavior(method: str, behavior: Callable[..., Any], metadata: Any) -> Callable[..., Any]:
     """Run ``behavior`` inside a SERVER span whose parent is the caller's ``traceparent``."""
-
-    def start() -> Any:
-        parent = extract(_metadata_carrier(metadata))
-        return _state.tracer.start_as_current_span(
-            method.lstrip("/"),
-            context=parent,
-            kind=trace.SpanKind.SERVER,
-            attributes={"rpc.system": "grpc", "rpc.method": method},
-        )
 
     if inspect.isasyncgenfunction(behavior):
 
         async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            with start():
-                async for response in behavior(request, context):
-                    yield response
+            parent = extract(_metadata_carrier(metadata))
+            span = _state.tracer.start_span(method.lstrip("/"), context=parent, kind=trace.SpanKind.SERVER,
+                                            attributes=_rpc_attributes(method))
+            async for response in iterate_in_span(span, behavior(request, context), parent):
+                yield response
 
         return streaming
 
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        with start():
+        with _state.tracer.start_as_current_span(method.lstrip("/"), context=extract(_metadata_carrier(metadata)),
+                                                 kind=trace.SpanKind.SERVER, attributes=_rpc_attributes(method)):
             return await behavior(request, context)
 
     return unary
@@ -223,7 +333,7 @@ class TracingServerInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(UNTRACED_PREFIXES):
+        if handler is None or not is_traced(method):
             return handler
         metadata = handler_call_details.invocation_metadata
         serializers = {
@@ -265,12 +375,12 @@ def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
 async def _traced_call(continuation: Callable[..., Any], details: Any, request: Any) -> Any:
     """Open a CLIENT span (ended when the call ends) and send its ``traceparent``."""
     method = details.method.decode() if isinstance(details.method, bytes) else details.method
-    if method.startswith(UNTRACED_PREFIXES):
+    if not is_traced(method):
         return await continuation(details, request)
     span = _state.tracer.start_span(
         method.lstrip("/"),
         kind=trace.SpanKind.CLIENT,
-        attributes={"rpc.system": "grpc", "rpc.method": method},
+        attributes=_rpc_attributes(method),
     )
     carrier: dict[str, str] = {}
     inject(carrier, trace.set_span_in_context(span))
@@ -434,11 +544,41 @@ def generation_span(
 # Bucket boundaries per metric: OTel's defaults (0, 5, 10, 25, ... 10000) put every TTFT in
 # seconds, every ratio and every acceptance length into one or two buckets.
 TTFT_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Tools and whole turns may run past a minute (the shell's default limit is 120 s).
+LONG_BUCKETS_S = (*TTFT_BUCKETS_S, 120, 300, 600)
 SPEED_BUCKETS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000)
 RATIO_BUCKETS = tuple(i / 10 for i in range(11))
 TOKEN_BUCKETS = (10, 50, 100, 500, 1000, 5000, 10_000, 50_000, 100_000, 500_000, 1_000_000)
 BYTE_BUCKETS = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000)
 ACCEPTANCE_BUCKETS = (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9, 17, 33, 65)  # 1 .. k+1 for k up to 64
+
+# Every histogram of the mesh by instrument name, with its boundaries. The names are part of the
+# interface (dashboards, alerts): Prometheus shows them with dots as underscores and the unit as
+# a suffix (gen_ai.server.time_to_first_token -> gen_ai_server_time_to_first_token_seconds).
+# A histogram not listed here gets OTel's default buckets.
+HISTOGRAM_BUCKETS: dict[str, tuple[float, ...]] = {
+    # inference, per generation
+    "gen_ai.server.time_to_first_token": TTFT_BUCKETS_S,
+    "loopwire.generation.tokens_per_second": SPEED_BUCKETS,
+    "loopwire.prefix_cache.hit_ratio": RATIO_BUCKETS,
+    "loopwire.speculative.acceptance_length": ACCEPTANCE_BUCKETS,
+    # gateway, per response
+    "loopwire.turn.tokens_tokenized": TOKEN_BUCKETS,
+    "loopwire.turn.bytes": BYTE_BUCKETS,
+    # harness, per turn and per tool call (loopwire.harness.metrics)
+    "loopwire.harness.turn.duration": LONG_BUCKETS_S,
+    "loopwire.harness.turn.time_to_first_token": TTFT_BUCKETS_S,
+    "loopwire.harness.turn.input_tokens": TOKEN_BUCKETS,
+    "loopwire.harness.tool.duration": LONG_BUCKETS_S,
+}
+
+
+def histogram_views() -> list[Any]:
+    """One SDK View per histogram above: the boundaries hold whichever meter makes the instrument."""
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+    return [View(instrument_name=name, aggregation=ExplicitBucketHistogramAggregation(boundaries))
+            for name, boundaries in HISTOGRAM_BUCKETS.items()]
 
 
 class Metrics:
@@ -447,16 +587,20 @@ class Metrics:
     def __init__(self, meter: otel_metrics.Meter) -> None:
         self.ttft = meter.create_histogram(
             "gen_ai.server.time_to_first_token", unit="s", description="Time to first output token",
-            explicit_bucket_boundaries_advisory=TTFT_BUCKETS_S,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["gen_ai.server.time_to_first_token"],
         )
         self.tokens_per_second = meter.create_histogram(
             "loopwire.generation.tokens_per_second",
             unit="{token}/s",
             description="Decode speed per generation",
-            explicit_bucket_boundaries_advisory=SPEED_BUCKETS,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["loopwire.generation.tokens_per_second"],
         )
         self.output_tokens = meter.create_counter(
             "loopwire.generation.output_tokens", unit="{token}", description="Tokens generated"
+        )
+        self.generations = meter.create_counter(
+            "loopwire.generation.finished", unit="{generation}",
+            description="Generations finished, by finish reason (gen_ai.response.finish_reasons)",
         )
         self.prefix_cache_queried = meter.create_counter(
             "loopwire.prefix_cache.queried_tokens", unit="{token}", description="Prompt tokens looked up"
@@ -466,33 +610,36 @@ class Metrics:
         )
         self.prefix_cache_hit_ratio = meter.create_histogram(
             "loopwire.prefix_cache.hit_ratio", unit="1", description="Cached share of each prompt",
-            explicit_bucket_boundaries_advisory=RATIO_BUCKETS,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["loopwire.prefix_cache.hit_ratio"],
         )
         self.tokens_tokenized = meter.create_histogram(
             "loopwire.turn.tokens_tokenized",
             unit="{token}",
             description="Tokens the gateway tokenized per turn",
-            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["loopwire.turn.tokens_tokenized"],
         )
         self.bytes_per_turn = meter.create_histogram(
             "loopwire.turn.bytes", unit="By", description="Request bytes sent per turn",
-            explicit_bucket_boundaries_advisory=BYTE_BUCKETS,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["loopwire.turn.bytes"],
         )
         self.acceptance_length = meter.create_histogram(
             "loopwire.speculative.acceptance_length",
             unit="{token}",
             description="Output tokens per verification step",
-            explicit_bucket_boundaries_advisory=ACCEPTANCE_BUCKETS,
+            explicit_bucket_boundaries_advisory=HISTOGRAM_BUCKETS["loopwire.speculative.acceptance_length"],
         )
         self.queue_depth = meter.create_gauge(
             "loopwire.inference.queue_depth", unit="{request}", description="Generations waiting to run"
         )
 
     def record_generation(
-        self, usage: common_pb2.Usage, timings: common_pb2.Timings, model: str = ""
+        self, usage: common_pb2.Usage, timings: common_pb2.Timings, model: str = "",
+        finish_reason: common_pb2.FinishReason.ValueType = common_pb2.FINISH_REASON_UNSPECIFIED,
     ) -> None:
         """Inference, at GenerationFinished: TTFT, tokens/s, cache hits, acceptance length."""
-        attrs = {"gen_ai.request.model": model}
+        attrs = {MODEL_ATTRIBUTE: model or _state.model}
+        reason = common_pb2.FinishReason.Name(finish_reason).removeprefix("FINISH_REASON_").lower()
+        self.generations.add(1, {**attrs, "gen_ai.response.finish_reasons": reason})
         if timings.ttft_us:
             self.ttft.record(timings.ttft_us / 1e6, attrs)
         if timings.decode_us and usage.output_tokens:
@@ -507,12 +654,12 @@ class Metrics:
 
     def record_response(self, timings: common_pb2.Timings, model: str = "") -> None:
         """Gateway, at ResponseCompleted: tokens tokenized and bytes received for this turn."""
-        attrs = {"gen_ai.request.model": model}
+        attrs = {MODEL_ATTRIBUTE: model or _state.model}
         self.tokens_tokenized.record(timings.tokens_tokenized, attrs)
         self.bytes_per_turn.record(timings.bytes_received, attrs)
 
     def set_queue_depth(self, waiting: int, replica_id: str = "") -> None:
-        self.queue_depth.set(waiting, {"loopwire.replica_id": replica_id})
+        self.queue_depth.set(waiting, {"loopwire.replica_id": replica_id, MODEL_ATTRIBUTE: _state.model})
 
 
 def metrics() -> Metrics:
@@ -520,3 +667,75 @@ def metrics() -> Metrics:
     if _state.metrics is None:
         _state.metrics = Metrics(otel_metrics.NoOpMeter(INSTRUMENTATION_NAME))
     return _state.metrics
+
+
+def meter() -> otel_metrics.Meter:
+    """The meter of this process's setup, for a service's own instruments (a no-op one when metrics are off).
+
+    A new ``setup`` makes a new meter: keep instruments per meter (see ``loopwire.harness.metrics``).
+    """
+    if _state.meter is None:
+        _state.meter = otel_metrics.NoOpMeter(INSTRUMENTATION_NAME)
+    return _state.meter
+
+
+# --------------------------------------------------------------------------- logs
+
+
+_LOG_IDS: dict[str, contextvars.ContextVar[str]] = {
+    name: contextvars.ContextVar(f"loopwire_{name}", default="") for name in ("request_id", "session_id", "response_id")
+}
+
+
+def bind_log_ids(*, request_id: str | None = None, session_id: str | None = None,
+                 response_id: str | None = None) -> None:
+    """Name what the current task works on; its JSON log lines (and those of tasks it starts) carry the ids.
+
+    Context variables are per task, so call it at the top of the task doing the work.
+    """
+    for name, value in (("request_id", request_id), ("session_id", session_id), ("response_id", response_id)):
+        if value is not None:
+            _LOG_IDS[name].set(value)
+
+
+def log_ids() -> dict[str, str]:
+    """The ids bound in this context (only those that are set)."""
+    return {name: value for name, var in _LOG_IDS.items() if (value := var.get())}
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: timestamp (UTC, ISO 8601), level, logger, message, the bound ids,
+    the trace and span ids when a span is current, and the exception text if any."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **log_ids(),
+        }
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            line["trace_id"] = format(span.trace_id, "032x")
+            line["span_id"] = format(span.span_id, "016x")
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        return json.dumps(line, ensure_ascii=False)
+
+
+TEXT_LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
+
+
+def configure_logging(log_format: str) -> None:
+    """Give every handler of the root logger the text or the JSON formatter (one handler if none yet)."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"log format {log_format!r}: choose one of {', '.join(LOG_FORMATS)}")
+    root = logging.getLogger()
+    if not root.handlers:
+        root.addHandler(logging.StreamHandler())
+    formatter = JsonLogFormatter() if log_format == "json" else logging.Formatter(TEXT_LOG_FORMAT, "%H:%M:%S")
+    for handler in root.handlers:
+        handler.setFormatter(formatter)

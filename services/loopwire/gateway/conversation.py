@@ -1,7 +1,9 @@
 """Token state of one conversation: only the new part is tokenized, and the ids stay exact.
 
-The model's own template renders the whole conversation as text (cheap: string work).
-The new rendering must extend the previous one as text; then only the text after the
+The model's own template renders the conversation as text: only the new messages, in a
+window that proves it reproduces the text held (template_window.py), or, where the
+template does not allow that, the whole conversation. The new rendering must extend the
+previous one as text; then only the text after the
 last special token already held (a point BPE merges cannot cross) is tokenized, with
 that special token in front so the tokenizer sees the same context as in one call.
 So the stored ids always equal ``tokenizer.encode(render(conversation))`` called once —
@@ -20,8 +22,11 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.hashing import SequenceHash, block_hash, salted_root
-from loopwire.common.prompt import ChatPrompt
+from loopwire.common.prompt import ChatPrompt, tool_schema
+from loopwire.gateway import template_window
+from loopwire.gateway.template_window import Boundary, Message
 from loopwire.v1 import common_pb2
 
 
@@ -36,6 +41,7 @@ class Difference:
 @dataclass(frozen=True)
 class _Checkpoint:
     items: int  # items covered
+    messages: int  # template messages covered (the system message included)
     text_len: int  # rendered text covered
     anchor_char: int  # text offset just after the last special token committed to ids
     anchor_special: str  # that special token ("" at the very start)
@@ -47,7 +53,7 @@ class Conversation:
     """Instructions, tools and items of one conversation with their token ids."""
 
     def __init__(self, prompt: ChatPrompt, model: str, instructions: str, tools: Sequence[common_pb2.Tool],
-                 cache_salt: str = "") -> None:
+                 cache_salt: str = "", incremental: bool = True) -> None:
         self.prompt = prompt
         self.tokenizer = prompt.model.tokenizer
         self.model = model
@@ -64,14 +70,20 @@ class Conversation:
         self._anchor_char = 0
         self._anchor_special = ""
         self._hash = SequenceHash()
-        self._checkpoints = [_Checkpoint(0, 0, 0, "", 0, self._hash.value)]
+        self._checkpoints = [_Checkpoint(0, 0, 0, 0, "", 0, self._hash.value)]
+        self._messages: list[Message] = []  # the template's messages for ``items`` (system message first)
+        self._head: tuple[str | None] | None = None  # the first message rendered alone (None inside: fails)
+        self._schemas = [tool_schema(t) for t in tools] if prompt.model.template.handles_tools else None
         self._blocks: list[int] = []
         self._block_size = 0
+        self.incremental = incremental
         self.cache_salt = cache_salt  # the tenant: its prefix-cache hashes are its own (salted_root)
         # Responses whose text the template did not reproduce (their output was tokenized again).
         self.outputs_retokenized = 0
         # Appends whose rendering did not extend the text held (the whole conversation was tokenized again).
         self.template_breaks = 0
+        # Renderings of only the new messages (the others rendered the whole conversation).
+        self.windowed_renders = 0
         self.initial_tokens = self._render_from(self.items, self.raw)
 
     # -- size and identity ------------------------------------------------------------
@@ -107,8 +119,7 @@ class Conversation:
 
         Raises ``_NotAnExtension`` when the rendering does not extend the text held.
         """
-        full = self.prompt.render(self.instructions, self.tools, items, raw)
-        with_prompt = self.prompt.render(self.instructions, self.tools, items, raw, add_generation_prompt=True)
+        full, with_prompt, messages = self._render(items, raw)
         if not full.startswith(self.text) or not with_prompt.startswith(full):
             raise _NotAnExtension()
         new_text = full[self._anchor_char :]
@@ -119,21 +130,62 @@ class Conversation:
         self._generation_prompt = with_prompt[len(full) :]
         self.tail_ids = self._encode_after(special, new_text[cut:] + self._generation_prompt)
         self._commit(committed, self._anchor_char + cut, special)
-        self._set_rendered(full, items, raw)
+        self._set_rendered(full, items, raw, messages)
         return len(committed) + len(self.tail_ids)
+
+    def _render(self, items: list[common_pb2.Item], raw: dict[int, str]) -> tuple[str, str, list[Message]]:
+        """Text and text with the generation prompt of ``items`` (the held items, then new ones),
+        with their template messages: only the new messages rendered when the window allows it."""
+        template = self.prompt.model.template
+        held = len(self.items)
+        new_items = items[held:]
+        if self.incremental and new_items and template_window.is_stable(template) and not self._joins_turn(new_items[0]):
+            new = self.prompt.messages("", [], new_items, {i - held: r for i, r in raw.items() if i >= held})
+            head = self._head_text()
+            boundaries = [Boundary(c.messages, c.text_len) for c in self._checkpoints[-template_window.MAX_LOOKBACK:]]
+            got = None if head is None else template_window.render_appended(
+                template, self._schemas, head, self._messages, self.text, boundaries, new)
+            if got is not None:
+                messages = [*self._messages, *new]
+                if template_window.should_verify(template, len(got[0])):
+                    full = template_window.render_full(template, self._schemas, messages)
+                    template_window.verified(template, full == got)
+                    if full != got:
+                        return (*full, messages)
+                self.windowed_renders += 1
+                return (*got, messages)
+        messages = self.prompt.messages(self.instructions, self.tools, items, raw)
+        return (*template_window.render_full(template, self._schemas, messages), messages)
+
+    def _joins_turn(self, item: common_pb2.Item) -> bool:
+        """Whether ``item`` would join the assistant turn held last (rewriting its message)."""
+        return (item.WhichOneof("item") == "function_call" and bool(self._messages)
+                and self._messages[-1]["role"] == "assistant")
+
+    def _head_text(self) -> str | None:
+        if self._head is None:
+            try:
+                self._head = (self.prompt.model.template.render(self._messages[:1], self._schemas, False),)
+            except ChatTemplateError:
+                self._head = (None,)
+        return self._head[0]
 
     def _commit(self, ids: Sequence[int], anchor_char: int, special: str) -> None:
         self.ids.extend(ids)
         self._hash.extend(ids)
         self._anchor_char, self._anchor_special = anchor_char, special
 
-    def _set_rendered(self, text: str, items: list[common_pb2.Item], raw: dict[int, str]) -> None:
+    def _set_rendered(self, text: str, items: list[common_pb2.Item], raw: dict[int, str],
+                      messages: list[Message]) -> None:
         """Hold the new rendering and checkpoint it; only the items past the last checkpoint are new."""
         for i in range(self._checkpoints[-1].items, len(items)):
             if items[i].WhichOneof("item") == "function_call":
                 self.call_ids[items[i].function_call.call_id] = i
         self.text, self.items, self.raw = text, items, raw
-        self._checkpoints.append(_Checkpoint(len(self.items), len(self.text), self._anchor_char,
+        if not self._messages:
+            self._head = None  # the first message may be a new one
+        self._messages = messages
+        self._checkpoints.append(_Checkpoint(len(self.items), len(messages), len(self.text), self._anchor_char,
                                              self._anchor_special, len(self.ids), self._hash.value))
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
@@ -163,8 +215,7 @@ class Conversation:
         stops = self.prompt.model.stop_token_ids
         stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if generated else ""
         generated_as_text = self.text + self._generation_prompt + output_text + stop_text
-        full = self.prompt.render(self.instructions, self.tools, items, raw)
-        with_prompt = self.prompt.render(self.instructions, self.tools, items, raw, add_generation_prompt=True)
+        full, with_prompt, messages = self._render(items, raw)
         if not (generated and generated[-1] in stops and full.startswith(generated_as_text)
                 and with_prompt.startswith(full)):
             self.outputs_retokenized += 1
@@ -172,7 +223,7 @@ class Conversation:
         self._commit([*self.tail_ids, *generated], len(generated_as_text), stop_text)
         self._generation_prompt = with_prompt[len(full) :]
         self.tail_ids = self._encode_after(stop_text, with_prompt[self._anchor_char :])
-        self._set_rendered(full, items, raw)
+        self._set_rendered(full, items, raw, messages)
         return len(self.tail_ids)
 
     def _append_rendered(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
@@ -196,6 +247,9 @@ class Conversation:
         self.raw = {i: r for i, r in self.raw.items() if i < cp.items}
         self.call_ids = {c: i for c, i in self.call_ids.items() if i < cp.items}
         self.text = self.text[: cp.text_len]
+        self._messages = self._messages[: cp.messages]
+        if not self._messages:
+            self._head = None
         self._checkpoints = [c for c in self._checkpoints if c.items <= cp.items and c.ids_len <= cp.ids_len]
         if self._block_size:
             del self._blocks[cp.ids_len // self._block_size :]

@@ -1,11 +1,15 @@
 """Which conversation a response id continues, with memory bounded in total.
 
 A response id names a conversation cut at that response's output. Ids of one chain
-share one ``Conversation`` (the newest response of a chain continues it in place; an
-older one is forked by copying ids, never re-tokenized). Conversations are evicted
-least-recently-used past ``max_conversations`` or ``max_total_tokens``; an evicted or
-unknown id answers PREVIOUS_RESPONSE_NOT_FOUND, never a crash. A response belongs to
-one tenant; a ``no_store`` response can only be continued on the stream that made it.
+share one ``Conversation``, each remembered with the item count at its response (a
+length marker: a conversation only ever grows, so its first n items never change).
+The newest response of a chain, once per put, continues it in place; any other id of
+the chain (two turns back or ten) is forked at its marker by copying ids, never
+re-tokenized, so every stored response of the tenant stays continuable. Conversations
+are evicted least-recently-used past ``max_conversations`` or ``max_total_tokens`` (an
+older id costs a marker, not a copy); an evicted or unknown id answers
+PREVIOUS_RESPONSE_NOT_FOUND, never a crash. A response belongs to one tenant; a
+``no_store`` response can only be continued on the stream that made it.
 """
 
 from __future__ import annotations
@@ -25,8 +29,11 @@ class _Entry:
     conversation: Conversation
     tenant: str
     tokens: int = 0  # the conversation's length when last put (kept for the running total)
-    response_ids: dict[str, int] = field(default_factory=dict)  # id -> groups at that response
+    response_ids: dict[str, int] = field(default_factory=dict)  # id -> items at that response (its marker)
     private_to: dict[str, str] = field(default_factory=dict)  # no_store id -> stream id
+    # The newest response was handed out to continue in place: until the next put, a request
+    # continuing any id of this chain gets a fork (two requests never grow one conversation).
+    claimed: bool = False
 
 
 class ResponseStore:
@@ -53,13 +60,15 @@ class ResponseStore:
         self.total_tokens += len(conversation) - entry.tokens
         entry.tokens = len(conversation)
         entry.response_ids[response_id] = conversation.item_count
+        entry.claimed = False
         if no_store:
             entry.private_to[response_id] = stream_id
         self._by_response[response_id] = key
         self._evict(keep=key)
 
     def resolve(self, response_id: str, tenant: str, stream_id: str) -> Conversation:
-        """The conversation to continue from ``response_id`` (forked when it is not the newest)."""
+        """The conversation to continue from ``response_id``: the held one itself when the id is the
+        newest of its chain and no other request continues it, otherwise a fork at the id's marker."""
         key = self._by_response.get(response_id)
         entry = self._entries.get(key) if key is not None else None
         if entry is None:
@@ -86,14 +95,10 @@ class ResponseStore:
         self._entries.move_to_end(key)  # type: ignore[arg-type]
         n_items = entry.response_ids[response_id]
         conversation = entry.conversation
-        if n_items != conversation.item_count:
+        if entry.claimed or n_items != conversation.item_count:
             return conversation.fork(n_items)
-        # Continuing in place: older ids of this chain now point past their end.
-        for rid in list(entry.response_ids):
-            if rid != response_id:
-                entry.response_ids.pop(rid)
-                entry.private_to.pop(rid, None)
-                self._by_response.pop(rid, None)
+        # Continuing in place: the older ids keep their markers (the items before them never change).
+        entry.claimed = True
         return conversation
 
     def drop_stream(self, stream_id: str) -> None:

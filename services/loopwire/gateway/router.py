@@ -11,6 +11,10 @@ scores worse. Sessions are sticky: routing happens on a session's first turn and
 failover only. Because a session's future turns follow it, the cache only chooses among
 replicas whose load (open sessions + generations) is close to the lightest one's;
 otherwise a popular shared prefix would pull every session onto one replica.
+
+Replicas come from a static list or from DNS (``discovery.DnsName``), re-resolved every
+``discovery_interval_s``: a new address is added; one that disappeared is drained (no new
+sessions; its open streams run on) and closed once nothing uses it, or after ``drain_timeout_s``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import grpc
 
 from loopwire.common import grpc_server
 from loopwire.common.errors import RequestError
+from loopwire.gateway.discovery import DiscoveryError, DnsName
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.gateway.router")
@@ -43,6 +48,10 @@ POLLS_TO_MARK_DOWN = 2
 SLOW_POLL_WEIGHT = 0.1
 STATUS_TIMEOUT_S = 2.0
 _EWMA = 0.2
+# DNS discovery: how often the name is resolved again, and how long a replica that left it may
+# keep its open streams (the inference pods' termination grace period should be at least this).
+DISCOVERY_INTERVAL_S = 5.0
+DRAIN_TIMEOUT_S = 300.0
 # Prefills shorter than this say more about overheads than about the replica's speed.
 _MIN_PREFILL_SAMPLE = 256
 
@@ -64,6 +73,11 @@ class Replica:
     token_latency_s: float = DEFAULT_TOKEN_LATENCY_S  # measured time per decode step (EWMA)
     routed: int = 0
     failed_polls: float = 0.0
+    draining_since: float | None = None  # loop time it left DNS; None while it is listed
+
+    @property
+    def draining(self) -> bool:
+        return self.draining_since is not None
 
     @property
     def name(self) -> str:
@@ -102,36 +116,118 @@ class Replica:
 class Router:
     """Replicas, their health, cache contents and load; picks one per session."""
 
-    def __init__(self, addresses: Sequence[str], policy: str = "cache-aware", poll_interval_s: float = 0.5,
-                 service_token: str = "") -> None:
+    def __init__(self, addresses: Sequence[str] | DnsName, policy: str = "cache-aware", poll_interval_s: float = 0.5,
+                 service_token: str = "", discovery_interval_s: float = DISCOVERY_INTERVAL_S,
+                 drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
         if policy not in POLICIES:
             raise ValueError(f"routing policy must be one of {', '.join(POLICIES)}")
-        if not addresses:
+        self.discovery = addresses if isinstance(addresses, DnsName) else None
+        if self.discovery is None and not addresses:
             raise ValueError("at least one inference replica is needed")
         self.policy = policy
         self.poll_interval_s = poll_interval_s
+        self.discovery_interval_s = discovery_interval_s
+        self.drain_timeout_s = drain_timeout_s
+        self.service_token = service_token
         self.replicas: list[Replica] = []
-        for address in addresses:
-            channel = grpc_server.insecure_channel(address, service_token)
-            self.replicas.append(Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel)))
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
+        self._replica_tasks: dict[Replica, list[asyncio.Task[None]]] = {}
+        self._started = False
+        # What the last DNS lookup said when it found no replica or failed ("" = fine or static).
+        self.discovery_problem = ""
         # The digest of the model definition the gateway tokenizes with ("" = not known yet).
         self.model_digest = ""
+        if not isinstance(addresses, DnsName):
+            for address in addresses:
+                self._add(address)
+
+    def _add(self, address: str) -> Replica:
+        channel = grpc_server.insecure_channel(address, self.service_token)
+        replica = Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel))
+        self.replicas.append(replica)
+        if self._started:
+            self._start_replica(replica)
+        return replica
+
+    def _start_replica(self, replica: Replica) -> None:
+        self._replica_tasks[replica] = [asyncio.create_task(self._poll(replica)),
+                                        asyncio.create_task(self._watch(replica))]
 
     async def start(self) -> None:
+        self._started = True
         for replica in self.replicas:
-            self._tasks.append(asyncio.create_task(self._poll(replica)))
-            self._tasks.append(asyncio.create_task(self._watch(replica)))
+            self._start_replica(replica)
+        if self.discovery is not None:
+            self._tasks.append(asyncio.create_task(self._discover()))
 
     async def close(self) -> None:
+        for replica in list(self.replicas):
+            await self._remove(replica)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        for replica in self.replicas:
-            await replica.channel.close()
+
+    async def _remove(self, replica: Replica) -> None:
+        tasks = self._replica_tasks.pop(replica, [])
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if replica in self.replicas:
+            self.replicas.remove(replica)
+        await replica.channel.close()
+
+    async def refresh(self) -> None:
+        """Resolve the DNS name once: add new addresses, drain vanished ones, close drained idle ones."""
+        assert self.discovery is not None
+        try:
+            addresses = await self.discovery.resolve()
+        except DiscoveryError as e:
+            if self.discovery_problem != str(e):
+                log.error("%s; keeping the %d replica(s) known", e, len(self.replicas))
+            self.discovery_problem = str(e)
+            return
+        if not addresses:
+            problem = f"{self.discovery} resolved to no address: no inference replica to route to"
+            if self.discovery_problem != problem:
+                log.error("%s", problem)
+            self.discovery_problem = problem
+        elif self.discovery_problem:
+            log.info("%s resolves to %d replica(s) again", self.discovery, len(addresses))
+            self.discovery_problem = ""
+        now = asyncio.get_running_loop().time()
+        known = {r.address: r for r in self.replicas}
+        for address in addresses:
+            replica = known.get(address)
+            if replica is None:
+                log.info("replica %s appeared in %s", address, self.discovery)
+                self._add(address)
+            elif replica.draining:
+                log.info("replica %s is back in %s", address, self.discovery)
+                replica.draining_since = None
+        for replica in list(self.replicas):
+            if replica.address in addresses:
+                continue
+            if replica.draining_since is None:
+                log.info("replica %s left %s: draining (%d open stream(s))", replica.name, self.discovery,
+                         replica.sessions)
+                replica.draining_since = now
+            idle = replica.sessions == 0 and replica.in_flight == 0
+            if idle or now - replica.draining_since >= self.drain_timeout_s:
+                log.info("replica %s drained%s", replica.name, "" if idle else " (drain deadline passed)")
+                await self._remove(replica)
+
+    async def _discover(self) -> None:
+        while True:
+            await asyncio.sleep(self.discovery_interval_s)
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001 - discovery must outlive one bad lookup
+                log.exception("replica discovery failed")
 
     def mark_down(self, replica: Replica) -> None:
         """The replica failed a stream: route around it until a status poll succeeds."""
@@ -147,12 +243,13 @@ class Router:
         exclude: Sequence[Replica] = (),
     ) -> Replica:
         """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily."""
-        candidates = [r for r in self.replicas if r.healthy and r not in exclude]
+        listed = [r for r in self.replicas if not r.draining]
+        candidates = [r for r in listed if r.healthy and r not in exclude]
         if not candidates:
             # Every replica missed its polls, which under load means busy more often than dead:
             # try the ones not yet tried for this response rather than fail it outright; a dead
             # one fails the stream and the response fails over (or fails) from there.
-            candidates = [r for r in self.replicas if r not in exclude and r.reachable()]
+            candidates = [r for r in listed if r not in exclude and r.reachable()]
         mismatched = [r for r in candidates if self._mismatched(r)]
         if mismatched and len(mismatched) == len(candidates):
             r = mismatched[0]
@@ -165,7 +262,7 @@ class Router:
         if not candidates:
             raise RequestError(
                 common_pb2.ERROR_CODE_UNAVAILABLE,
-                "no healthy inference replica",
+                self.discovery_problem if not listed and self.discovery_problem else "no healthy inference replica",
                 "",
                 retryable=True,
                 retry_after_ms=int(self.poll_interval_s * 2000),
@@ -190,6 +287,9 @@ class Router:
         deadline = asyncio.get_running_loop().time() + timeout_s
         last = ""
         while True:
+            if self.discovery is not None and not self._started:
+                await self.refresh()
+                last = self.discovery_problem or last
             for replica in self.replicas:
                 try:
                     reply = await replica.stub.GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=10.0)

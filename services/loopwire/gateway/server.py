@@ -15,7 +15,8 @@ from loopwire.common.service_flags import (
     load_authenticator,
     service_token_from_args,
 )
-from loopwire.gateway.router import POLICIES, Router
+from loopwire.gateway.discovery import parse_inference
+from loopwire.gateway.router import DISCOVERY_INTERVAL_S, DRAIN_TIMEOUT_S, POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
@@ -34,7 +35,16 @@ SAFETY_MODES = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50052"), help="host:port (port 0: any free port)")
     parser.add_argument("--inference", default=_env("inference", "127.0.0.1:50053"),
-                        help="inference replicas, host:port,host:port,...")
+                        help="inference replicas: host:port,host:port,... (static), or every A/AAAA record of a DNS "
+                             "name, re-resolved periodically (a Kubernetes headless Service): dns:///name:port "
+                             "(system resolver) or dns://dns-server-ip:dns-port/name:port")
+    parser.add_argument("--discovery-interval", type=float,
+                        default=float(_env("discovery_interval", str(DISCOVERY_INTERVAL_S))),
+                        help="seconds between DNS lookups of a dns: --inference name")
+    parser.add_argument("--drain-timeout", type=float, default=float(_env("drain_timeout", str(DRAIN_TIMEOUT_S))),
+                        help="seconds a replica that left DNS keeps its open streams before they fail over")
+    parser.add_argument("--replica-wait", type=float, default=float(_env("replica_wait", "60")),
+                        help="seconds to wait at startup for a replica to tell its model (pods may start later)")
     parser.add_argument("--auth-config", default=_env("auth_config", ""),
                         help="JSON or TOML file of tenants, hashed keys and limits (required unless --insecure-dev)")
     add_service_token_arguments(parser, "sent to the inference replicas")
@@ -82,9 +92,14 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     token = service_token_from_args(args, "gateway")
-    router = Router([a.strip() for a in args.inference.split(",") if a.strip()], args.routing, service_token=token)
     try:
-        info = await router.fetch_model()
+        replicas = parse_inference(args.inference)
+    except ValueError as e:
+        raise SystemExit(f"gateway: {e}") from None
+    router = Router(replicas, args.routing, service_token=token, discovery_interval_s=args.discovery_interval,
+                    drain_timeout_s=args.drain_timeout)
+    try:
+        info = await router.fetch_model(timeout_s=args.replica_wait)
         model = ModelDefinition.from_proto(info)
     except (RuntimeError, ModelError) as e:
         await router.close()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass
@@ -19,6 +21,22 @@ class HarnessConfig:
     # Seconds of KV retention asked for on turns whose calls may wait for a human.
     approval_retention: int = 900
     max_turns: int = 200
+    # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this
+    # process, and MCP servers (`mcp_client.McpServer`) whose tools join the catalog.
+    deferred_tools: list[Callable[[], Any]] = field(default_factory=list)
+    mcp_servers: list[Any] = field(default_factory=list)
+    # Token budget (cl100k) of the schemas one tool_search appends: they are compacted to fit.
+    tool_search_budget: int = 4000
+    # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), older turns
+    # are summarized; about `compact_keep` of the window of recent items is kept as it is.
+    context_window: int = 0
+    compact_at: float = 0.9
+    compact_keep: float = 0.25
+    summary_max_tokens: int = 1024
+    # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context).
+    code_mode: bool = False
+    js_timeout: float = 60.0
+    js_memory_mb: int = 128
 
 
 # Fixed for every session (no dates, paths or policy), so sessions share a cached prefix.

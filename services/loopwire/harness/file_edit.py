@@ -18,6 +18,7 @@ from loopwire.harness.workspace_files import (
     EDIT_SIZE_LIMIT,
     NoSuchFile,
     ToolInputError,
+    give_to_sandbox,
     open_regular,
     read_bounded,
     target,
@@ -110,6 +111,7 @@ def _write(workspace: Path, path: str, text: str) -> None:
                      dir_fd=t.dir_fd)
         try:
             try:
+                give_to_sandbox(fd)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]

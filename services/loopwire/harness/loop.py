@@ -20,7 +20,8 @@ from pathlib import Path
 
 from loopwire.common import telemetry
 from loopwire.common.errors import Code
-from loopwire.harness import approvals, tools
+from loopwire.harness import approvals, compaction, extensions, tools
+from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.approvals import Verdict
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import HarnessConfig
@@ -83,6 +84,8 @@ class SessionRun:
         self.suspended = False
         self.tool_context = tools.ToolContext(self.workspace, sandbox, self.background, config.shell_timeout,
                                               config.background_after)
+        if extensions.wanted(config, self.start):  # tool_search over deferred tools, exec_js
+            self.tool_context.extra = extensions.Extensions(config, self.start, self.items, stored.tenant)
         self.conversation = Conversation(
             config.gateway, api_key or config.api_key,  # the caller's key: the gateway bills its tenant
             stateful=self.start.model.conversation_mode != harness_pb2.CONVERSATION_MODE_STATELESS,
@@ -96,7 +99,9 @@ class SessionRun:
         self._path_locks: dict[str, asyncio.Lock] = {}
 
     def emit(self, **event: object) -> None:
-        self._emit(harness_pb2.RunResponse(session_id=self.session_id, **event))  # type: ignore[arg-type]
+        response = harness_pb2.RunResponse(session_id=self.session_id, **event)  # type: ignore[arg-type]
+        harness_metrics.metrics().observe(response, self.start.model.model)
+        self._emit(response)
 
     async def _store(self, fn: Callable[..., object], *args: object, **kwargs: object) -> None:
         await asyncio.to_thread(fn, *args, **kwargs)
@@ -110,6 +115,7 @@ class SessionRun:
     # -- the run ---------------------------------------------------------------------
 
     async def run(self, *, resumed: bool) -> None:
+        telemetry.bind_log_ids(session_id=self.session_id)  # this run's task: its log lines name the session
         self.emit(started=harness_pb2.RunStarted(
             session_id=self.session_id, resumed=resumed, items=len(self.items), workspace=str(self.workspace),
             replay_source=self.start.replay.source if self.replay else ""))
@@ -170,6 +176,7 @@ class SessionRun:
                 reason = "max_turns reached" if self.turn_count >= max_turns else "the replay script ran out of turns"
                 self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=f"stopped: {reason}"))
                 return await self._complete()
+            await compaction.maybe_compact(self)  # past the threshold: older turns become a summary
             step = await self._turn()
             if step is Step.SUSPENDED:
                 return step
@@ -242,10 +249,12 @@ class SessionRun:
 
     async def _turn_body(self, turn_no: int, running: TurnTools, on_event: EventHandler,
                          started: int) -> tuple[Step, ModelTurn]:
-        model = await self.conversation.respond(self._request(), self.items, on_event)
+        model = await self.conversation.respond(self._request(), compaction.view(self.items), on_event)
         for note in model.diagnostics:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=note))
         await self.append(model.output, new_turn=True)
+        if running.journaled:  # the calls are in the transcript now
+            await self._store(self.store.clear_started_calls, self.session_id)
         self.turn_count += 1
         await self._store(self.store.set_conversation, self.session_id, self.conversation.last_response_id,
                           self.conversation.held_items)
@@ -271,6 +280,7 @@ class SessionRun:
 
     async def _settle_open_turn(self) -> Step:
         """Finish a turn a previous run left open: approvals, or tools a crash interrupted."""
+        await self._report_unrecorded_calls()
         pending = self.stored.pending
         if pending:
             waiting = [p for p in pending if p.decision == Decision.PENDING]
@@ -287,8 +297,11 @@ class SessionRun:
             outputs = [p.result if p.result is not None else await running.result(p.call) for p in pending]
             for out in outputs:
                 await self.append([output_item(out)])
+            await self.append(self.tool_context.extra.take_items() if self.tool_context.extra else [])
             await self.append(running.recorded_messages())
             await self._store(self.store.clear_pending, self.session_id)
+            if running.journaled:
+                await self._store(self.store.clear_started_calls, self.session_id)
             return Step.CONTINUE
         answered = {i.function_call_output.call_id for i in self.items if i.WhichOneof("item") == "function_call_output"}
         open_calls = [i.function_call for i in self.items
@@ -302,6 +315,21 @@ class SessionRun:
                     output="error: the harness restarted while this call ran; its result is lost "
                            "(it may or may not have taken effect)")) for c in open_calls])
         return Step.CONTINUE
+
+    async def _report_unrecorded_calls(self) -> None:
+        """Calls whose tools started in a turn that a crash kept from being stored: into the
+        transcript with an error output, so the model knows their side effects may exist."""
+        recorded = {i.function_call.call_id for i in self.items if i.WhichOneof("item") == "function_call"}
+        lost = [c for c in self.stored.started_calls if c.call_id not in recorded]
+        for call in lost:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(
+                source="harness", message=f"call {call.call_id} ({call.name}) started before a crash lost its turn"))
+            await self.append([common_pb2.Item(function_call=call), output_item(common_pb2.FunctionCallOutput(
+                call_id=call.call_id, is_error=True,
+                output="error: the harness stopped while this call ran, before the turn that made it was stored; "
+                       "its result is lost (it may or may not have taken effect)"))])
+        if self.stored.started_calls:
+            await self._store(self.store.clear_started_calls, self.session_id)
 
     def last_turn_calls(self) -> list[common_pb2.FunctionCall]:
         calls: list[common_pb2.FunctionCall] = []
@@ -339,6 +367,8 @@ class TurnTools:
         self.intervals: list[tuple[int, int]] = []
         self.calls: list[common_pb2.FunctionCall] = []  # all calls of the turn, once known
         self.requested: list[harness_pb2.ApprovalRequested] = []  # stored; announced after the profile
+        self.journaled = False  # some call was journaled before its tool started
+        self._journal_lock = asyncio.Lock()
         self._followup_turn = turn_no - 1  # the replay turn whose recorded followups apply
 
     @property
@@ -360,6 +390,10 @@ class TurnTools:
 
     async def _execute(self, call: common_pb2.FunctionCall, mapped: common_pb2.FunctionCall,
                        verdict: Verdict) -> common_pb2.FunctionCallOutput:
+        if verdict is not Verdict.REFUSE:  # durable before any side effect; in call order (FIFO lock)
+            async with self._journal_lock:
+                await self.run._store(self.run.store.record_call_started, self.run.session_id, call)
+            self.journaled = True
         began = now_us()
         self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=began))
         if verdict is Verdict.REFUSE:
@@ -370,6 +404,7 @@ class TurnTools:
                 async with self.run.path_lock(mapped):
                     outcome = await tools.execute(mapped, self.run.tool_context)
         ended = now_us()
+        harness_metrics.metrics().tool_finished(mapped.name, (ended - began) / 1e6, outcome.is_error)
         self.intervals.append((began, ended))
         self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
             turn=self.turn_no, call_id=call.call_id, name=call.name, output=outcome.output,
@@ -429,6 +464,7 @@ class TurnTools:
             if call.call_id in self.awaiting:
                 return await self._suspend(calls[n:])
             await self.run.append([output_item(await self.result(call))])
+        await self.run.append(self.run.tool_context.extra.take_items() if self.run.tool_context.extra else [])
         await self.run.append(self.recorded_messages())
         return Step.CONTINUE
 

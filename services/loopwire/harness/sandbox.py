@@ -10,6 +10,12 @@ harness's: bwrap itself starts with an empty one, so not even /proc/1/environ sh
 The workspace is opened without following links and bound by descriptor, so a path swapped
 while the command starts cannot redirect the bind.
 
+When the harness runs as root, the whole chain (prlimit, bwrap, the command) first drops to an
+unprivileged host uid (``setpriv``; SANDBOX_HOST_UID by default): inside, the command is still
+uid 1000, but on the host it is nobody in particular, so RLIMIT_NPROC really counts its
+processes and no root-owned file is writable through a mount. The harness's file tools give
+what they create in a workspace to that uid.
+
 There is deliberately no unsandboxed fallback: when bwrap cannot create namespaces the
 shell tool reports why, loudly, instead of quietly running commands on the host.
 """
@@ -29,12 +35,14 @@ from pathlib import Path
 
 from loopwire.harness import seccomp
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
-from loopwire.harness.workspace_files import open_workspace
+from loopwire.harness.workspace_files import give_to_sandbox, open_workspace, set_file_owner
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 _PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
 SANDBOX_UID = SANDBOX_GID = 1000
 SANDBOX_USER = "sandbox"
+# The host uid/gid sandboxed commands run as when the harness is root (no account needed).
+SANDBOX_HOST_UID = 60999
 # What of the host's /etc a build needs and that holds no secret: dynamic linker, Debian's
 # alternatives symlinks, CA certificates, time zone, services/protocols, interpreter configs.
 _ETC_FROM_HOST = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
@@ -53,8 +61,8 @@ class SandboxUnavailable(RuntimeError):
 class SandboxLimits:
     """Resource limits of every sandboxed process (setrlimit, inherited by all children).
 
-    RLIMIT_NPROC counts per user, and the kernel exempts host uid 0 from it: when the
-    harness runs as root the sandboxed uid maps to host root and only the other limits hold."""
+    RLIMIT_NPROC counts per host user: with the drop to an unprivileged host uid (harness as
+    root) it bounds every sandboxed process of this harness together."""
 
     processes: int = 1024  # RLIMIT_NPROC
     address_space: int = 8 << 30  # RLIMIT_AS, bytes of virtual memory per process
@@ -102,40 +110,67 @@ class _Spawn:
 
 class Sandbox:
     def __init__(self, bwrap: str = "bwrap", output_limit: int = 16384,
-                 limits: SandboxLimits | None = None) -> None:
+                 limits: SandboxLimits | None = None, host_uid: int | None = None) -> None:
         self.bwrap = shutil.which(bwrap) or bwrap
         self.prlimit = shutil.which("prlimit") or "prlimit"
+        self.setpriv = shutil.which("setpriv") or "setpriv"
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""
+        self.warning = ""  # the sandbox works, but with less isolation than it could have
+        # Root drops to an unprivileged host uid; anyone else already is one.
+        self.host_uid = host_uid if host_uid is not None else (SANDBOX_HOST_UID if os.geteuid() == 0 else None)
+        if self.host_uid is not None and self.host_uid == os.geteuid():
+            self.host_uid = None
+        set_file_owner((self.host_uid, self.host_uid) if self.host_uid is not None else None)
 
     def probe(self, scratch: Path) -> str:
-        """Try a trivial sandboxed command; return why it failed ('' when it works)."""
+        """Try a trivial sandboxed command; return why it failed ('' when it works).
+
+        A harness running as root first tries the drop to the unprivileged host uid; when that
+        uid cannot reach the workspace root (a 0700 parent) or the kernel refuses it user
+        namespaces, it keeps the host uid 0 mapping and says so in ``warning``."""
         scratch.mkdir(parents=True, exist_ok=True)
-        self.unavailable_reason = ""
-        for tool, package in ((self.bwrap, "bubblewrap"), (self.prlimit, "util-linux")):
+        self.unavailable_reason = self.warning = ""
+        tools = [(self.bwrap, "bubblewrap"), (self.prlimit, "util-linux")]
+        if self.host_uid is not None:
+            tools.append((self.setpriv, "util-linux"))
+        for tool, package in tools:
             if not (os.path.isfile(tool) and os.access(tool, os.X_OK)):
                 self.unavailable_reason = f"{package} ({tool}) cannot run: not found or not executable"
                 return self.unavailable_reason
+        failure = self._try(scratch)
+        if failure and self.host_uid is not None:
+            dropped_uid, self.host_uid = self.host_uid, None
+            set_file_owner(None)
+            if not self._try(scratch):
+                self.warning = (f"sandboxed commands run as host uid 0 (in a user namespace, without capabilities): "
+                                f"host uid {dropped_uid} cannot run them here ({failure}); RLIMIT_NPROC then counts "
+                                "every root process. Give the workspace root's parents o+x to drop the uid.")
+                return ""
+            self.host_uid = dropped_uid
+            set_file_owner((dropped_uid, dropped_uid))
+        if failure:
+            self.unavailable_reason = f"{failure}; shell commands are refused rather than run unsandboxed"
+        return self.unavailable_reason
+
+    def _try(self, scratch: Path) -> str:
+        """Run `true` in the sandbox; '' or why it failed."""
         try:
             spawn = self._prepare(scratch.resolve(), "true", network=False)
         except (seccomp.SeccompUnavailable, OSError, ValueError) as e:
-            self.unavailable_reason = f"bubblewrap ({self.bwrap}) cannot run: {e}"
-            return self.unavailable_reason
+            return f"bubblewrap ({self.bwrap}) cannot run: {e}"
         try:
             proc = subprocess.run(spawn.argv, capture_output=True, timeout=30, pass_fds=spawn.fds, env={})
         except (OSError, subprocess.TimeoutExpired) as e:
-            self.unavailable_reason = f"bubblewrap ({self.bwrap}) cannot run: {e}"
-        else:
-            if proc.returncode != 0:
-                err = proc.stderr.decode(errors="replace").strip()
-                self.unavailable_reason = (
-                    f"bubblewrap cannot create a sandbox here (exit {proc.returncode}: {err}); "
-                    "shell commands are refused rather than run unsandboxed"
-                )
+            return f"bubblewrap ({self.bwrap}) cannot run: {e}"
         finally:
             spawn.close()
-        return self.unavailable_reason
+        if proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            as_uid = f" as host uid {self.host_uid}" if self.host_uid is not None else ""
+            return f"bubblewrap cannot create a sandbox here{as_uid} (exit {proc.returncode}: {err})"
+        return ""
 
     def _prepare(self, workspace: Path, command: str, *, network: bool) -> _Spawn:
         """The argv (prlimit, then bwrap) and the descriptors it reads: workspace, seccomp
@@ -144,9 +179,14 @@ class Sandbox:
         try:
             ws_fd, ws = open_workspace(workspace)  # ToolInputError for "/", system dirs, links
             spawn.fds.append(ws_fd)
+            if self.host_uid is not None and os.stat(ws, follow_symlinks=False).st_uid == 0:
+                give_to_sandbox(ws)  # a workspace the harness made before it dropped its commands' uid
             filter_fd = seccomp.program_fd()
             spawn.fds.append(filter_fd)
             args = [self.prlimit, *self.limits.prlimit_args(), self.bwrap]
+            if self.host_uid is not None:
+                args[:0] = [self.setpriv, f"--reuid={self.host_uid}", f"--regid={self.host_uid}", "--clear-groups",
+                            "--inh-caps=-all", "--"]
             for d in _SYSTEM_DIRS:
                 if os.path.islink(d):
                     args += ["--symlink", os.readlink(d), d]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +12,11 @@ from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
 from loopwire.common.config import env as _env
 from loopwire.common.service_flags import add_insecure_dev_argument, load_authenticator
+from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.service import HarnessService
-from loopwire.harness.store import SessionStore
+from loopwire.harness.store import SessionStore, Status, StoreError, open_store
 from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 log = logging.getLogger("loopwire.harness")
@@ -32,7 +34,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(required unless --insecure-dev; env LOOPWIRE_AUTH_CONFIG)")
     add_insecure_dev_argument(parser)
     parser.add_argument("--state-dir", default=_env("state-dir", ".state"))
-    parser.add_argument("--db", default=_env("db", ""), help="SQLite file (default <state-dir>/harness.db)")
+    parser.add_argument("--sessions", default=_env("sessions", ""),
+                        help="where sessions live: sqlite:///relative/path, sqlite:////absolute/path (one harness), or "
+                             "postgresql://user@host:port/database (several harness replicas share sessions; "
+                             "default: sqlite <state-dir>/harness.db; env LOOPWIRE_SESSIONS)")
+    parser.add_argument("--db", default=_env("db", ""), help="SQLite file (the same as --sessions sqlite:///FILE)")
     parser.add_argument("--workspace-root", default=_env("workspace-root", ""),
                         help="where fresh workspaces go (default <state-dir>/workspaces)")
     parser.add_argument("--shell-timeout", type=float, default=float(_env("shell-timeout", "120")),
@@ -45,6 +51,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of KV retention asked for while a call may wait for approval")
     parser.add_argument("--max-turns", type=int, default=int(_env("max-turns", "200")),
                         help="turns per run when the task does not say")
+    parser.add_argument("--mcp-server", action="append", default=[], metavar="NAME=COMMAND ARGS...|NAME=URL",
+                        help="an MCP server whose tools sessions find with tool_search (stdio command or "
+                             "streamable HTTP URL); repeat for more")
+    parser.add_argument("--tool-search-budget", type=int, default=int(_env("tool-search-budget", "4000")),
+                        help="token budget of the schemas one tool_search appends (compacted to fit)")
+    parser.add_argument("--code-mode", action="store_true", default=_env("code-mode", "") in ("1", "true"),
+                        help="offer exec_js: scripts call the tools from an isolated V8 context")
+    parser.add_argument("--context-window", type=int, default=int(_env("context-window", "0")),
+                        help="the model's context window in tokens; past --compact-at of it older turns are "
+                             "summarized (0: never)")
+    parser.add_argument("--compact-at", type=float, default=float(_env("compact-at", "0.9")),
+                        help="share of the context window at which compaction runs")
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
@@ -53,12 +71,24 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         gateway=args.gateway, api_key=args.api_key,
         workspace_root=Path(args.workspace_root) if args.workspace_root else state / "workspaces",
         shell_timeout=args.shell_timeout, background_after=args.background_after, output_limit=args.output_limit,
-        approval_retention=args.approval_retention, max_turns=args.max_turns)
+        approval_retention=args.approval_retention, max_turns=args.max_turns,
+        mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
+        code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at)
 
 
-def build(config: HarnessConfig, db: Path, authenticator: Authenticator) -> tuple[HarnessService, SessionStore]:
-    """The servicer with its store and a probed sandbox (shared by the server and in-process tests)."""
-    store = SessionStore(db)
+def _mcp_servers(specs: list[str]) -> list:
+    if not specs:
+        return []
+    from loopwire.harness import mcp_client  # the MCP SDK only when servers are configured
+
+    return [mcp_client.parse_spec(s) for s in specs]
+
+
+def build(config: HarnessConfig, sessions: Path | str, authenticator: Authenticator
+          ) -> tuple[HarnessService, SessionStore]:
+    """The servicer with its store (a path or a --sessions URL) and a probed sandbox (shared by the
+    server and in-process tests)."""
+    store = open_store(sessions)
     interrupted = store.mark_interrupted()
     if interrupted:
         log.info("%d session(s) were running when the harness stopped; resume them with ResumeSession", interrupted)
@@ -66,13 +96,33 @@ def build(config: HarnessConfig, db: Path, authenticator: Authenticator) -> tupl
     config.workspace_root.mkdir(parents=True, exist_ok=True)
     if reason := sandbox.probe(config.workspace_root / ".sandbox-probe"):
         log.error("SANDBOX UNAVAILABLE: %s", reason)
+    elif sandbox.warning:
+        log.warning("SANDBOX: %s", sandbox.warning)
+    elif sandbox.host_uid is not None:
+        log.info("sandboxed commands run as host uid %d", sandbox.host_uid)
     return HarnessService(config, store, sandbox, authenticator), store
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     config = config_from_args(args)
     authenticator = load_authenticator(args, "harness")
-    service, store = build(config, Path(args.db) if args.db else Path(args.state_dir) / "harness.db", authenticator)
+    if args.sessions and args.db:
+        raise SystemExit("harness: give --sessions or --db, not both")
+    sessions = args.sessions or args.db or Path(args.state_dir) / "harness.db"
+    try:
+        service, store = build(config, sessions, authenticator)
+    except (StoreError, ValueError) as e:
+        raise SystemExit(f"harness: {e}") from None
+    log.info("sessions in %s", store.describe())
+    harness_metrics.watch(lambda: len(service.active), lambda: harness_metrics.count_waiting_approvals(store))
+    # Replicas sharing the store: keep this one's leases fresh; cancels asked on another replica end runs here.
+    loop = asyncio.get_running_loop()
+
+    def cancel_here(session_id: str) -> None:
+        loop.call_soon_threadsafe(service.cancel, session_id, Status.SESSION_STATUS_CANCELLED)
+
+    store.on_cancel_requested = cancel_here
+    store.start_heartbeat()
     server = grpc_server.make_server()
     harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, server)
     name = harness_pb2.DESCRIPTOR.services_by_name["HarnessService"].full_name

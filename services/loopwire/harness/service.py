@@ -197,7 +197,8 @@ class RunStream:
             active = self.service.active.get(sid)
             if active is not None and active.run.stored.tenant != self.caller.tenant:
                 raise validation.not_found("cancel.session_id", f"session {sid!r}")
-            if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED):
+            if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED) and not await asyncio.to_thread(
+                    self.service.store.request_cancel, sid, self.caller.tenant):  # running on another replica
                 raise invalid("cancel.session_id", "no run of this session is in progress")
 
     async def _load_idle(self, sid: str, field: str) -> harness_pb2.Session:
@@ -222,7 +223,7 @@ class RunStream:
         except OSError as e:
             raise invalid("start.workspace", f"cannot create it: {e}") from None
         replay = start.HasField("replay")
-        session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list()
+        session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list(config, start)
         await asyncio.to_thread(store.create, sid, start, start.instructions or DEFAULT_INSTRUCTIONS,
                                 session_tools, str(workspace),
                                 start.replay.source or "recorded session" if replay else "", self.caller.tenant)

@@ -10,6 +10,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loopwire.harness import file_edit, workspace_files
 from loopwire.harness.background import BackgroundTasks
@@ -17,6 +18,10 @@ from loopwire.harness.output import cap, to_text
 from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
 from loopwire.harness.workspace_files import ToolInputError
 from loopwire.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from loopwire.harness.config import HarnessConfig
+    from loopwire.harness.extensions import Extensions
 
 
 def _schema(properties: dict, required: list[str]) -> str:
@@ -67,9 +72,18 @@ TOOLS = {
 }
 
 
-def tool_list() -> list[common_pb2.Tool]:
-    """The tool list of a new session: sorted by name so the prompt prefix never varies."""
-    return [TOOLS[name] for name in sorted(TOOLS)]
+def tool_list(config: HarnessConfig | None = None, start: object = None) -> list[common_pb2.Tool]:
+    """The tool list of a new session: sorted by name so the prompt prefix never varies.
+
+    With deferred tools configured it also holds `tool_search`; the tools a search finds are
+    appended to the transcript, never added here."""
+    extra = []
+    if config is not None:
+        from loopwire.harness import extensions
+
+        extra = extensions.core_tools(config, start)  # type: ignore[arg-type]
+    by_name = {**TOOLS, **{t.name: t for t in extra}}
+    return [by_name[name] for name in sorted(by_name)]
 
 
 @dataclass
@@ -89,6 +103,7 @@ class ToolContext:
     shell_timeout: float
     background_after: float
     max_shell_timeout: float = 3600.0
+    extra: Extensions | None = None  # tool_search and deferred tools, when the session has them
 
 
 def _args(call: common_pb2.FunctionCall) -> dict:
@@ -133,6 +148,11 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
     """Run one call to completion (or to a background handle); never raises for bad input."""
     try:
         args = _args(call)
+        if ctx.extra is not None and ctx.extra.handles(call.name):
+            result = await ctx.extra.execute(call.name, args, ctx)
+            capped = cap(result.output, ctx.sandbox.output_limit)
+            return ToolOutcome(capped.text, is_error=result.is_error, exit_code=1 if result.is_error else 0,
+                               truncated=capped.truncated)
         if call.name == "shell":
             return await _shell(args, ctx)
         if call.name == "wait":
@@ -150,7 +170,8 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
         elif call.name == "edit_file":
             text = await asyncio.to_thread(_edit, ws, args)
         else:
-            raise ToolInputError(f"unknown tool `{to_text(call.name)}`; available: {', '.join(sorted(TOOLS))}")
+            hint = "; use tool_search to find more tools" if ctx.extra is not None and ctx.extra.enabled else ""
+            raise ToolInputError(f"unknown tool `{to_text(call.name)}`; available: {', '.join(sorted(TOOLS))}{hint}")
     except ToolInputError as e:
         return ToolOutcome(f"error: {to_text(str(e))}", is_error=True, exit_code=1)
     except OSError as e:

@@ -55,6 +55,26 @@ class NoSuchFile(ToolInputError):
     """The path names nothing (inside the workspace)."""
 
 
+# The host uid/gid that sandboxed commands run as (when the harness is root): what the harness's
+# own file tools create in a workspace belongs to it too, so commands can change it afterwards.
+_file_owner: tuple[int, int] | None = None
+
+
+def set_file_owner(owner: tuple[int, int] | None) -> None:
+    global _file_owner
+    _file_owner = owner
+
+
+def give_to_sandbox(name: str | int, dir_fd: int | None = None) -> None:
+    """chown a file (by descriptor, or by name relative to dir_fd without following links)."""
+    if _file_owner is None:
+        return
+    if isinstance(name, int):
+        os.fchown(name, *_file_owner)
+    else:
+        os.chown(name, *_file_owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory")):
@@ -194,6 +214,7 @@ class _Walk:
                     raise ToolInputError(f"{what}: too many directories to create")
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o777, dir_fd=self.fd)
+                    give_to_sandbox(part, self.fd)
                 todo.append(part)  # look again: whatever is there now is checked like anything else
                 continue
             if stat.S_ISLNK(st.st_mode):

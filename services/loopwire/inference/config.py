@@ -144,6 +144,13 @@ class EngineConfig:
     # too weak to pay for a verification pass (measured on the recorded sessions).
     max_ngram: int = 3
     min_ngram: int = 2
+    # prompt_lookup | suffix (suffix decoding over the session and the replica's recent outputs;
+    # 2.5+ tokens per verification step on the recorded sessions vs 2.2: bench/bench_speculation.py).
+    drafter: str = "suffix"
+    # Host-memory KV tier: bytes of evicted device blocks kept in host memory (0 = none).
+    host_kv_bytes: int = 0
+    # priority (retention priorities, then LRU) | lru
+    eviction_policy: str = "priority"
 
     def with_(self, **changes: object) -> EngineConfig:
         return replace(self, **changes)  # type: ignore[arg-type]

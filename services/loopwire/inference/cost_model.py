@@ -12,6 +12,11 @@ achieved fractions follow published measurements: large-GEMM prefill reaches ~60
 peak (vLLM/TensorRT-LLM prefill benchmarks, MLPerf Inference Llama 2 70B results) and
 decode streams weights at ~75-85% of peak bandwidth (the "memory-bound decode" analyses of
 Pope et al. 2022, "Efficiently Scaling Transformer Inference"). Weights and KV in BF16.
+
+Host-tier KV copies cross the host link: PCIe Gen5 x16 (64 GB/s per direction) on H100/H200/
+B200 boards, PCIe Gen4 x16 (32 GB/s) on A100/L40S, at ~80% achieved for large pinned-memory
+copies (``host_link_gb_per_s`` is the achieved figure). Copies are priced serially with the
+step that needed them, an upper bound: engines overlap offloads with compute on a side stream.
 """
 
 from __future__ import annotations
@@ -35,14 +40,15 @@ class GpuSpec:
     compute_efficiency: float = 0.65
     bandwidth_efficiency: float = 0.80
     step_overhead_s: float = 250e-6  # kernel launches + scheduler per step (CUDA graphs on)
+    host_link_gb_per_s: float = 51.2  # achieved host<->device copy bandwidth, per direction
 
 
 GPUS = {
     "h200": GpuSpec("h200", 989.0, 4.8, 141.0),
     "h100": GpuSpec("h100", 989.0, 3.35, 80.0),
     "b200": GpuSpec("b200", 2250.0, 8.0, 180.0),
-    "a100": GpuSpec("a100", 312.0, 2.039, 80.0),
-    "l40s": GpuSpec("l40s", 362.0, 0.864, 48.0),
+    "a100": GpuSpec("a100", 312.0, 2.039, 80.0, host_link_gb_per_s=25.6),
+    "l40s": GpuSpec("l40s", 362.0, 0.864, 48.0, host_link_gb_per_s=25.6),
 }
 
 
@@ -75,6 +81,10 @@ class CostModel:
         """KV blocks left in ``memory_fraction`` of GPU memory after the weights."""
         free = self.gpu.memory_gb * 1e9 * memory_fraction - self.weight_bytes
         return max(1, int(free // (self.kv_bytes_per_token * block_size)))
+
+    def host_transfer_seconds(self, num_blocks: int, block_size: int) -> float:
+        """Time to copy ``num_blocks`` KV blocks across the host link (one direction)."""
+        return num_blocks * block_size * self.kv_bytes_per_token / (self.gpu.host_link_gb_per_s * 1e9)
 
     def step_seconds(self, chunks: list[tuple[int, int]]) -> float:
         """Duration of one step running ``(context_before, new_tokens)`` per sequence."""

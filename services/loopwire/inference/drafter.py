@@ -4,9 +4,10 @@ verifies.
 A ``Drafter`` opens a ``DraftContext`` per sequence; the engine feeds it every token the
 sequence gains and asks it for up to ``k`` proposals before each decode step. Proposals may
 carry the drafter's probabilities (a draft model would); without them the proposal is
-deterministic, which rejection sampling treats as probability one. Prompt lookup ships
-now; a suffix-tree drafter (shared across sessions) and a small draft model fit the same
-two protocols.
+deterministic, which rejection sampling treats as probability one. Prompt lookup lives
+here; suffix decoding (shared across sessions) in ``suffix_tree.py``; a small draft model
+fits the same two protocols. ``finish`` tells a context its request ended (a drafter that
+learns from outputs keeps them).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ class DraftContext(Protocol):
 
     def propose(self, k: int) -> Draft: ...
 
+    def finish(self) -> None: ...
+
 
 class Drafter(Protocol):
     name: str
 
-    def open(self, token_ids: Sequence[int]) -> DraftContext: ...
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> DraftContext: ...
 
 
 class PromptLookupDrafter:
@@ -50,7 +53,7 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def open(self, token_ids: Sequence[int]) -> PromptLookupContext:
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> PromptLookupContext:
         ctx = PromptLookupContext(self.max_ngram, self.min_ngram)
         ctx.extend(token_ids)
         return ctx
@@ -85,3 +88,6 @@ class PromptLookupContext:
             if start is not None:
                 return Draft(tokens[start : start + k])
         return Draft([])
+
+    def finish(self) -> None:
+        """Nothing to keep: the index is the session's own context."""

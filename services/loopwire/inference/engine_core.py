@@ -8,6 +8,7 @@ step by step and the async runner (``engine.py``) can run it in a worker thread.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from loopwire.inference.clock import Clock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
+from loopwire.inference.kv_host_tier import HostTier
 from loopwire.inference.sampling import verify, verify_oracle
 from loopwire.inference.scheduler import ScheduledSeq, Scheduler
 from loopwire.inference.sequence import (
@@ -30,6 +32,7 @@ from loopwire.inference.sequence import (
     Sequence,
     Timings,
 )
+from loopwire.inference.suffix_tree import SuffixDrafter
 
 # Window of the "recent" throughput reported by status (engine-clock seconds).
 _RATE_WINDOW_S = 10.0
@@ -57,12 +60,15 @@ class EngineStats:
     kv_blocks_used: int
     kv_blocks_free: int
     kv_blocks_total: int
+    kv_host_blocks_used: int
+    kv_host_blocks_total: int
     block_size: int
     recent_tokens_per_second: float
     prefill_tokens_per_second: float
     decode_tokens_per_second: float
     prefix_cache_queried_tokens: int
     prefix_cache_hit_tokens: int
+    prefix_cache_host_hit_tokens: int
     num_preemptions: int
     steps: int
 
@@ -72,8 +78,11 @@ class EngineCore:
         self.config = config
         self.executor = executor
         self.clock = clock
-        self.drafter = drafter or PromptLookupDrafter(config.max_ngram, config.min_ngram)
-        self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache)
+        self.drafter = drafter or make_drafter(config)
+        store = executor.kv_store
+        host = HostTier(config.host_kv_bytes, host_block_bytes(config, store)) if config.host_kv_bytes else None
+        self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache,
+                                   config.eviction_policy, host, store)
         self.scheduler = Scheduler(config, self.blocks)
         self.seqs: dict[str, Sequence] = {}
         self.steps = 0
@@ -88,7 +97,7 @@ class EngineCore:
             raise ValueError(f"request_id {req.request_id!r} is already running")
         max_tokens = len(req.oracle) if req.oracle is not None else req.max_tokens
         max_tokens = min(max_tokens, req.max_tokens)
-        draft = self.drafter.open(req.prompt) if req.speculative else None
+        draft = self.drafter.open(req.prompt, req.session_id, req.cache_salt) if req.speculative else None
         seq = Sequence(req, self.clock.now(), draft, max_tokens)
         self.seqs[req.request_id] = seq
         self.scheduler.add(seq)
@@ -111,6 +120,11 @@ class EngineCore:
         self.blocks.expire_retentions(self.clock.now())
         outputs, self._done = self._done, []
         batch = self.scheduler.schedule()
+        onloaded, offloaded = self.blocks.take_transfers()
+        if onloaded or offloaded:
+            transfer = getattr(self.executor, "transfer", None)  # the simulated engine prices the copies
+            if transfer is not None:
+                transfer(onloaded, offloaded)
         if not batch:
             return outputs
         now = self.clock.now()
@@ -196,7 +210,16 @@ class EngineCore:
             i = len(seq.block_hashes)
             parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_root
             seq.block_hashes.append(self.blocks.commit(seq.block_ids[i], parent, seq.tokens[i * bs : (i + 1) * bs]))
-
+        policy = seq.req.retention
+        if policy is None:
+            return
+        now = self.clock.now()
+        for i in range(seq.num_prioritized, len(seq.block_hashes)):  # hits from the cache included
+            got = policy.block_priority(i * bs, (i + 1) * bs, seq.prompt_len)
+            if got is not None:
+                priority, duration = got
+                self.blocks.set_priority(seq.block_ids[i], priority, math.inf if duration is None else now + duration)
+        seq.num_prioritized = len(seq.block_hashes)
     def _trim(self, seq: Sequence) -> None:
         """Give back blocks reserved for drafts that were rejected."""
         keep = -(-len(seq.tokens) // self.blocks.block_size)
@@ -212,6 +235,8 @@ class EngineCore:
             key = seq.req.session_id or seq.request_id
             self.blocks.retain(key, seq.block_ids, now + seq.req.retention_seconds)
         hashes = list(seq.block_hashes)
+        if seq.draft is not None:
+            seq.draft.finish()
         self.scheduler.free(seq)
         seq.status = SeqStatus.FINISHED
         del self.seqs[seq.request_id]
@@ -246,15 +271,34 @@ class EngineCore:
             kv_blocks_used=self.blocks.num_used,
             kv_blocks_free=self.blocks.num_free,
             kv_blocks_total=self.blocks.num_blocks,
+            kv_host_blocks_used=self.blocks.num_host_blocks,
+            kv_host_blocks_total=self.blocks.host_capacity_blocks,
             block_size=self.blocks.block_size,
             recent_tokens_per_second=rate(prefill + decode),
             prefill_tokens_per_second=rate(prefill),
             decode_tokens_per_second=rate(decode),
             prefix_cache_queried_tokens=self.blocks.queried_tokens,
             prefix_cache_hit_tokens=self.blocks.hit_tokens,
+            prefix_cache_host_hit_tokens=self.blocks.host_hit_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             steps=self.steps,
         )
+
+
+def host_block_bytes(config: EngineConfig, store: KvStore | None) -> int:
+    """Bytes of one KV block: the store's tensors, or the model's BF16 K and V when modelled."""
+    if store is not None:
+        return int(np.prod(store.block_shape)) * 2 * np.dtype(store.dtype).itemsize
+    m = config.model
+    return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * 2 * config.block_size
+
+
+def make_drafter(config: EngineConfig) -> Drafter:
+    if config.drafter == "suffix":
+        return SuffixDrafter()
+    if config.drafter == "prompt_lookup":
+        return PromptLookupDrafter(config.max_ngram, config.min_ngram)
+    raise ValueError(f"unknown drafter {config.drafter!r}; choose suffix or prompt_lookup")
 
 
 def _us(seconds: float) -> int:

@@ -1,13 +1,21 @@
 """Paged KV cache bookkeeping: fixed-size blocks, reference counts, a prefix cache keyed by
-chained block hashes, LRU eviction and retention holds.
+chained block hashes, eviction by retention priority then LRU, retention holds, and an
+optional host-memory tier (``kv_host_tier.py``) that evicted blocks move to.
 
 The manager owns only *which* block holds *what*; the tensors live in a ``KvStore`` (the
 reference engine's numpy arrays) or nowhere at all (the simulated engine). Blocks are in
 exactly one of three states:
 
 * used      — ``ref > 0``: some sequence (or a retention hold) reads it;
-* cached    — ``ref == 0`` with a hash: reusable by a later prompt, evicted LRU first;
+* cached    — ``ref == 0`` with a hash: reusable by a later prompt, evicted lowest retention
+  priority first (0-100, TensorRT-LLM's ``KvCacheRetentionConfig`` semantics; policy
+  ``"lru"`` ignores priorities), least recently used first within a priority;
 * free      — ``ref == 0`` without a hash.
+
+With a host tier, an evicted cached block moves there (its tensors copied when there is a
+``KvStore``) and a prefix match continues into it: the block comes back to a fresh device block
+instead of being recomputed. A block leaves the prefix cache (REMOVED event) only when it
+leaves both tiers. Copies each way are counted for the engine to price (``take_transfers``).
 
 Hashes are ``loopwire.common.hashing.block_hash`` chained from the root, so a router that
 hashes a prompt with ``block_hashes`` predicts exactly which blocks a replica holds. Events
@@ -19,7 +27,8 @@ hands a prompt's KV to a decode replica.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
+import heapq
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,6 +36,14 @@ from enum import Enum
 import numpy as np
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash, block_hashes
+from loopwire.inference.kv_host_tier import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    HostBlock,
+    HostTier,
+    PriorityLru,
+)
 
 
 class CacheEventKind(Enum):
@@ -70,6 +87,9 @@ class Block:
     hash: int = 0  # 0 = not in the prefix cache
     parent: int = ROOT_BLOCK_HASH
     token_ids: tuple[int, ...] = ()
+    priority: int = DEFAULT_PRIORITY
+    priority_until: float = math.inf  # then back to DEFAULT_PRIORITY
+    priority_set: bool = False  # by a request's retention policy (else the default)
 
 
 @dataclass
@@ -93,21 +113,35 @@ class BlockManager:
     num_blocks: int
     block_size: int
     prefix_cache: bool = True
+    # "priority": lowest retention priority evicted first, LRU within; "lru": priorities ignored.
+    eviction_policy: str = "priority"
+    host: HostTier | None = None
+    # The tensors, when they exist (reference engine): copied to and from the host tier.
+    store: KvStore | None = None
     blocks: list[Block] = field(init=False)
     _free: list[int] = field(init=False)
-    _lru: OrderedDict[int, None] = field(init=False)
+    _evictable: PriorityLru = field(init=False)
+    _expiries: list[tuple[float, int]] = field(init=False)
     _by_hash: dict[int, int] = field(init=False)
     _retentions: dict[str, Retention] = field(init=False)
     _events: list[CacheEvent] = field(init=False)
     queried_tokens: int = 0
     hit_tokens: int = 0
+    host_hit_tokens: int = 0  # part of hit_tokens that came back from the host tier
+    onloaded_blocks: int = 0
+    offloaded_blocks: int = 0
+    _pending_onload: int = 0
+    _pending_offload: int = 0
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
+        if self.eviction_policy not in ("priority", "lru"):
+            raise ValueError(f"unknown eviction policy {self.eviction_policy!r}; choose priority or lru")
         self.blocks = [Block(i) for i in range(self.num_blocks)]
         self._free = list(range(self.num_blocks - 1, -1, -1))
-        self._lru = OrderedDict()
+        self._evictable = PriorityLru()
+        self._expiries = []
         self._by_hash = {}
         self._retentions = {}
         self._events = []
@@ -117,7 +151,7 @@ class BlockManager:
     @property
     def num_free(self) -> int:
         """Blocks an allocation can get: free plus evictable cached ones."""
-        return len(self._free) + len(self._lru)
+        return len(self._free) + len(self._evictable)
 
     @property
     def num_used(self) -> int:
@@ -128,7 +162,19 @@ class BlockManager:
         return len(self._by_hash)
 
     def cached_hashes(self) -> list[int]:
-        return list(self._by_hash)
+        """Every block a prompt can hit: on the device, then in the host tier."""
+        return list(self._by_hash) + (self.host.hashes() if self.host is not None else [])
+
+    def is_evictable(self, block_id: int) -> bool:
+        return block_id in self._evictable
+
+    @property
+    def num_host_blocks(self) -> int:
+        return len(self.host) if self.host is not None else 0
+
+    @property
+    def host_capacity_blocks(self) -> int:
+        return self.host.capacity_blocks if self.host is not None else 0
 
     # -- prefix cache -----------------------------------------------------------------
 
@@ -144,7 +190,8 @@ class BlockManager:
             return [], []
         ids: list[int] = []
         hashes: list[int] = []
-        for i, h in enumerate(block_hashes(token_ids[:usable], self.block_size, root)):
+        wanted = block_hashes(token_ids[:usable], self.block_size, root)
+        for i, h in enumerate(wanted):
             block_id = self._by_hash.get(h)
             start = i * self.block_size
             if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids[start : start + self.block_size]):
@@ -152,8 +199,36 @@ class BlockManager:
             ids.append(block_id)
             hashes.append(h)
         self.acquire(ids)
+        device = len(ids)
+        if self.host is not None:
+            for i in range(device, len(wanted)):
+                block_id = self._onload(wanted[i], tuple(token_ids[i * self.block_size : (i + 1) * self.block_size]))
+                if block_id is None:
+                    break
+                ids.append(block_id)
+                hashes.append(wanted[i])
+            self.host_hit_tokens += (len(ids) - device) * self.block_size
         self.hit_tokens += len(ids) * self.block_size
         return ids, hashes
+
+    def _onload(self, h: int, token_ids: tuple[int, ...]) -> int | None:
+        """Bring a block back from the host tier into a fresh device block (ref 1)."""
+        assert self.host is not None
+        held = self.host.blocks.get(h)
+        if held is None or held.token_ids != token_ids or self.num_free == 0:
+            return None
+        self.host.take(h)  # first: the allocation may offload another block into a full tier
+        got = self.allocate(1)
+        assert got is not None
+        block = self.blocks[got[0]]
+        block.hash, block.parent, block.token_ids = h, held.parent, held.token_ids
+        block.priority, block.priority_until, block.priority_set = held.priority, math.inf, True
+        self._by_hash[h] = got[0]
+        if self.store is not None and held.keys is not None and held.values is not None:
+            self.store.write_block(got[0], held.keys, held.values)
+        self.onloaded_blocks += 1
+        self._pending_onload += 1
+        return got[0]
 
     def commit(self, block_id: int, parent: int, token_ids: Sequence[int]) -> int:
         """Register a full, computed block in the prefix cache; returns its hash."""
@@ -176,8 +251,8 @@ class BlockManager:
             if self._free:
                 block_id = self._free.pop()
             else:
-                block_id, _ = self._lru.popitem(last=False)
-                self._uncache(block_id)
+                block_id = self._evictable.pop()
+                self._uncache(block_id, offload=True)
             self.blocks[block_id].ref = 1
             out.append(block_id)
         return out
@@ -186,7 +261,7 @@ class BlockManager:
         for block_id in block_ids:
             block = self.blocks[block_id]
             if block.ref == 0:
-                self._lru.pop(block_id, None)
+                self._evictable.discard(block_id)
             block.ref += 1
 
     def release(self, block_ids: Sequence[int]) -> None:
@@ -198,16 +273,59 @@ class BlockManager:
             block.ref -= 1
             if block.ref == 0:
                 if block.hash:
-                    self._lru[block_id] = None
+                    self._evictable.add(block_id, self._rank(block))
                 else:
                     self._free.append(block_id)
 
-    def _uncache(self, block_id: int) -> None:
+    def _uncache(self, block_id: int, offload: bool = False) -> None:
         block = self.blocks[block_id]
         if block.hash:
             del self._by_hash[block.hash]
-            self._events.append(CacheEvent(CacheEventKind.REMOVED, [block.hash]))
+            removed = [block.hash]
+            if offload and self.host is not None and self.host.capacity_blocks > 0:
+                keys = values = None
+                if self.store is not None:
+                    keys, values = self.store.read_block(block_id)
+                # The host tier keeps the priority the block left with (durations count on the device).
+                removed = self.host.put(HostBlock(block.hash, block.parent, block.token_ids, block.priority, keys, values))
+                self.offloaded_blocks += 1
+                self._pending_offload += 1
+            if removed:
+                self._events.append(CacheEvent(CacheEventKind.REMOVED, removed))
             block.hash, block.parent, block.token_ids = 0, ROOT_BLOCK_HASH, ()
+            block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
+
+    # -- retention priorities ---------------------------------------------------------
+
+    def _rank(self, block: Block) -> int:
+        return block.priority if self.eviction_policy == "priority" else DEFAULT_PRIORITY
+
+    def set_priority(self, block_id: int, priority: int, until: float = math.inf) -> None:
+        """Retention priority of a block (0-100), back to the default at ``until``. The latest
+        request to use a block sets it: a session back from an approval wait releases its hold."""
+        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise ValueError(f"retention priority {priority} outside {MIN_PRIORITY}..{MAX_PRIORITY}")
+        block = self.blocks[block_id]
+        block.priority, block.priority_until, block.priority_set = priority, until, True
+        if until != math.inf:
+            heapq.heappush(self._expiries, (until, block_id))
+        if block_id in self._evictable:
+            self._evictable.add(block_id, self._rank(block))
+
+    def _expire_priorities(self, now: float) -> None:
+        while self._expiries and self._expiries[0][0] <= now:
+            until, block_id = heapq.heappop(self._expiries)
+            block = self.blocks[block_id]
+            if block.priority_until == until:  # not replaced since
+                block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
+                if block_id in self._evictable:
+                    self._evictable.add(block_id, self._rank(block))
+
+    def take_transfers(self) -> tuple[int, int]:
+        """Blocks copied host->device and device->host since the last call."""
+        out = (self._pending_onload, self._pending_offload)
+        self._pending_onload = self._pending_offload = 0
+        return out
 
     # -- retention --------------------------------------------------------------------
 
@@ -225,6 +343,7 @@ class BlockManager:
         return True
 
     def expire_retentions(self, now: float) -> None:
+        self._expire_priorities(now)
         for key in [k for k, r in self._retentions.items() if r.until <= now]:
             self.drop_retention(key)
 
@@ -262,7 +381,7 @@ class BlockManager:
         if len(token_ids) != self.block_size:
             raise ValueError(f"an imported block must hold {self.block_size} tokens")
         h = block_hash(parent, token_ids)
-        if h in self._by_hash or not self.prefix_cache:
+        if h in self._by_hash or not self.prefix_cache or (self.host is not None and h in self.host):
             return None
         got = self.allocate(1)
         if got is None:

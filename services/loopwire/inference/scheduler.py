@@ -52,6 +52,7 @@ class Scheduler:
         self.blocks.release(seq.block_ids)
         seq.block_ids = []
         seq.block_hashes = []
+        seq.num_prioritized = 0
         seq.num_computed = 0
 
     def has_work(self) -> bool:

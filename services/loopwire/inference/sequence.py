@@ -10,6 +10,7 @@ import numpy as np
 
 from loopwire.common.hashing import salted_root
 from loopwire.inference.drafter import DraftContext
+from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY
 from loopwire.inference.sampling import SamplingSettings
 
 _arrivals = itertools.count()
@@ -20,6 +21,41 @@ class FinishReason(Enum):
     LENGTH = "length"
     CANCELLED = "cancelled"
     PREFILLED = "prefilled"  # a prefill-only request: its KV is ready to pull
+    TIMEOUT = "timeout"  # the engine gave up on it (TensorRT-LLM's request timeout)
+    NOT_FINISHED = "not_finished"  # the engine ended the stream without a reason
+
+
+@dataclass(frozen=True)
+class TokenRangeRetention:
+    """Retention priority (0-100) of the prompt tokens ``[start, end)`` (``end`` None: the whole
+    rest of the prompt), for ``duration_s`` seconds (None: as long as they stay cached)."""
+
+    start: int
+    end: int | None
+    priority: int
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """TensorRT-LLM's ``KvCacheRetentionConfig``: priorities per prompt token range and one for
+    the generated tokens; eviction takes the lowest priority first (default 35)."""
+
+    token_ranges: tuple[TokenRangeRetention, ...] = ()
+    decode_priority: int = DEFAULT_PRIORITY
+    decode_duration_s: float | None = None
+
+    def block_priority(self, start: int, end: int, prompt_len: int) -> tuple[int, float | None] | None:
+        """(priority, duration) of the block holding tokens ``[start, end)``: the highest priority
+        of what it overlaps; None when nothing sets one."""
+        found: list[tuple[int, float | None]] = []
+        for r in self.token_ranges:
+            r_end = prompt_len if r.end is None else min(r.end, prompt_len)
+            if r.start < end and start < r_end:
+                found.append((r.priority, r.duration_s))
+        if end > prompt_len:
+            found.append((self.decode_priority, self.decode_duration_s))
+        return max(found, key=lambda f: f[0]) if found else None
 
 
 @dataclass
@@ -40,6 +76,11 @@ class GenerationRequest:
     prefill_only: bool = False
     # Prefix-cache namespace (a tenant): see salted_root.
     cache_salt: str = ""
+    # Eviction priorities of this request's blocks (None: the default for all).
+    retention: RetentionPolicy | None = None
+    # Decode a prompt another replica prefilled: that engine's transfer state (trtllm:
+    # DisaggregatedParams of the context-only request, see trtllm_engine.encode_disagg_state).
+    disagg_state: bytes = b""
 
 
 @dataclass
@@ -69,6 +110,8 @@ class Finished:
     token_ids: list[int]
     # Prefix-cache hashes of its full, computed blocks (what Prefill hands to PullKv).
     block_hashes: list[int]
+    # A prefill on an engine with its own KV transport: what the decode replica needs (trtllm).
+    disagg_state: bytes = b""
 
 
 @dataclass
@@ -96,6 +139,7 @@ class Sequence:
         self.num_computed = 0  # tokens whose K/V are in this sequence's blocks
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []  # hashes of block_ids[:len(block_hashes)], committed
+        self.num_prioritized = 0  # blocks whose retention priority is set
         self.status = SeqStatus.WAITING
         self.order = next(_arrivals)
         self.draft = draft

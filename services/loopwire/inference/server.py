@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loopwire.common import grpc_server
+from loopwire.common import grpc_server, telemetry
 from loopwire.common.config import env as _env
 from loopwire.common.model_def import ModelDefinition, load_definition
 from loopwire.common.service_auth import ServiceTokenInterceptor
@@ -44,7 +44,11 @@ class EngineOptions:
     max_batch_tokens: int = 0  # 0: 1024 for reference, 8192 for simulated
     max_output_tokens: int = 4096
     num_draft_tokens: int = 8
+    drafter: str = "suffix"
+    draft_model: str = ""  # trtllm draft_target / eagle3: the draft checkpoint directory
     prefix_cache: bool = True
+    host_kv_bytes: int = 0
+    eviction_policy: str = "priority"
     role: str = "both"
     gpu: str = "h200"
     model_params: str = "8b"
@@ -77,6 +81,9 @@ def build_engine(options: EngineOptions) -> Engine:
         max_output_tokens=options.max_output_tokens,
         num_draft_tokens=options.num_draft_tokens,
         prefix_cache=options.prefix_cache,
+        drafter=options.drafter,
+        host_kv_bytes=options.host_kv_bytes,
+        eviction_policy=options.eviction_policy,
     )
     if options.engine == "reference":
         from loopwire.inference.model import LlamaModel
@@ -148,6 +155,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-output-tokens", type=int,
                         default=int(_env("max_output_tokens", str(d.max_output_tokens))))
     parser.add_argument("--num-draft-tokens", type=int, default=int(_env("num_draft_tokens", str(d.num_draft_tokens))))
+    parser.add_argument("--drafter", choices=["suffix", "prompt_lookup", "draft_target", "eagle3"],
+                        default=_env("drafter", d.drafter),
+                        help="speculative drafts: suffix decoding (session + recent outputs) or prompt lookup; "
+                             "trtllm also draft_target and eagle3 (with --draft-model)")
+    parser.add_argument("--draft-model", default=_env("draft_model", d.draft_model),
+                        help="trtllm --drafter draft_target/eagle3: the draft checkpoint directory")
+    parser.add_argument("--host-kv-bytes", type=int, default=int(_env("host_kv_bytes", "0")),
+                        help="host-memory KV tier for evicted blocks, bytes (0: none)")
+    parser.add_argument("--eviction-policy", choices=["priority", "lru"], default=_env("eviction_policy", d.eviction_policy),
+                        help="KV eviction: retention priority then LRU, or plain LRU")
     parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
                         default=_env("no_prefix_cache", "") in ("", "0", "false"),
                         help="disable prefix caching (the naive baseline)")
@@ -186,6 +203,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     except (ValueError, OSError) as e:  # ModelError, TokenizerError, ChatTemplateError are ValueErrors
         raise SystemExit(f"inference: {e}") from None
     log.info("%s", describe(engine))
+    telemetry.set_model(engine.definition.name)  # on this replica's server spans and every metric
     token = service_token_from_args(args, "inference")
     server = grpc_server.make_server([ServiceTokenInterceptor(token)] if token else [])
     add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()))

@@ -32,6 +32,8 @@ _FINISH = {
     FinishReason.LENGTH: common_pb2.FINISH_REASON_LENGTH,
     FinishReason.CANCELLED: common_pb2.FINISH_REASON_CANCELLED,
     FinishReason.PREFILLED: common_pb2.FINISH_REASON_STOP,
+    FinishReason.TIMEOUT: common_pb2.FINISH_REASON_ERROR,
+    FinishReason.NOT_FINISHED: common_pb2.FINISH_REASON_ERROR,
 }
 _CACHE_EVENT = {
     CacheEventKind.STORED: inference_pb2.CACHE_EVENT_TYPE_STORED,
@@ -212,7 +214,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         prompt_hash: SequenceHash,
         state: _StreamState,
     ) -> None:
-        with telemetry.generation_span(self.engine.model_name, rid, session_id=req.session_id,
+        telemetry.bind_log_ids(request_id=rid, session_id=req.session_id)  # this generation's task
+        model = self.engine.definition.name  # the short name: the label of its spans and metrics
+        with telemetry.generation_span(model, rid, session_id=req.session_id,
                                        trace_context=start.trace_context) as span:
             try:
                 if start.kv_handle:
@@ -226,7 +230,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                         fin = response.finished
                         span.set_usage(fin.usage)
                         span.finish(fin.finish_reason)
-                        telemetry.metrics().record_generation(fin.usage, fin.timings, self.engine.model_name)
+                        telemetry.metrics().record_generation(fin.usage, fin.timings, model, fin.finish_reason)
                         state.outbox.put(response)
             except RequestError as e:
                 state.outbox.put(_error(rid, e))
@@ -381,6 +385,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             vocab_size=self.vocab_size,
             max_output_tokens=self.config.max_output_tokens,
             tokenizer_digest=self._model_info.model.tokenizer_digest,
+            kv_host_blocks_used=s.kv_host_blocks_used,
+            kv_host_blocks_total=s.kv_host_blocks_total,
+            prefix_cache_host_hit_tokens=s.prefix_cache_host_hit_tokens,
+            num_preemptions=s.num_preemptions,
         )
 
     async def GetModelInfo(

@@ -30,14 +30,24 @@ class CostModelExecutor:
         self.clock = clock
         self.last_step_seconds = 0.0
         self.busy_seconds = 0.0
+        self.transfer_seconds = 0.0  # host-tier copies, included in the step times
+        self._pending_transfer = 0.0
+        self.block_size = 16
         self._plain_lo, self._plain_hi = plain_id_range(definition)
 
     def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
-        seconds = self.cost.step_seconds([(item.start, len(item.token_ids)) for item in batch])
+        seconds = self.cost.step_seconds([(item.start, len(item.token_ids)) for item in batch]) + self._pending_transfer
+        self._pending_transfer = 0.0
         self.clock.advance(seconds)
         self.last_step_seconds = seconds
         self.busy_seconds += seconds
         return [None] * len(batch)
+
+    def transfer(self, onloaded_blocks: int, offloaded_blocks: int) -> None:
+        """Host-tier copies made while planning the next step: priced into it."""
+        seconds = self.cost.host_transfer_seconds(onloaded_blocks + offloaded_blocks, self.block_size)
+        self._pending_transfer += seconds
+        self.transfer_seconds += seconds
 
     def synthetic_token(self, seq: Sequence, position: int) -> int:
         span = self._plain_hi - self._plain_lo
@@ -55,4 +65,5 @@ def simulated_core(config: EngineConfig, cost: CostModel,
                    definition: ModelDefinition) -> tuple[EngineCore, CostModelExecutor]:
     clock = VirtualClock()
     executor = CostModelExecutor(cost, clock, definition)
+    executor.block_size = config.block_size
     return EngineCore(config, executor, clock), executor

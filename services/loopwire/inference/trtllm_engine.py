@@ -9,10 +9,21 @@ work on machines without it. What maps to what:
   ``cache_events`` polls ``LLM.get_kv_cache_events`` and re-keys every stored block with
   ``loopwire.common.hashing`` (from its tokens and its parent), so routers predict hits with
   the same hashes for every engine.
-* speculative decoding → ``NGramDecodingConfig`` (prompt lookup) at load time; the per-request
-  switch cannot turn it off on this engine. Acceptance comes from ``return_perf_metrics``.
+* host-memory KV tier → ``KvCacheConfig(host_cache_size=--host-kv-bytes)``.
+* speculative decoding, chosen by ``--drafter`` at load time: ``NGramDecodingConfig`` (prompt
+  lookup; also what ``suffix`` maps to, TensorRT-LLM has no cross-session suffix drafter),
+  ``DraftTargetDecodingConfig`` (``draft_target``) or ``EagleDecodingConfig`` (``eagle3``), the
+  latter two with ``--draft-model``. The per-request switch cannot turn it off on this engine.
+  Acceptance comes from the request's perf metrics (``return_perf_metrics``).
 * replay oracle → a logits processor that masks every token but the recorded next one.
-* retention hints → ``KvCacheRetentionConfig`` with a duration for the prompt's blocks.
+* retention → ``KvCacheRetentionConfig``: a request's ``RetentionPolicy`` token ranges and
+  decode priority one to one; a retention hint as priority 100 with its duration.
+* roles → ``DisaggregatedParams``: a prefill-only request runs ``request_type="context_only"``
+  and hands back the returned params (``opaque_state`` kept as bytes) as ``disagg_state``; a
+  request carrying ``disagg_state`` runs ``"generation_only"`` with them (``ctx_request_id``,
+  ``first_gen_tokens``). The KV itself moves over TensorRT-LLM's cache transceiver.
+* finish reasons one to one: stop, length, cancelled, timeout; a finished output without a
+  reason is NOT_FINISHED, never "length".
 
 The model definition (tokenizer, chat template, stops) is read from the same checkpoint
 directory the LLM loads; the engine refuses to start when the checkpoint's vocabulary does not
@@ -23,16 +34,23 @@ does not report is logged once and left out, never reported as zero.
 KV export/import between replicas (Prefill/PullKv) goes through TensorRT-LLM's own
 ``DisaggregatedParams`` transport, not through this process; ``export_kv``/``import_kv``
 raise ``NotImplementedError`` and the service answers UNIMPLEMENTED.
+
+Every TensorRT-LLM name used is listed in ``API_NAMES`` / ``API_KWARGS`` (checked against the
+installed package by a GPU-marked test); ``load_api`` is the only import.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
@@ -45,6 +63,7 @@ from loopwire.inference.sequence import (
     FinishReason,
     GenerationRequest,
     RequestOutput,
+    RetentionPolicy,
     Timings,
     Usage,
 )
@@ -57,6 +76,107 @@ log = logging.getLogger("loopwire.inference.trtllm")
 
 # How often KV cache events are polled from the executor (seconds).
 _EVENT_POLL_S = 0.05
+_RATE_WINDOW_S = 10.0
+
+# Module -> names this engine imports from it.
+API_NAMES = {
+    "tensorrt_llm": ["LLM", "SamplingParams"],
+    "tensorrt_llm.llmapi": ["KvCacheConfig", "KvCacheRetentionConfig", "DisaggregatedParams", "NGramDecodingConfig",
+                            "DraftTargetDecodingConfig", "EagleDecodingConfig"],
+}
+# Name -> keyword arguments this engine passes to it.
+API_KWARGS = {
+    "KvCacheConfig": ["enable_block_reuse", "event_buffer_max_size", "tokens_per_block", "max_tokens", "host_cache_size"],
+    "DisaggregatedParams": ["request_type", "first_gen_tokens", "ctx_request_id", "opaque_state", "draft_tokens"],
+    "NGramDecodingConfig": ["max_draft_len", "max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool"],
+    "DraftTargetDecodingConfig": ["max_draft_len"],
+    "EagleDecodingConfig": ["max_draft_len", "eagle3_one_model"],
+    "SamplingParams": ["max_tokens", "temperature", "top_p", "seed", "stop_token_ids", "return_perf_metrics",
+                       "logits_processor"],
+    "LLM": ["model", "kv_cache_config", "speculative_config", "skip_tokenizer_init", "max_num_tokens"],
+}
+# The draft checkpoint's keyword: ``speculative_model`` in current releases, ``speculative_model_dir`` before.
+DRAFT_MODEL_KWARGS = ("speculative_model", "speculative_model_dir")
+# TensorRT-LLM's CompletionOutput.finish_reason -> ours.
+FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "cancelled": FinishReason.CANCELLED,
+    "timeout": FinishReason.TIMEOUT,
+}
+
+
+def load_api() -> SimpleNamespace:
+    """The TensorRT-LLM names this engine uses (the only import of the package)."""
+    import importlib
+
+    return SimpleNamespace(**{name: getattr(importlib.import_module(module), name)
+                              for module, names in API_NAMES.items() for name in names})
+
+
+def _fields(cls: Any) -> set[str]:
+    """Constructor keywords of a TensorRT-LLM config class (pydantic model or plain class)."""
+    import inspect
+
+    fields = getattr(cls, "model_fields", None)
+    if fields:
+        return set(fields)
+    return set(inspect.signature(cls).parameters)
+
+
+def speculative_config(api: Any, drafter: str, num_draft_tokens: int, draft_model: str) -> Any:
+    """The speculative-decoding config ``--drafter`` names (None: no speculation)."""
+    if num_draft_tokens <= 0:
+        return None
+    if drafter in ("prompt_lookup", "suffix"):
+        return api.NGramDecodingConfig(max_draft_len=num_draft_tokens, max_matching_ngram_size=3, is_keep_all=True,
+                                       is_use_oldest=False, is_public_pool=False)
+    if drafter in ("draft_target", "eagle3"):
+        if not draft_model:
+            raise ValueError(f"--drafter {drafter} needs --draft-model (the draft checkpoint directory)")
+        cls = api.DraftTargetDecodingConfig if drafter == "draft_target" else api.EagleDecodingConfig
+        key = next((k for k in DRAFT_MODEL_KWARGS if k in _fields(cls)), DRAFT_MODEL_KWARGS[0])
+        extra = {"eagle3_one_model": True} if drafter == "eagle3" else {}
+        return cls(max_draft_len=num_draft_tokens, **{key: draft_model}, **extra)
+    raise ValueError(f"unknown drafter {drafter!r} for trtllm; choose prompt_lookup, suffix, draft_target or eagle3")
+
+
+def retention_config(api: Any, req: GenerationRequest) -> Any:
+    """``KvCacheRetentionConfig`` of a request: its policy one to one, else its retention hint."""
+    cls = api.KvCacheRetentionConfig
+    policy: RetentionPolicy | None = req.retention
+    if policy is not None:
+        ranges = [cls.TokenRangeRetentionConfig(r.start, r.end, r.priority, _ms(r.duration_s))
+                  for r in policy.token_ranges]
+        return cls(ranges, policy.decode_priority, _ms(policy.decode_duration_s))
+    if req.retention_seconds > 0:
+        return cls([cls.TokenRangeRetentionConfig(0, None, 100, timedelta(seconds=req.retention_seconds))], 35)
+    return None
+
+
+def _ms(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
+
+
+def encode_disagg_state(params: Any) -> bytes:
+    """A context-only request's DisaggregatedParams as bytes for the decode replica."""
+    opaque = getattr(params, "opaque_state", None)
+    return json.dumps({
+        "ctx_request_id": getattr(params, "ctx_request_id", None),
+        "first_gen_tokens": list(getattr(params, "first_gen_tokens", None) or []),
+        "draft_tokens": list(getattr(params, "draft_tokens", None) or []) or None,
+        "opaque_state": base64.b64encode(opaque).decode() if opaque is not None else None,
+    }).encode()
+
+
+def generation_params(api: Any, state: bytes) -> Any:
+    """DisaggregatedParams for the generation-only half of a prefilled request."""
+    data = json.loads(state)
+    opaque = data.get("opaque_state")
+    return api.DisaggregatedParams(
+        request_type="generation_only", first_gen_tokens=data.get("first_gen_tokens") or None,
+        ctx_request_id=data.get("ctx_request_id"), draft_tokens=data.get("draft_tokens"),
+        opaque_state=base64.b64decode(opaque) if opaque is not None else None)
 
 
 class OracleLogitsProcessor:
@@ -81,8 +201,9 @@ class TrtLlmEngine:
     name = "trtllm"
     supports_kv_transfer = False
 
-    def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition) -> None:
+    def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition, api: Any = None) -> None:
         self.llm = llm
+        self._api = api
         self.config = config
         self.definition = definition
         self.model_name = f"{definition.name} ({definition.source})"
@@ -94,7 +215,18 @@ class TrtLlmEngine:
         self._trt_to_ours: dict[int, int] = {}
         self._poller: asyncio.Task[None] | None = None
         self._running = 0
+        self._waiting = 0
+        self._running_reported = 0
         self._generated: list[tuple[float, int]] = []
+        # (time, context tokens, generated tokens) per iteration, from the iteration stats.
+        self._iterations: deque[tuple[float, int, int]] = deque()
+        self._iterations_seen = False
+
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            self._api = load_api()
+        return self._api
 
     @classmethod
     def from_options(cls, options: EngineOptions, definition: ModelDefinition) -> TrtLlmEngine:
@@ -102,28 +234,28 @@ class TrtLlmEngine:
         from loopwire.inference.server import check_vocabulary
 
         check_vocabulary(load_model_config(definition.source).vocab_size, definition)
-        from tensorrt_llm import LLM
-        from tensorrt_llm.llmapi import KvCacheConfig, NGramDecodingConfig
+        return cls.create(options, definition, load_api())
 
-        kv = KvCacheConfig(
+    @classmethod
+    def create(cls, options: EngineOptions, definition: ModelDefinition, api: Any) -> TrtLlmEngine:
+        """Translate the options into TensorRT-LLM's configs and start its ``LLM``."""
+        kv = api.KvCacheConfig(
             enable_block_reuse=options.prefix_cache,
             event_buffer_max_size=16384,
             tokens_per_block=options.block_size,
             **({"max_tokens": options.kv_blocks * options.block_size} if options.kv_blocks else {}),
+            **({"host_cache_size": options.host_kv_bytes} if options.host_kv_bytes else {}),
         )
-        spec = None
-        if options.num_draft_tokens > 0:
-            spec = NGramDecodingConfig(max_draft_len=options.num_draft_tokens, max_matching_ngram_size=3,
-                                       is_keep_all=True, is_use_oldest=True, is_public_pool=False)
-        llm = LLM(model=definition.source, kv_cache_config=kv, speculative_config=spec, skip_tokenizer_init=True,
-                  max_num_tokens=options.max_batch_tokens or 8192)
+        spec = speculative_config(api, options.drafter, options.num_draft_tokens, options.draft_model)
+        llm = api.LLM(model=definition.source, kv_cache_config=kv, speculative_config=spec, skip_tokenizer_init=True,
+                      max_num_tokens=options.max_batch_tokens or 8192)
         config = EngineConfig(
             model=model_preset(options.model_params), replica_id=options.replica_id,
             block_size=options.block_size, num_kv_blocks=options.kv_blocks or 1,
             max_output_tokens=options.max_output_tokens, num_draft_tokens=options.num_draft_tokens,
-            prefix_cache=options.prefix_cache,
+            prefix_cache=options.prefix_cache, drafter=options.drafter, host_kv_bytes=options.host_kv_bytes,
         )
-        return cls(llm, config, definition)
+        return cls(llm, config, definition, api)
 
     async def start(self) -> None:
         if self._poller is None:
@@ -137,13 +269,16 @@ class TrtLlmEngine:
         self.llm.shutdown()
 
     async def generate(self, req: GenerationRequest) -> AsyncIterator[RequestOutput]:
-        from tensorrt_llm import SamplingParams
-        from tensorrt_llm.llmapi import KvCacheRetentionConfig
-
+        api = self.api
         await self.start()
         oracle = req.oracle
-        params = SamplingParams(
-            max_tokens=min(req.max_tokens, len(oracle)) if oracle else req.max_tokens,
+        disagg = None
+        if req.prefill_only:
+            disagg = api.DisaggregatedParams(request_type="context_only")
+        elif req.disagg_state:
+            disagg = generation_params(api, req.disagg_state)
+        params = api.SamplingParams(
+            max_tokens=1 if req.prefill_only else min(req.max_tokens, len(oracle)) if oracle else req.max_tokens,
             temperature=req.sampling.temperature or None,
             top_p=req.sampling.top_p if req.sampling.temperature > 0 else None,
             seed=req.sampling.seed,
@@ -151,19 +286,13 @@ class TrtLlmEngine:
             return_perf_metrics=True,
             logits_processor=OracleLogitsProcessor(oracle, len(req.prompt)) if oracle else None,
         )
-        retention = None
-        if req.retention_seconds > 0:
-            from datetime import timedelta
-
-            retention = KvCacheRetentionConfig(
-                [KvCacheRetentionConfig.TokenRangeRetentionConfig(0, None, 100, timedelta(seconds=req.retention_seconds))],
-                35)
+        retention = retention_config(api, req)
         arrival = time.monotonic()
         first_token: float | None = None
         sent = 0
         self._running += 1
         result = self.llm.generate_async({"prompt_token_ids": req.prompt}, sampling_params=params, streaming=True,
-                                         kv_cache_retention_config=retention)
+                                         kv_cache_retention_config=retention, disaggregated_params=disagg)
         self._handles[req.request_id] = result
         finished = False
         try:
@@ -180,7 +309,11 @@ class TrtLlmEngine:
                     continue
                 finished = True
                 now = time.monotonic()
-                reason = FinishReason.STOP if completion.finish_reason == "stop" else FinishReason.LENGTH
+                reason = FINISH_REASONS.get(completion.finish_reason, FinishReason.NOT_FINISHED)
+                state = b""
+                if req.prefill_only and reason in (FinishReason.STOP, FinishReason.LENGTH):
+                    reason = FinishReason.PREFILLED
+                    state = encode_disagg_state(getattr(completion, "disaggregated_params", None))
                 usage = Usage(input_tokens=len(req.prompt), output_tokens=sent,
                               cached_input_tokens=int(getattr(out, "cached_tokens", 0) or 0))
                 metrics = getattr(completion, "request_perf_metrics", None)
@@ -192,7 +325,7 @@ class TrtLlmEngine:
                 ft = first_token or now
                 timings = Timings(ttft_us=int((ft - arrival) * 1e6), decode_us=int((now - ft) * 1e6))
                 yield RequestOutput(req.request_id, new, Finished(reason, usage, timings,
-                                                                   req.prompt + list(completion.token_ids), []))
+                                                                   req.prompt + list(completion.token_ids), [], state))
         finally:
             self._running -= 1
             self._handles.pop(req.request_id, None)
@@ -205,16 +338,27 @@ class TrtLlmEngine:
             handle.abort()
 
     def stats(self) -> EngineStats:
+        """Queues and rates from TensorRT-LLM's iteration stats when it reports them (context
+        and generation tokens per iteration), else the streamed tokens seen here."""
         now = time.monotonic()
-        self._generated = [(t, n) for t, n in self._generated if t > now - 10.0]
-        rate = sum(n for _, n in self._generated) / 10.0
+        self._generated = [(t, n) for t, n in self._generated if t > now - _RATE_WINDOW_S]
+        while self._iterations and self._iterations[0][0] < now - _RATE_WINDOW_S:
+            self._iterations.popleft()
+        if self._iterations_seen:
+            prefill = sum(c for _, c, _ in self._iterations) / _RATE_WINDOW_S
+            decode = sum(g for _, _, g in self._iterations) / _RATE_WINDOW_S
+            running, waiting = self._running_reported, self._waiting
+        else:
+            prefill, decode = 0.0, sum(n for _, n in self._generated) / _RATE_WINDOW_S
+            running, waiting = self._running, 0
         kv = self._kv_stats
         used, free, total = (int(kv.get(k, 0)) for k in ("usedNumBlocks", "freeNumBlocks", "maxNumBlocks"))
         return EngineStats(
-            running=self._running, waiting=0, kv_blocks_used=used, kv_blocks_free=free, kv_blocks_total=total,
-            block_size=self.config.block_size, recent_tokens_per_second=rate, prefill_tokens_per_second=0.0,
-            decode_tokens_per_second=rate, prefix_cache_queried_tokens=0, prefix_cache_hit_tokens=0,
-            num_preemptions=0, steps=0,
+            running=running, waiting=waiting, kv_blocks_used=used, kv_blocks_free=free, kv_blocks_total=total,
+            kv_host_blocks_used=0, kv_host_blocks_total=0,  # TensorRT-LLM's stats carry no host-tier counts
+            block_size=self.config.block_size, recent_tokens_per_second=prefill + decode,
+            prefill_tokens_per_second=prefill, decode_tokens_per_second=decode, prefix_cache_queried_tokens=0,
+            prefix_cache_hit_tokens=0, prefix_cache_host_hit_tokens=0, num_preemptions=0, steps=0,
         )
 
     async def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]:
@@ -241,10 +385,23 @@ class TrtLlmEngine:
             await asyncio.sleep(_EVENT_POLL_S)
 
     def read_iteration_stats(self, stats: list[Any]) -> None:
-        """Keep the newest ``kvCacheStats`` of TensorRT-LLM's iteration stats (dicts or JSON strings)."""
-        for item in reversed(stats or []):
-            data = json.loads(item) if isinstance(item, str) else item
-            kv = data.get("kvCacheStats") if isinstance(data, dict) else None
+        """Keep the newest ``kvCacheStats``, the queue lengths and the tokens of every iteration
+        from TensorRT-LLM's iteration stats (dicts or JSON strings)."""
+        parsed = [json.loads(item) if isinstance(item, str) else item for item in stats or []]
+        parsed = [d for d in parsed if isinstance(d, dict)]
+        now = time.monotonic()
+        for data in parsed:
+            batching = data.get("inflightBatchingStats")
+            if isinstance(batching, dict):
+                self._iterations_seen = True
+                gen = int(batching.get("numGenRequests", 0))  # one token each per iteration (more with drafts)
+                self._iterations.append((now, int(batching.get("numCtxTokens", 0)), gen))
+            if "numQueuedRequests" in data:
+                self._waiting = int(data["numQueuedRequests"])
+            if "numActiveRequests" in data:
+                self._running_reported = int(data["numActiveRequests"])
+        for data in reversed(parsed):
+            kv = data.get("kvCacheStats")
             if kv:
                 self._kv_stats = kv
                 return

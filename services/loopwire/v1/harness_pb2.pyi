@@ -237,6 +237,7 @@ class StartTask(_message.Message):
     REPLAY_FIELD_NUMBER: _builtins.int
     MAX_TURNS_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    MCP_SERVERS_FIELD_NUMBER: _builtins.int
     task: _builtins.str
     instructions: _builtins.str
     """Fixed for the session; empty means the harness default."""
@@ -251,6 +252,13 @@ class StartTask(_message.Message):
     def model(self) -> Global___ModelOptions: ...
     @_builtins.property
     def replay(self) -> Global___ReplayScript: ...
+    @_builtins.property
+    def mcp_servers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """MCP servers whose tools this session can find with tool_search, by the names the
+        harness's configuration gives them (a client never names a command to run); empty
+        means every configured server.
+        """
+
     def __init__(
         self,
         *,
@@ -262,10 +270,11 @@ class StartTask(_message.Message):
         replay: Global___ReplayScript | None = ...,
         max_turns: _builtins.int = ...,
         session_id: _builtins.str = ...,
+        mcp_servers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["approval_policy", b"approval_policy", "model", b"model", "replay", b"replay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_policy", b"approval_policy", "instructions", b"instructions", "max_turns", b"max_turns", "model", b"model", "replay", b"replay", "session_id", b"session_id", "task", b"task", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_policy", b"approval_policy", "instructions", b"instructions", "max_turns", b"max_turns", "mcp_servers", b"mcp_servers", "model", b"model", "replay", b"replay", "session_id", b"session_id", "task", b"task", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -759,6 +768,60 @@ class RunFailed(_message.Message):
 Global___RunFailed: _TypeAlias = RunFailed  # noqa: Y015
 
 @_typing.final
+class CompactionCompleted(_message.Message):
+    """Older turns were summarized by a model call (the prompt passed its threshold); the session
+    goes on with a compaction_summary item followed by the recent turns. With `error` set the
+    summary call failed and the session goes on uncompacted.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
+    THRESHOLD_TOKENS_FIELD_NUMBER: _builtins.int
+    REPLACED_ITEMS_FIELD_NUMBER: _builtins.int
+    KEPT_ITEMS_FIELD_NUMBER: _builtins.int
+    SUMMARY_INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    SUMMARY_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_AFTER_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    turn: _builtins.int
+    """The turn the compacted prompt is first sent in."""
+    prompt_tokens_before: _builtins.int
+    """Prompt tokens of the last turn before compaction, and the threshold it passed."""
+    threshold_tokens: _builtins.int
+    replaced_items: _builtins.int
+    """Items the summary replaces, and the recent items kept after it."""
+    kept_items: _builtins.int
+    summary_input_tokens: _builtins.int
+    """What the summary call cost."""
+    summary_output_tokens: _builtins.int
+    prompt_tokens_after: _builtins.int
+    """The compacted prompt's size (cl100k estimate until the next turn reports the real prefill)."""
+    @_builtins.property
+    def error(self) -> _common_pb2.Error: ...
+    def __init__(
+        self,
+        *,
+        turn: _builtins.int = ...,
+        prompt_tokens_before: _builtins.int = ...,
+        threshold_tokens: _builtins.int = ...,
+        replaced_items: _builtins.int = ...,
+        kept_items: _builtins.int = ...,
+        summary_input_tokens: _builtins.int = ...,
+        summary_output_tokens: _builtins.int = ...,
+        prompt_tokens_after: _builtins.int = ...,
+        error: _common_pb2.Error | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "kept_items", b"kept_items", "prompt_tokens_after", b"prompt_tokens_after", "prompt_tokens_before", b"prompt_tokens_before", "replaced_items", b"replaced_items", "summary_input_tokens", b"summary_input_tokens", "summary_output_tokens", b"summary_output_tokens", "threshold_tokens", b"threshold_tokens", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CompactionCompleted: _TypeAlias = CompactionCompleted  # noqa: Y015
+
+@_typing.final
 class RunResponse(_message.Message):
     """An event of the Run stream."""
 
@@ -776,6 +839,7 @@ class RunResponse(_message.Message):
     DIAGNOSTIC_FIELD_NUMBER: _builtins.int
     COMPLETED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
+    COMPACTION_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     sequence: _builtins.int
     """Increases by one per event of a session."""
@@ -799,6 +863,8 @@ class RunResponse(_message.Message):
     def completed(self) -> Global___RunCompleted: ...
     @_builtins.property
     def failed(self) -> Global___RunFailed: ...
+    @_builtins.property
+    def compaction(self) -> Global___CompactionCompleted: ...
     def __init__(
         self,
         *,
@@ -814,12 +880,13 @@ class RunResponse(_message.Message):
         diagnostic: Global___RunDiagnostic | None = ...,
         completed: Global___RunCompleted | None = ...,
         failed: Global___RunFailed | None = ...,
+        compaction: Global___CompactionCompleted | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "sequence", b"sequence", "session_id", b"session_id", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "sequence", b"sequence", "session_id", b"session_id", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -603,6 +603,10 @@ class GetStatusResponse(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _builtins.int
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     TOKENIZER_DIGEST_FIELD_NUMBER: _builtins.int
+    KV_HOST_BLOCKS_USED_FIELD_NUMBER: _builtins.int
+    KV_HOST_BLOCKS_TOTAL_FIELD_NUMBER: _builtins.int
+    PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _builtins.int
+    NUM_PREEMPTIONS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     engine: _builtins.str
     """"reference", "simulated" or "trtllm"."""
@@ -625,6 +629,13 @@ class GetStatusResponse(_message.Message):
     """Digest of the served model definition (ModelInfo.tokenizer_digest): the router
     refuses a replica whose digest differs from the one the gateway tokenizes with.
     """
+    kv_host_blocks_used: _builtins.int
+    """Host-memory KV tier: blocks held / capacity (0 when the replica has none)."""
+    kv_host_blocks_total: _builtins.int
+    prefix_cache_host_hit_tokens: _builtins.int
+    """Part of prefix_cache_hit_tokens copied back from the host tier instead of recomputed."""
+    num_preemptions: _builtins.int
+    """Preemptions (recompute) since start: a replica short of KV shows it here first."""
     def __init__(
         self,
         *,
@@ -646,10 +657,14 @@ class GetStatusResponse(_message.Message):
         vocab_size: _builtins.int = ...,
         max_output_tokens: _builtins.int = ...,
         tokenizer_digest: _builtins.str = ...,
+        kv_host_blocks_used: _builtins.int = ...,
+        kv_host_blocks_total: _builtins.int = ...,
+        prefix_cache_host_hit_tokens: _builtins.int = ...,
+        num_preemptions: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "kv_host_blocks_total", b"kv_host_blocks_total", "kv_host_blocks_used", b"kv_host_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "num_preemptions", b"num_preemptions", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_host_hit_tokens", b"prefix_cache_host_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,7 +21,7 @@ import pytest
 
 from loopwire.harness import file_edit, tools, workspace_files
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox import Sandbox, SandboxLimits
 from loopwire.harness.workspace_files import ToolInputError
 from loopwire.v1 import common_pb2
 
@@ -270,14 +270,12 @@ async def test_fifos_are_refused_at_once(ctx, workspace):
 async def test_catastrophic_patterns_end_within_the_grep_limit(ctx, workspace):
     # 27 letters: seconds for a backtracking engine, so a failing run still ends.
     (workspace / "redos.txt").write_text("a" * 27 + "!\n")
-    started = time.monotonic()
     out = await call(ctx, "grep", pattern=r"^(a+)+$")
-    assert time.monotonic() - started < 3 and not out.is_error, out.output
-    # One the `regex` engine backtracks on too: the time limit ends it.
+    assert not out.is_error and out.output == "no matches", out.output
+    # One the `regex` engine backtracks on too (2^60 paths: it would never end): the time limit
+    # ends it and says so. No wall-clock assertion: the test's own timeout is the backstop.
     (workspace / "long.txt").write_text("a" * 60 + "!\n")
-    started = time.monotonic()
     text = await asyncio.to_thread(workspace_files.grep, workspace, r"(a|aa)+$", "long.txt", time_limit=1.0)
-    assert time.monotonic() - started < 2.5, text
     assert "too long" in text or "time limit" in text, text
 
 
@@ -289,13 +287,46 @@ def test_a_huge_file_is_read_in_bounded_memory(workspace):
         f.truncate(512 << 20)  # sparse: 512 MiB that take no disk
     tracemalloc.start()
     try:
-        started = time.monotonic()
         text = workspace_files.read_file(workspace, "big.txt", offset=10, limit=5)
-        elapsed = time.monotonic() - started
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert "    10\tline 10" in text and "    14\tline 14" in text and "line 15" not in text
     assert "read stopped" in text and str(512 << 20) in text, text[:2000]
     assert peak < 64 << 20, f"peak {peak} bytes"
-    assert elapsed < 10
+
+
+@pytest.fixture
+def open_workspace_root():
+    """A workspace root every uid can traverse (/tmp is 1777), as a harness's state directory is."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="loopwire-uid-"))
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the host-uid drop applies to a harness running as root")
+async def test_a_root_harness_runs_commands_as_an_unprivileged_host_uid(open_workspace_root):
+    box = Sandbox(output_limit=1 << 16, limits=SandboxLimits(processes=40))
+    assert box.probe(open_workspace_root / ".probe") == "" and box.warning == "", box.warning
+    ws = workspace_files.workspace_under_root(open_workspace_root, "", "session")
+    ctx = tools.ToolContext(ws, box, BackgroundTasks(), shell_timeout=30, background_after=25)
+    # The harness's own file tool writes a file; the command may change it afterwards.
+    out = await call(ctx, "edit_file", path="notes.txt", search="", replace="from the harness\n")
+    assert not out.is_error, out.output
+    assert (ws / "notes.txt").stat().st_uid == box.host_uid
+    out = await call(ctx, "shell", command="echo from the command >> notes.txt && id -u && touch made-inside")
+    assert not out.is_error and out.output.split("\n")[0] == "1000", out.output
+    assert (ws / "notes.txt").read_text() == "from the harness\nfrom the command\n"
+    assert (ws / "made-inside").stat().st_uid == box.host_uid != 0  # uid 1000 inside is this uid on the host
+    # RLIMIT_NPROC holds now that the host uid is not root: the 41st process cannot be forked.
+    fork_many = ("import os, time\nn = 0\nfor _ in range(80):\n    try:\n        if os.fork() == 0:\n"
+                 "            time.sleep(5)\n            os._exit(0)\n        n += 1\n"
+                 "    except BlockingIOError:\n        print('EAGAIN after', n)\n        break\n")
+    (ws / "fork.py").write_text(fork_many)
+    out = await call(ctx, "shell", command="python3 fork.py; pkill -u 1000 sleep; true")
+    assert "EAGAIN after" in out.output, out.output
+    assert int(out.output.split("EAGAIN after")[1].split()[0]) < 40

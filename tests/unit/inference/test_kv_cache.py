@@ -77,7 +77,7 @@ class BlockManagerMachine(RuleBasedStateMachine):
         for h, block_id in bm._by_hash.items():
             assert bm.blocks[block_id].hash == h
         for b in bm.blocks:
-            in_lru = b.block_id in bm._lru
+            in_lru = bm.is_evictable(b.block_id)
             in_free = b.block_id in bm._free
             assert (b.ref > 0) + in_lru + in_free == 1
             assert not in_lru or b.hash

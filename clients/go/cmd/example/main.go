@@ -1,4 +1,6 @@
-// Command example runs one task on a loopwire harness and prints every event of the run.
+// Command example runs one task on a loopwire harness and prints every event of the run, one
+// line of proto3 canonical JSON each (protojson, compacted: protojson's own whitespace is
+// deliberately unstable), like every other example.
 //
 // Usage: example [HARNESS_ADDRESS] [TASK]
 //
@@ -10,7 +12,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -103,7 +107,12 @@ func run(address, apiKey string, start *loopwirev1.StartTask) int {
 			fmt.Fprintln(os.Stderr, "receive:", err)
 			return 1
 		}
-		fmt.Println(protojson.MarshalOptions{}.Format(event))
+		line, err := canonicalJSON(event)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "encode:", err)
+			return 1
+		}
+		fmt.Println(line)
 		switch event.Event.(type) {
 		case *loopwirev1.RunResponse_Completed:
 			_ = stream.CloseSend()
@@ -112,4 +121,18 @@ func run(address, apiKey string, start *loopwirev1.StartTask) int {
 			return 1
 		}
 	}
+}
+
+// canonicalJSON is one line of the proto3 JSON mapping: protojson's field names, enum names and
+// 64-bit integers as strings, with its randomized whitespace removed.
+func canonicalJSON(event *loopwirev1.RunResponse) (string, error) {
+	raw, err := protojson.Marshal(event)
+	if err != nil {
+		return "", err
+	}
+	var line bytes.Buffer
+	if err := json.Compact(&line, raw); err != nil {
+		return "", err
+	}
+	return line.String(), nil
 }

@@ -7,6 +7,7 @@ import type { ApprovalPolicy as _loopwire_v1_ApprovalPolicy, ApprovalPolicy__Out
 import type { ApprovalRequested as _loopwire_v1_ApprovalRequested, ApprovalRequested__Output as _loopwire_v1_ApprovalRequested__Output } from './loopwire/v1/ApprovalRequested';
 import type { BackgroundTaskCompleted as _loopwire_v1_BackgroundTaskCompleted, BackgroundTaskCompleted__Output as _loopwire_v1_BackgroundTaskCompleted__Output } from './loopwire/v1/BackgroundTaskCompleted';
 import type { CancelRun as _loopwire_v1_CancelRun, CancelRun__Output as _loopwire_v1_CancelRun__Output } from './loopwire/v1/CancelRun';
+import type { CompactionCompleted as _loopwire_v1_CompactionCompleted, CompactionCompleted__Output as _loopwire_v1_CompactionCompleted__Output } from './loopwire/v1/CompactionCompleted';
 import type { CompactionSummary as _loopwire_v1_CompactionSummary, CompactionSummary__Output as _loopwire_v1_CompactionSummary__Output } from './loopwire/v1/CompactionSummary';
 import type { ContentPart as _loopwire_v1_ContentPart, ContentPart__Output as _loopwire_v1_ContentPart__Output } from './loopwire/v1/ContentPart';
 import type { Error as _loopwire_v1_Error, Error__Output as _loopwire_v1_Error__Output } from './loopwire/v1/Error';
@@ -57,6 +58,7 @@ export interface ProtoGrpcType {
       ApprovalRequested: MessageTypeDefinition<_loopwire_v1_ApprovalRequested, _loopwire_v1_ApprovalRequested__Output>
       BackgroundTaskCompleted: MessageTypeDefinition<_loopwire_v1_BackgroundTaskCompleted, _loopwire_v1_BackgroundTaskCompleted__Output>
       CancelRun: MessageTypeDefinition<_loopwire_v1_CancelRun, _loopwire_v1_CancelRun__Output>
+      CompactionCompleted: MessageTypeDefinition<_loopwire_v1_CompactionCompleted, _loopwire_v1_CompactionCompleted__Output>
       CompactionSummary: MessageTypeDefinition<_loopwire_v1_CompactionSummary, _loopwire_v1_CompactionSummary__Output>
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
       ConversationMode: EnumTypeDefinition

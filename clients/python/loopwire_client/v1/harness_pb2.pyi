@@ -91,7 +91,7 @@ class ReplayScript(_message.Message):
     def __init__(self, source: _Optional[str] = ..., turns: _Optional[_Iterable[_Union[ReplayTurn, _Mapping]]] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., run_tools: _Optional[bool] = ...) -> None: ...
 
 class StartTask(_message.Message):
-    __slots__ = ("task", "instructions", "workspace", "approval_policy", "model", "replay", "max_turns", "session_id")
+    __slots__ = ("task", "instructions", "workspace", "approval_policy", "model", "replay", "max_turns", "session_id", "mcp_servers")
     TASK_FIELD_NUMBER: _ClassVar[int]
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     WORKSPACE_FIELD_NUMBER: _ClassVar[int]
@@ -100,6 +100,7 @@ class StartTask(_message.Message):
     REPLAY_FIELD_NUMBER: _ClassVar[int]
     MAX_TURNS_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MCP_SERVERS_FIELD_NUMBER: _ClassVar[int]
     task: str
     instructions: str
     workspace: str
@@ -108,7 +109,8 @@ class StartTask(_message.Message):
     replay: ReplayScript
     max_turns: int
     session_id: str
-    def __init__(self, task: _Optional[str] = ..., instructions: _Optional[str] = ..., workspace: _Optional[str] = ..., approval_policy: _Optional[_Union[ApprovalPolicy, _Mapping]] = ..., model: _Optional[_Union[ModelOptions, _Mapping]] = ..., replay: _Optional[_Union[ReplayScript, _Mapping]] = ..., max_turns: _Optional[int] = ..., session_id: _Optional[str] = ...) -> None: ...
+    mcp_servers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task: _Optional[str] = ..., instructions: _Optional[str] = ..., workspace: _Optional[str] = ..., approval_policy: _Optional[_Union[ApprovalPolicy, _Mapping]] = ..., model: _Optional[_Union[ModelOptions, _Mapping]] = ..., replay: _Optional[_Union[ReplayScript, _Mapping]] = ..., max_turns: _Optional[int] = ..., session_id: _Optional[str] = ..., mcp_servers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ResumeSession(_message.Message):
     __slots__ = ("session_id",)
@@ -292,8 +294,30 @@ class RunFailed(_message.Message):
     error: _common_pb2.Error
     def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
+class CompactionCompleted(_message.Message):
+    __slots__ = ("turn", "prompt_tokens_before", "threshold_tokens", "replaced_items", "kept_items", "summary_input_tokens", "summary_output_tokens", "prompt_tokens_after", "error")
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_ITEMS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKENS_AFTER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    turn: int
+    prompt_tokens_before: int
+    threshold_tokens: int
+    replaced_items: int
+    kept_items: int
+    summary_input_tokens: int
+    summary_output_tokens: int
+    prompt_tokens_after: int
+    error: _common_pb2.Error
+    def __init__(self, turn: _Optional[int] = ..., prompt_tokens_before: _Optional[int] = ..., threshold_tokens: _Optional[int] = ..., replaced_items: _Optional[int] = ..., kept_items: _Optional[int] = ..., summary_input_tokens: _Optional[int] = ..., summary_output_tokens: _Optional[int] = ..., prompt_tokens_after: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+
 class RunResponse(_message.Message):
-    __slots__ = ("session_id", "sequence", "started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed")
+    __slots__ = ("session_id", "sequence", "started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +330,7 @@ class RunResponse(_message.Message):
     DIAGNOSTIC_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     sequence: int
     started: RunStarted
@@ -318,7 +343,8 @@ class RunResponse(_message.Message):
     diagnostic: RunDiagnostic
     completed: RunCompleted
     failed: RunFailed
-    def __init__(self, session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[RunTextDelta, _Mapping]] = ..., tool_call_began: _Optional[_Union[ToolCallBegan, _Mapping]] = ..., tool_call_ended: _Optional[_Union[ToolCallEnded, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., background_task_completed: _Optional[_Union[BackgroundTaskCompleted, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., diagnostic: _Optional[_Union[RunDiagnostic, _Mapping]] = ..., completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., failed: _Optional[_Union[RunFailed, _Mapping]] = ...) -> None: ...
+    compaction: CompactionCompleted
+    def __init__(self, session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[RunTextDelta, _Mapping]] = ..., tool_call_began: _Optional[_Union[ToolCallBegan, _Mapping]] = ..., tool_call_ended: _Optional[_Union[ToolCallEnded, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., background_task_completed: _Optional[_Union[BackgroundTaskCompleted, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., diagnostic: _Optional[_Union[RunDiagnostic, _Mapping]] = ..., completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., failed: _Optional[_Union[RunFailed, _Mapping]] = ..., compaction: _Optional[_Union[CompactionCompleted, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)

@@ -212,7 +212,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest")
+    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest", "kv_host_blocks_used", "kv_host_blocks_total", "prefix_cache_host_hit_tokens", "num_preemptions")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,10 @@ class GetStatusResponse(_message.Message):
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    KV_HOST_BLOCKS_USED_FIELD_NUMBER: _ClassVar[int]
+    KV_HOST_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    NUM_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -249,7 +253,11 @@ class GetStatusResponse(_message.Message):
     vocab_size: int
     max_output_tokens: int
     tokenizer_digest: str
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ...) -> None: ...
+    kv_host_blocks_used: int
+    kv_host_blocks_total: int
+    prefix_cache_host_hit_tokens: int
+    num_preemptions: int
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., kv_host_blocks_used: _Optional[int] = ..., kv_host_blocks_total: _Optional[int] = ..., prefix_cache_host_hit_tokens: _Optional[int] = ..., num_preemptions: _Optional[int] = ...) -> None: ...
 
 class WatchCacheRequest(_message.Message):
     __slots__ = ("include_existing",)

@@ -1,4 +1,5 @@
-//! Runs one task on a loopwire harness and prints every event of the run.
+//! Runs one task on a loopwire harness and prints every event of the run, one line of proto3
+//! canonical JSON each (the serde impls pbjson-build generates), like every other example.
 //!
 //! Usage: example [HARNESS_ADDRESS] [TASK]
 //!
@@ -76,7 +77,7 @@ async fn run(
     request.metadata_mut().insert("authorization", format!("Bearer {api_key}").parse()?);
     let mut events = client.run(request).await?.into_inner();
     while let Some(event) = events.message().await? {
-        println!("{event:?}");
+        println!("{}", serde_json::to_string(&event)?);
         match event.event {
             Some(run_response::Event::Completed(_)) => return Ok(true),
             Some(run_response::Event::Failed(_)) => return Ok(false),

@@ -440,7 +440,11 @@ type StartTask struct {
 	Replay         *ReplayScript   `protobuf:"bytes,6,opt,name=replay,proto3" json:"replay,omitempty"`
 	MaxTurns       uint32          `protobuf:"varint,7,opt,name=max_turns,json=maxTurns,proto3" json:"max_turns,omitempty"`
 	// Optional client-chosen id; the harness makes one otherwise.
-	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// MCP servers whose tools this session can find with tool_search, by the names the
+	// harness's configuration gives them (a client never names a command to run); empty
+	// means every configured server.
+	McpServers    []string `protobuf:"bytes,9,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +533,13 @@ func (x *StartTask) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *StartTask) GetMcpServers() []string {
+	if x != nil {
+		return x.McpServers
+	}
+	return nil
 }
 
 // Continue a stored session (after a restart, or after approval).
@@ -1657,6 +1668,122 @@ func (x *RunFailed) GetError() *Error {
 	return nil
 }
 
+// Older turns were summarized by a model call (the prompt passed its threshold); the session
+// goes on with a compaction_summary item followed by the recent turns. With `error` set the
+// summary call failed and the session goes on uncompacted.
+type CompactionCompleted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn the compacted prompt is first sent in.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// Prompt tokens of the last turn before compaction, and the threshold it passed.
+	PromptTokensBefore uint32 `protobuf:"varint,2,opt,name=prompt_tokens_before,json=promptTokensBefore,proto3" json:"prompt_tokens_before,omitempty"`
+	ThresholdTokens    uint32 `protobuf:"varint,3,opt,name=threshold_tokens,json=thresholdTokens,proto3" json:"threshold_tokens,omitempty"`
+	// Items the summary replaces, and the recent items kept after it.
+	ReplacedItems uint32 `protobuf:"varint,4,opt,name=replaced_items,json=replacedItems,proto3" json:"replaced_items,omitempty"`
+	KeptItems     uint32 `protobuf:"varint,5,opt,name=kept_items,json=keptItems,proto3" json:"kept_items,omitempty"`
+	// What the summary call cost.
+	SummaryInputTokens  uint32 `protobuf:"varint,6,opt,name=summary_input_tokens,json=summaryInputTokens,proto3" json:"summary_input_tokens,omitempty"`
+	SummaryOutputTokens uint32 `protobuf:"varint,7,opt,name=summary_output_tokens,json=summaryOutputTokens,proto3" json:"summary_output_tokens,omitempty"`
+	// The compacted prompt's size (cl100k estimate until the next turn reports the real prefill).
+	PromptTokensAfter uint32 `protobuf:"varint,8,opt,name=prompt_tokens_after,json=promptTokensAfter,proto3" json:"prompt_tokens_after,omitempty"`
+	Error             *Error `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *CompactionCompleted) Reset() {
+	*x = CompactionCompleted{}
+	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompactionCompleted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompactionCompleted) ProtoMessage() {}
+
+func (x *CompactionCompleted) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompactionCompleted.ProtoReflect.Descriptor instead.
+func (*CompactionCompleted) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CompactionCompleted) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetPromptTokensBefore() uint32 {
+	if x != nil {
+		return x.PromptTokensBefore
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetThresholdTokens() uint32 {
+	if x != nil {
+		return x.ThresholdTokens
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetReplacedItems() uint32 {
+	if x != nil {
+		return x.ReplacedItems
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetKeptItems() uint32 {
+	if x != nil {
+		return x.KeptItems
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetSummaryInputTokens() uint32 {
+	if x != nil {
+		return x.SummaryInputTokens
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetSummaryOutputTokens() uint32 {
+	if x != nil {
+		return x.SummaryOutputTokens
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetPromptTokensAfter() uint32 {
+	if x != nil {
+		return x.PromptTokensAfter
+	}
+	return 0
+}
+
+func (x *CompactionCompleted) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 // An event of the Run stream.
 type RunResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1675,6 +1802,7 @@ type RunResponse struct {
 	//	*RunResponse_Diagnostic
 	//	*RunResponse_Completed
 	//	*RunResponse_Failed
+	//	*RunResponse_Compaction
 	Event         isRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1682,7 +1810,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1822,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1835,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{21}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RunResponse) GetSessionId() string {
@@ -1821,6 +1949,15 @@ func (x *RunResponse) GetFailed() *RunFailed {
 	return nil
 }
 
+func (x *RunResponse) GetCompaction() *CompactionCompleted {
+	if x != nil {
+		if x, ok := x.Event.(*RunResponse_Compaction); ok {
+			return x.Compaction
+		}
+	}
+	return nil
+}
+
 type isRunResponse_Event interface {
 	isRunResponse_Event()
 }
@@ -1865,6 +2002,10 @@ type RunResponse_Failed struct {
 	Failed *RunFailed `protobuf:"bytes,12,opt,name=failed,proto3,oneof"`
 }
 
+type RunResponse_Compaction struct {
+	Compaction *CompactionCompleted `protobuf:"bytes,13,opt,name=compaction,proto3,oneof"`
+}
+
 func (*RunResponse_Started) isRunResponse_Event() {}
 
 func (*RunResponse_TextDelta) isRunResponse_Event() {}
@@ -1885,6 +2026,8 @@ func (*RunResponse_Completed) isRunResponse_Event() {}
 
 func (*RunResponse_Failed) isRunResponse_Event() {}
 
+func (*RunResponse_Compaction) isRunResponse_Event() {}
+
 // Ask for one stored session.
 type GetSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1895,7 +2038,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2050,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2063,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{22}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -1948,7 +2091,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2103,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2116,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{23}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2053,7 +2196,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2208,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2221,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{24}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -2127,7 +2270,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2139,7 +2282,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2152,7 +2295,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{25}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSessionsRequest) GetPageSize() uint32 {
@@ -2180,7 +2323,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2335,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2348,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{26}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2245,7 +2388,7 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x06source\x18\x01 \x01(\tR\x06source\x12-\n" +
 	"\x05turns\x18\x02 \x03(\v2\x17.loopwire.v1.ReplayTurnR\x05turns\x12'\n" +
 	"\x05tools\x18\x03 \x03(\v2\x11.loopwire.v1.ToolR\x05tools\x12\x1b\n" +
-	"\trun_tools\x18\x04 \x01(\bR\brunTools\"\xc7\x02\n" +
+	"\trun_tools\x18\x04 \x01(\bR\brunTools\"\xe8\x02\n" +
 	"\tStartTask\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x12\"\n" +
 	"\finstructions\x18\x02 \x01(\tR\finstructions\x12\x1c\n" +
@@ -2255,7 +2398,9 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x06replay\x18\x06 \x01(\v2\x19.loopwire.v1.ReplayScriptR\x06replay\x12\x1b\n" +
 	"\tmax_turns\x18\a \x01(\rR\bmaxTurns\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\b \x01(\tR\tsessionId\".\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vmcp_servers\x18\t \x03(\tR\n" +
+	"mcpServers\".\n" +
 	"\rResumeSession\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x86\x01\n" +
@@ -2346,7 +2491,18 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x05usage\x18\x03 \x01(\v2\x12.loopwire.v1.UsageR\x05usage\x12\x17\n" +
 	"\awall_us\x18\x04 \x01(\x04R\x06wallUs\"5\n" +
 	"\tRunFailed\x12(\n" +
-	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\xf3\x05\n" +
+	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\x8c\x03\n" +
+	"\x13CompactionCompleted\x12\x12\n" +
+	"\x04turn\x18\x01 \x01(\rR\x04turn\x120\n" +
+	"\x14prompt_tokens_before\x18\x02 \x01(\rR\x12promptTokensBefore\x12)\n" +
+	"\x10threshold_tokens\x18\x03 \x01(\rR\x0fthresholdTokens\x12%\n" +
+	"\x0ereplaced_items\x18\x04 \x01(\rR\rreplacedItems\x12\x1d\n" +
+	"\n" +
+	"kept_items\x18\x05 \x01(\rR\tkeptItems\x120\n" +
+	"\x14summary_input_tokens\x18\x06 \x01(\rR\x12summaryInputTokens\x122\n" +
+	"\x15summary_output_tokens\x18\a \x01(\rR\x13summaryOutputTokens\x12.\n" +
+	"\x13prompt_tokens_after\x18\b \x01(\rR\x11promptTokensAfter\x12(\n" +
+	"\x05error\x18\t \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\xb7\x06\n" +
 	"\vRunResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -2364,7 +2520,10 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	" \x01(\v2\x1a.loopwire.v1.RunDiagnosticH\x00R\n" +
 	"diagnostic\x129\n" +
 	"\tcompleted\x18\v \x01(\v2\x19.loopwire.v1.RunCompletedH\x00R\tcompleted\x120\n" +
-	"\x06failed\x18\f \x01(\v2\x16.loopwire.v1.RunFailedH\x00R\x06failedB\a\n" +
+	"\x06failed\x18\f \x01(\v2\x16.loopwire.v1.RunFailedH\x00R\x06failed\x12B\n" +
+	"\n" +
+	"compaction\x18\r \x01(\v2 .loopwire.v1.CompactionCompletedH\x00R\n" +
+	"compactionB\a\n" +
 	"\x05event\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
@@ -2432,7 +2591,7 @@ func file_loopwire_v1_harness_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_harness_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loopwire_v1_harness_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_loopwire_v1_harness_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_loopwire_v1_harness_proto_goTypes = []any{
 	(ApprovalMode)(0),               // 0: loopwire.v1.ApprovalMode
 	(ConversationMode)(0),           // 1: loopwire.v1.ConversationMode
@@ -2458,32 +2617,33 @@ var file_loopwire_v1_harness_proto_goTypes = []any{
 	(*RunDiagnostic)(nil),           // 21: loopwire.v1.RunDiagnostic
 	(*RunCompleted)(nil),            // 22: loopwire.v1.RunCompleted
 	(*RunFailed)(nil),               // 23: loopwire.v1.RunFailed
-	(*RunResponse)(nil),             // 24: loopwire.v1.RunResponse
-	(*GetSessionRequest)(nil),       // 25: loopwire.v1.GetSessionRequest
-	(*Session)(nil),                 // 26: loopwire.v1.Session
-	(*GetSessionResponse)(nil),      // 27: loopwire.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 28: loopwire.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 29: loopwire.v1.ListSessionsResponse
-	nil,                             // 30: loopwire.v1.ApprovalPolicy.PerToolEntry
-	(*SamplingParams)(nil),          // 31: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),            // 32: loopwire.v1.ReplayOutput
-	(*Item)(nil),                    // 33: loopwire.v1.Item
-	(*Tool)(nil),                    // 34: loopwire.v1.Tool
-	(*FunctionCall)(nil),            // 35: loopwire.v1.FunctionCall
-	(*Usage)(nil),                   // 36: loopwire.v1.Usage
-	(*Timings)(nil),                 // 37: loopwire.v1.Timings
-	(FinishReason)(0),               // 38: loopwire.v1.FinishReason
-	(*Error)(nil),                   // 39: loopwire.v1.Error
+	(*CompactionCompleted)(nil),     // 24: loopwire.v1.CompactionCompleted
+	(*RunResponse)(nil),             // 25: loopwire.v1.RunResponse
+	(*GetSessionRequest)(nil),       // 26: loopwire.v1.GetSessionRequest
+	(*Session)(nil),                 // 27: loopwire.v1.Session
+	(*GetSessionResponse)(nil),      // 28: loopwire.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 29: loopwire.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 30: loopwire.v1.ListSessionsResponse
+	nil,                             // 31: loopwire.v1.ApprovalPolicy.PerToolEntry
+	(*SamplingParams)(nil),          // 32: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),            // 33: loopwire.v1.ReplayOutput
+	(*Item)(nil),                    // 34: loopwire.v1.Item
+	(*Tool)(nil),                    // 35: loopwire.v1.Tool
+	(*FunctionCall)(nil),            // 36: loopwire.v1.FunctionCall
+	(*Usage)(nil),                   // 37: loopwire.v1.Usage
+	(*Timings)(nil),                 // 38: loopwire.v1.Timings
+	(FinishReason)(0),               // 39: loopwire.v1.FinishReason
+	(*Error)(nil),                   // 40: loopwire.v1.Error
 }
 var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.ApprovalPolicy.default_mode:type_name -> loopwire.v1.ApprovalMode
-	30, // 1: loopwire.v1.ApprovalPolicy.per_tool:type_name -> loopwire.v1.ApprovalPolicy.PerToolEntry
-	31, // 2: loopwire.v1.ModelOptions.sampling:type_name -> loopwire.v1.SamplingParams
+	31, // 1: loopwire.v1.ApprovalPolicy.per_tool:type_name -> loopwire.v1.ApprovalPolicy.PerToolEntry
+	32, // 2: loopwire.v1.ModelOptions.sampling:type_name -> loopwire.v1.SamplingParams
 	1,  // 3: loopwire.v1.ModelOptions.conversation_mode:type_name -> loopwire.v1.ConversationMode
-	32, // 4: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
-	33, // 5: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
+	33, // 4: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
+	34, // 5: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
 	5,  // 6: loopwire.v1.ReplayScript.turns:type_name -> loopwire.v1.ReplayTurn
-	34, // 7: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
+	35, // 7: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
 	3,  // 8: loopwire.v1.StartTask.approval_policy:type_name -> loopwire.v1.ApprovalPolicy
 	4,  // 9: loopwire.v1.StartTask.model:type_name -> loopwire.v1.ModelOptions
 	6,  // 10: loopwire.v1.StartTask.replay:type_name -> loopwire.v1.ReplayScript
@@ -2492,42 +2652,44 @@ var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	9,  // 13: loopwire.v1.RunRequest.approval:type_name -> loopwire.v1.ApprovalDecision
 	10, // 14: loopwire.v1.RunRequest.user_message:type_name -> loopwire.v1.AddUserMessage
 	11, // 15: loopwire.v1.RunRequest.cancel:type_name -> loopwire.v1.CancelRun
-	35, // 16: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
-	35, // 17: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
-	36, // 18: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
-	37, // 19: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
-	38, // 20: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
+	36, // 16: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
+	36, // 17: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
+	37, // 18: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
+	38, // 19: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
+	39, // 20: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
 	19, // 21: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
-	36, // 22: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
-	39, // 23: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
-	13, // 24: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
-	14, // 25: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
-	15, // 26: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
-	16, // 27: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
-	17, // 28: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
-	18, // 29: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
-	20, // 30: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
-	21, // 31: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
-	22, // 32: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
-	23, // 33: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
-	2,  // 34: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
-	26, // 35: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
-	34, // 36: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
-	33, // 37: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
-	19, // 38: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
-	26, // 39: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
-	0,  // 40: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
-	12, // 41: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
-	25, // 42: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
-	28, // 43: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
-	24, // 44: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
-	27, // 45: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
-	29, // 46: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
-	44, // [44:47] is the sub-list for method output_type
-	41, // [41:44] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	37, // 22: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
+	40, // 23: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
+	40, // 24: loopwire.v1.CompactionCompleted.error:type_name -> loopwire.v1.Error
+	13, // 25: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
+	14, // 26: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
+	15, // 27: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
+	16, // 28: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
+	17, // 29: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
+	18, // 30: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
+	20, // 31: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
+	21, // 32: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
+	22, // 33: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
+	23, // 34: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
+	24, // 35: loopwire.v1.RunResponse.compaction:type_name -> loopwire.v1.CompactionCompleted
+	2,  // 36: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
+	27, // 37: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
+	35, // 38: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
+	34, // 39: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
+	19, // 40: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
+	27, // 41: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
+	0,  // 42: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
+	12, // 43: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
+	26, // 44: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
+	29, // 45: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
+	25, // 46: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
+	28, // 47: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
+	30, // 48: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
+	46, // [46:49] is the sub-list for method output_type
+	43, // [43:46] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_harness_proto_init() }
@@ -2543,7 +2705,7 @@ func file_loopwire_v1_harness_proto_init() {
 		(*RunRequest_UserMessage)(nil),
 		(*RunRequest_Cancel)(nil),
 	}
-	file_loopwire_v1_harness_proto_msgTypes[21].OneofWrappers = []any{
+	file_loopwire_v1_harness_proto_msgTypes[22].OneofWrappers = []any{
 		(*RunResponse_Started)(nil),
 		(*RunResponse_TextDelta)(nil),
 		(*RunResponse_ToolCallBegan)(nil),
@@ -2554,6 +2716,7 @@ func file_loopwire_v1_harness_proto_init() {
 		(*RunResponse_Diagnostic)(nil),
 		(*RunResponse_Completed)(nil),
 		(*RunResponse_Failed)(nil),
+		(*RunResponse_Compaction)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2561,7 +2724,7 @@ func file_loopwire_v1_harness_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_harness_proto_rawDesc), len(file_loopwire_v1_harness_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

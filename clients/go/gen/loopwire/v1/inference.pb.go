@@ -1281,8 +1281,15 @@ type GetStatusResponse struct {
 	// Digest of the served model definition (ModelInfo.tokenizer_digest): the router
 	// refuses a replica whose digest differs from the one the gateway tokenizes with.
 	TokenizerDigest string `protobuf:"bytes,18,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Host-memory KV tier: blocks held / capacity (0 when the replica has none).
+	KvHostBlocksUsed  uint32 `protobuf:"varint,19,opt,name=kv_host_blocks_used,json=kvHostBlocksUsed,proto3" json:"kv_host_blocks_used,omitempty"`
+	KvHostBlocksTotal uint32 `protobuf:"varint,20,opt,name=kv_host_blocks_total,json=kvHostBlocksTotal,proto3" json:"kv_host_blocks_total,omitempty"`
+	// Part of prefix_cache_hit_tokens copied back from the host tier instead of recomputed.
+	PrefixCacheHostHitTokens uint64 `protobuf:"varint,21,opt,name=prefix_cache_host_hit_tokens,json=prefixCacheHostHitTokens,proto3" json:"prefix_cache_host_hit_tokens,omitempty"`
+	// Preemptions (recompute) since start: a replica short of KV shows it here first.
+	NumPreemptions uint64 `protobuf:"varint,22,opt,name=num_preemptions,json=numPreemptions,proto3" json:"num_preemptions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1439,6 +1446,34 @@ func (x *GetStatusResponse) GetTokenizerDigest() string {
 		return x.TokenizerDigest
 	}
 	return ""
+}
+
+func (x *GetStatusResponse) GetKvHostBlocksUsed() uint32 {
+	if x != nil {
+		return x.KvHostBlocksUsed
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetKvHostBlocksTotal() uint32 {
+	if x != nil {
+		return x.KvHostBlocksTotal
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetPrefixCacheHostHitTokens() uint64 {
+	if x != nil {
+		return x.PrefixCacheHostHitTokens
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetNumPreemptions() uint64 {
+	if x != nil {
+		return x.NumPreemptions
+	}
+	return 0
 }
 
 // Subscribe to a replica's KV cache events.
@@ -1950,7 +1985,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0ePullKvResponse\x12*\n" +
 	"\x05block\x18\x01 \x01(\v2\x14.loopwire.v1.KvBlockR\x05block\x12$\n" +
 	"\x0etail_token_ids\x18\x02 \x03(\rR\ftailTokenIds\"\x12\n" +
-	"\x10GetStatusRequest\"\xed\x05\n" +
+	"\x10GetStatusRequest\"\xb6\a\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
@@ -1973,7 +2008,11 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\n" +
 	"vocab_size\x18\x10 \x01(\rR\tvocabSize\x12*\n" +
 	"\x11max_output_tokens\x18\x11 \x01(\rR\x0fmaxOutputTokens\x12)\n" +
-	"\x10tokenizer_digest\x18\x12 \x01(\tR\x0ftokenizerDigest\">\n" +
+	"\x10tokenizer_digest\x18\x12 \x01(\tR\x0ftokenizerDigest\x12-\n" +
+	"\x13kv_host_blocks_used\x18\x13 \x01(\rR\x10kvHostBlocksUsed\x12/\n" +
+	"\x14kv_host_blocks_total\x18\x14 \x01(\rR\x11kvHostBlocksTotal\x12>\n" +
+	"\x1cprefix_cache_host_hit_tokens\x18\x15 \x01(\x04R\x18prefixCacheHostHitTokens\x12'\n" +
+	"\x0fnum_preemptions\x18\x16 \x01(\x04R\x0enumPreemptions\">\n" +
 	"\x11WatchCacheRequest\x12)\n" +
 	"\x10include_existing\x18\x01 \x01(\bR\x0fincludeExisting\"`\n" +
 	"\n" +

@@ -22,6 +22,10 @@ export interface GetStatusResponse {
   'vocabSize'?: (number);
   'maxOutputTokens'?: (number);
   'tokenizerDigest'?: (string);
+  'kvHostBlocksUsed'?: (number);
+  'kvHostBlocksTotal'?: (number);
+  'prefixCacheHostHitTokens'?: (number | string | Long);
+  'numPreemptions'?: (number | string | Long);
 }
 
 export interface GetStatusResponse__Output {
@@ -43,4 +47,8 @@ export interface GetStatusResponse__Output {
   'vocabSize': (number);
   'maxOutputTokens': (number);
   'tokenizerDigest': (string);
+  'kvHostBlocksUsed': (number);
+  'kvHostBlocksTotal': (number);
+  'prefixCacheHostHitTokens': (string);
+  'numPreemptions': (string);
 }

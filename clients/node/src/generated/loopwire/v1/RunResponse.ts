@@ -10,6 +10,7 @@ import type { TurnCompleted as _loopwire_v1_TurnCompleted, TurnCompleted__Output
 import type { RunDiagnostic as _loopwire_v1_RunDiagnostic, RunDiagnostic__Output as _loopwire_v1_RunDiagnostic__Output } from '../../loopwire/v1/RunDiagnostic';
 import type { RunCompleted as _loopwire_v1_RunCompleted, RunCompleted__Output as _loopwire_v1_RunCompleted__Output } from '../../loopwire/v1/RunCompleted';
 import type { RunFailed as _loopwire_v1_RunFailed, RunFailed__Output as _loopwire_v1_RunFailed__Output } from '../../loopwire/v1/RunFailed';
+import type { CompactionCompleted as _loopwire_v1_CompactionCompleted, CompactionCompleted__Output as _loopwire_v1_CompactionCompleted__Output } from '../../loopwire/v1/CompactionCompleted';
 import type { Long } from '@grpc/proto-loader';
 
 export interface RunResponse {
@@ -25,7 +26,8 @@ export interface RunResponse {
   'diagnostic'?: (_loopwire_v1_RunDiagnostic | null);
   'completed'?: (_loopwire_v1_RunCompleted | null);
   'failed'?: (_loopwire_v1_RunFailed | null);
-  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed";
+  'compaction'?: (_loopwire_v1_CompactionCompleted | null);
+  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction";
 }
 
 export interface RunResponse__Output {
@@ -41,5 +43,6 @@ export interface RunResponse__Output {
   'diagnostic'?: (_loopwire_v1_RunDiagnostic__Output | null);
   'completed'?: (_loopwire_v1_RunCompleted__Output | null);
   'failed'?: (_loopwire_v1_RunFailed__Output | null);
-  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed";
+  'compaction'?: (_loopwire_v1_CompactionCompleted__Output | null);
+  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction";
 }

@@ -13,6 +13,7 @@ export interface StartTask {
   'replay'?: (_loopwire_v1_ReplayScript | null);
   'maxTurns'?: (number);
   'sessionId'?: (string);
+  'mcpServers'?: (string)[];
 }
 
 export interface StartTask__Output {
@@ -24,4 +25,5 @@ export interface StartTask__Output {
   'replay': (_loopwire_v1_ReplayScript__Output | null);
   'maxTurns': (number);
   'sessionId': (string);
+  'mcpServers': (string)[];
 }

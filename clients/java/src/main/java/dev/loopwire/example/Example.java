@@ -1,6 +1,7 @@
 package dev.loopwire.example;
 
-import com.google.protobuf.TextFormat;
+import com.google.protobuf.InvalidProtocolBufferException;
+import com.google.protobuf.util.JsonFormat;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
@@ -22,7 +23,8 @@ import loopwire.v1.Harness.StartTask;
 import loopwire.v1.HarnessServiceGrpc;
 
 /**
- * Runs one task on a loopwire harness and prints every event of the run.
+ * Runs one task on a loopwire harness and prints every event of the run, one line of proto3
+ * canonical JSON each (JsonFormat without insignificant whitespace), like every other example.
  *
  * <p>Usage: {@code java -jar loopwire-client-example.jar [HARNESS_ADDRESS] [TASK]}. The address
  * defaults to $LOOPWIRE_HARNESS, then 127.0.0.1:50051. The tenant API key comes from
@@ -70,6 +72,8 @@ public final class Example {
         .build();
   }
 
+  static final JsonFormat.Printer JSON = JsonFormat.printer().omittingInsignificantWhitespace();
+
   static final Metadata.Key<String> AUTHORIZATION =
       Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
 
@@ -99,7 +103,13 @@ public final class Example {
                 new StreamObserver<RunResponse>() {
                   @Override
                   public void onNext(RunResponse event) {
-                    System.out.println(TextFormat.printer().shortDebugString(event));
+                    try {
+                      System.out.println(JSON.print(event));
+                    } catch (InvalidProtocolBufferException error) {
+                      System.err.println("encode: " + error);
+                      done.countDown();
+                      return;
+                    }
                     if (event.hasCompleted() || event.hasFailed()) {
                       exitCode.set(event.hasCompleted() ? 0 : 1);
                       done.countDown();

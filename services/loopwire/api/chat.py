@@ -1,0 +1,226 @@
+"""``POST /v1/chat/completions``: stateless (``no_store``), the whole conversation every time.
+
+The gateway still tokenizes it with the model's own template, and the inference replica's
+prefix cache (salted per tenant) still skips the prefill of what an earlier request shared.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from loopwire.api import items
+from loopwire.api.context import (
+    SSE_KEEPALIVE,
+    context,
+    error_response,
+    first_events,
+    read_body,
+    request_span,
+    with_keepalive,
+)
+from loopwire.api.create import replay_output
+from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
+from loopwire.v1 import common_pb2, gateway_pb2
+
+log = logging.getLogger("loopwire.api")
+
+ALLOWED = {
+    "model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+    "temperature", "top_p", "stop", "seed", "n", "user", "parallel_tool_calls", "metadata", "store",
+    "frequency_penalty", "presence_penalty", "prompt_cache_key", "safety_identifier", "service_tier",
+    "reasoning_effort", "response_format",
+    "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
+}
+FINISH = {
+    common_pb2.FINISH_REASON_STOP: "stop",
+    common_pb2.FINISH_REASON_LENGTH: "length",
+    common_pb2.FINISH_REASON_TOOL_CALLS: "tool_calls",
+    common_pb2.FINISH_REASON_SAFETY: "content_filter",
+}
+
+
+def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.CreateResponse, bool, bool]:
+    """The request as a full, unstored CreateResponse; (create, stream, include_usage)."""
+    items.check_keys(body, ALLOWED, "")
+    model = items.want(body.get("model"), str, "model", "a string")
+    if models and model not in models:
+        raise ApiError(404, f"The model '{model}' does not exist.", param="model", code="model_not_found")
+    create = gateway_pb2.CreateResponse(model=model, no_store=True)
+    create.input.extend(items.chat_messages(body.get("messages")))
+    if body.get("tools"):
+        create.tools.extend(items.chat_tools(body["tools"]))
+    if body.get("tool_choice") not in (None, "auto"):
+        raise unsupported("tool_choice", "a tool_choice other than 'auto'")
+    if body.get("n", 1) != 1:
+        raise unsupported("n", "more than one choice")
+    fmt = body.get("response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
+        raise unsupported("response_format", "structured output")
+    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+        value = body.get(name)
+        if value is not None:
+            items.want(value, (int, float), name, "a number")
+            if not math.isfinite(value) or not low <= value <= high:
+                raise bad_request(f"Invalid '{name}': {value}.", name, "invalid_value")
+            setattr(create.sampling, name, float(value))
+    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if limit is not None:
+        items.want(limit, int, "max_completion_tokens", "an integer")
+        if limit < 1:
+            raise bad_request("max_completion_tokens must be at least 1.", "max_completion_tokens", "invalid_value")
+        create.sampling.max_output_tokens = min(limit, 2**31 - 1)
+    if body.get("seed") is not None:
+        create.sampling.seed = items.want(body["seed"], int, "seed", "an integer") % 2**64
+    stop = body.get("stop")
+    if stop is not None:
+        stops = [stop] if isinstance(stop, str) else items.want(stop, list, "stop", "a string or an array")
+        create.sampling.stop.extend(items.want(s, str, f"stop[{i}]", "a string") for i, s in enumerate(stops))
+    if body.get("loopwire_replay") is not None:
+        create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
+    stream = items.want(body.get("stream", False), bool, "stream", "a boolean")
+    options = body.get("stream_options") or {}
+    include_usage = bool(items.want(options, dict, "stream_options", "an object").get("include_usage"))
+    return create, stream, include_usage
+
+
+class ChatBuilder:
+    """Converse events -> chat.completion.chunk deltas and the final chat.completion."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.id = ""
+        self.created = int(time.time())
+        self.text = ""
+        self.calls: list[dict[str, Any]] = []
+        self._call_index: dict[str, int] = {}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.replica = ""
+        self.stats: dict[str, Any] = {}  # what the gateway did (the Responses API's `loopwire` object)
+        self.done = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    def feed(self, event: gateway_pb2.ConverseResponse) -> list[dict[str, Any]]:
+        kind = event.WhichOneof("event")
+        if kind == "created":
+            self.id = "chatcmpl-" + event.created.response_id.removeprefix("resp_")
+            self.replica = event.created.replica_id
+            return [self._chunk({"role": "assistant", "content": ""})]
+        if kind == "failed":
+            error = from_stream_error(event.failed.error)
+            if not self.id or error.code != "content_filter":
+                raise error
+            self.done, self.finish = True, "content_filter"
+            return [self._chunk({}, "content_filter")]
+        if kind == "text_delta":
+            self.text += event.text_delta.text
+            return [self._chunk({"content": event.text_delta.text})]
+        if kind == "tool_call_started":
+            s = event.tool_call_started
+            index = self._call_index[s.call_id] = len(self.calls)
+            self.calls.append({"id": s.call_id, "type": "function", "function": {"name": s.name, "arguments": ""}})
+            return [self._chunk({"tool_calls": [{"index": index, "id": s.call_id, "type": "function",
+                                                 "function": {"name": s.name, "arguments": ""}}]})]
+        if kind == "tool_call_arguments_delta":
+            d = event.tool_call_arguments_delta
+            at = self._call_index.get(d.call_id)
+            if at is None:
+                return []
+            self.calls[at]["function"]["arguments"] += d.delta
+            return [self._chunk({"tool_calls": [{"index": at, "function": {"arguments": d.delta}}]})]
+        if kind == "completed":
+            c = event.completed
+            self.done = True
+            self.usage = items.chat_usage(c.usage)
+            self.stats = items.loopwire_stats(c.timings, self.replica)
+            # The gateway's items are authoritative (stop strings cut the streamed text).
+            self.text = "".join(p.text for i in c.output if i.WhichOneof("item") == "message"
+                                for p in i.message.content)
+            self.calls = [{"id": i.function_call.call_id, "type": "function",
+                           "function": {"name": i.function_call.name, "arguments": i.function_call.arguments}}
+                          for i in c.output if i.WhichOneof("item") == "function_call"]
+            self.finish = FINISH.get(c.finish_reason, "stop")
+            return [self._chunk({}, self.finish)]
+        return []
+
+    def completion(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.text or None, "refusal": None}
+        if self.calls:
+            message["tool_calls"] = self.calls
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}],
+                "usage": self.usage, "loopwire": self.stats}
+
+
+async def chat_completions(request: Request) -> Response:
+    ctx = context(request)
+    authorization = request.headers.get("authorization", "")
+    with request_span("POST /v1/chat/completions"):
+        try:
+            tenant = ctx.authorize(authorization)
+            body = items.json_object(await read_body(request, ctx.max_body_bytes))
+            create, stream_out, include_usage = parse_chat(body, ctx.models)
+            ctx.apply_replay(create)
+        except ApiError as e:
+            return error_response(e)
+        builder = ChatBuilder(create.model)
+        stream = ctx.gateway.open(authorization)
+        try:
+            events, first = await first_events(stream, create, builder.feed)
+        except ApiError as e:
+            await stream.close()
+            return error_response(e)
+        if not stream_out:
+            try:
+                async for event in events:
+                    builder.feed(event)
+                    if builder.done:
+                        break
+            except ApiError as e:
+                return error_response(e)
+            finally:
+                await stream.close()
+            log.info("POST /v1/chat/completions tenant=%s id=%s finish=%s usage=%s",
+                     tenant.name if tenant else "?", builder.id, builder.finish, builder.usage)
+            return JSONResponse(builder.completion())
+
+    async def body_chunks() -> AsyncIterator[bytes]:
+        try:
+            for chunk in first:
+                yield _data(chunk)
+            async for event in with_keepalive(events, ctx.sse_keepalive_s):
+                if event is None:
+                    yield SSE_KEEPALIVE
+                    continue
+                for chunk in builder.feed(event):
+                    yield _data(chunk)
+                if builder.done:
+                    break
+            if include_usage:
+                yield _data({**builder._chunk({}), "choices": [], "usage": builder.usage, "loopwire": builder.stats})
+            yield b"data: [DONE]\n\n"
+        except ApiError as e:
+            yield _data(e.body())
+        finally:
+            if not builder.done:
+                await stream.cancel("resp_" + builder.id.removeprefix("chatcmpl-"))
+            await stream.close()
+            log.info("POST /v1/chat/completions tenant=%s id=%s stream=True finish=%s",
+                     tenant.name if tenant else "?", builder.id, builder.finish)
+
+    return StreamingResponse(body_chunks(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
+
+
+def _data(obj: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()

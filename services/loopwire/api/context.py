@@ -1,0 +1,146 @@
+"""What every route shares: the gateway client, the served model names, the body limit, the
+optional local key check, request logging and tracing."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from loopwire.api.errors import ApiError
+from loopwire.api.gateway_client import ConverseStream, GatewayClient
+from loopwire.common import telemetry
+from loopwire.common.auth import Authenticator, AuthError, Tenant
+from loopwire.v1 import common_pb2, gateway_pb2
+
+log = logging.getLogger("loopwire.api")
+
+
+@dataclass
+class ApiContext:
+    gateway: GatewayClient
+    models: list[str]
+    max_body_bytes: int = 16 * 1024 * 1024
+    # The same tenants file as the gateway's: refuses bad keys early and guards /v1/models.
+    # The gateway still authenticates every forwarded key (it owns tenants and limits).
+    authenticator: Authenticator | None = None
+    # Recorded assistant turns (--replay): response n replays turn n, unless the request brings its own.
+    replay: list[common_pb2.ReplayOutput] = field(default_factory=list)
+    replayed: int = 0
+    # An SSE comment line after this many seconds without an event (a long prefill), so proxies
+    # and clients with read timeouts keep the stream open; 0: never.
+    sse_keepalive_s: float = 15.0
+
+    def apply_replay(self, create: gateway_pb2.CreateResponse) -> None:
+        if self.replay and not create.HasField("replay"):
+            create.replay.CopyFrom(self.replay[self.replayed % len(self.replay)])
+            self.replayed += 1
+
+    def authorize(self, header: str) -> Tenant | None:
+        """Check the caller's ``Authorization`` header locally (when a tenants file is loaded)."""
+        if self.authenticator is None:
+            return None
+        try:
+            return self.authenticator.authenticate((("authorization", header),) if header else None)
+        except AuthError as e:
+            if e.permission:
+                raise ApiError(403, str(e), type="permission_error", code="permission_denied") from None
+            raise ApiError(401, f"Incorrect API key provided: {e}", type="authentication_error",
+                           code="invalid_api_key") from None
+
+
+def context(request: Any) -> ApiContext:
+    return request.app.state.api  # type: ignore[no-any-return]
+
+
+def error_response(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status, headers=e.headers())
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 past ``limit`` bytes (before reading it all when the length is declared)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(size, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> ApiError:
+    return ApiError(413, f"Request body is {size} bytes or more, over this server's {limit}-byte limit.",
+                    code="request_too_large")
+
+
+def sse(event: dict[str, Any]) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n".encode()
+
+
+# An SSE comment: every client's parser skips it (the openai SDK included), but bytes flow.
+SSE_KEEPALIVE = b": keepalive\n\n"
+
+
+async def with_keepalive(events: AsyncIterator[gateway_pb2.ConverseResponse],
+                         interval_s: float) -> AsyncIterator[gateway_pb2.ConverseResponse | None]:
+    """``events``, with a None each time ``interval_s`` seconds pass without one (0: never).
+
+    The pending read is kept across ticks (never cancelled by a tick), so no event is lost.
+    """
+    if interval_s <= 0:
+        async for event in events:
+            yield event
+        return
+    pending: asyncio.Future[gateway_pb2.ConverseResponse] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(events))
+            done, _ = await asyncio.wait({pending}, timeout=interval_s)
+            if not done:
+                yield None
+                continue
+            future, pending = pending, None
+            try:
+                event = future.result()
+            except StopAsyncIteration:
+                return
+            yield event
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await pending
+
+
+@contextlib.contextmanager
+def request_span(name: str, **attributes: Any) -> Iterator[trace.Span]:
+    """One span per HTTP request or WebSocket turn; the gateway's spans join it (traceparent in metadata)."""
+    with telemetry.tracer().start_as_current_span(name, kind=trace.SpanKind.SERVER,
+                                                  attributes={k: v for k, v in attributes.items() if v}) as span:
+        yield span
+
+
+async def first_events(stream: ConverseStream, create: gateway_pb2.CreateResponse,
+                       feed: Any) -> tuple[AsyncIterator[gateway_pb2.ConverseResponse], list[dict[str, Any]]]:
+    """Send ``create`` and read until the response exists: a refusal before that is the request's
+    HTTP error (status and all), not an event of a 200 stream."""
+    await stream.create(create)
+    events = stream.events()
+    out: list[dict[str, Any]] = []
+    async for event in events:
+        out += feed(event)
+        if event.WhichOneof("event") == "created":
+            break
+    return events, out

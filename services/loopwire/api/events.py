@@ -1,0 +1,188 @@
+"""Converse events -> Responses API stream events and the final Response object.
+
+One builder per response; the same events go out as SSE (HTTP ``stream: true``), as WebSocket
+messages, or are only folded into the Response object (``stream: false``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from loopwire.api import items
+from loopwire.api.create import ParsedCreate
+from loopwire.api.errors import ApiError, from_stream_error
+from loopwire.v1 import common_pb2, gateway_pb2
+
+Code = common_pb2.ErrorCode
+
+
+class ResponseBuilder:
+    """Folds one response's Converse events into OpenAI events (with sequence numbers)."""
+
+    def __init__(self, parsed: ParsedCreate) -> None:
+        self.parsed = parsed
+        self.id = ""
+        self.replica = ""
+        self.created_at = int(time.time())
+        self.seq = 0
+        self.status = "in_progress"
+        self.output: list[dict[str, Any]] = []
+        self._open_message: int | None = None  # output index of the message being streamed
+        self._calls: dict[str, int] = {}  # call_id -> output index
+        self.usage: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.incomplete: dict[str, Any] | None = None
+        self.stats: dict[str, Any] = {}
+        self.cache_break: dict[str, Any] | None = None
+        self.done = False
+        self.api_error: ApiError | None = None
+
+    # -- the Response object ----------------------------------------------------------------
+
+    def response(self) -> dict[str, Any]:
+        c = self.parsed.create
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": self.status,
+            "error": self.error,
+            "incomplete_details": self.incomplete,
+            "instructions": c.instructions or None,
+            "max_output_tokens": c.sampling.max_output_tokens or None,
+            "model": c.model,
+            "output": self.output,
+            "parallel_tool_calls": self.parsed.parallel_tool_calls,
+            "previous_response_id": c.previous_response_id or None,
+            "reasoning": {"effort": None, "summary": None},
+            "store": self.parsed.store,
+            "temperature": c.sampling.temperature,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": self.parsed.tools_json,
+            "top_p": c.sampling.top_p or 1.0,
+            "truncation": "disabled",
+            "usage": self.usage,
+            "metadata": self.parsed.metadata,
+            "loopwire": {**self.stats, **({"cache_break": self.cache_break} if self.cache_break else {})},
+        }
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return event
+
+    # -- events -----------------------------------------------------------------------------
+
+    def feed(self, event: gateway_pb2.ConverseResponse) -> list[dict[str, Any]]:
+        """The OpenAI events for one Converse event (raises ApiError for a failure before ``created``)."""
+        kind = event.WhichOneof("event")
+        if kind == "created":
+            self.id, self.replica = event.created.response_id, event.created.replica_id
+            return [self._event("response.created", response=self.response()),
+                    self._event("response.in_progress", response=self.response())]
+        if kind == "cache_break":
+            b = event.cache_break
+            self.cache_break = {"first_differing_item": b.first_differing_item, "reason": b.reason,
+                                "reused_tokens": b.reused_tokens}
+            return []
+        if kind == "failed":
+            if not self.id:
+                raise from_stream_error(event.failed.error, self.parsed.create.previous_response_id)
+            return self._failed(event.failed.error)
+        if kind == "text_delta":
+            return self._text(event.text_delta.text)
+        if kind == "tool_call_started":
+            s = event.tool_call_started
+            out = self._close_message()
+            call = common_pb2.FunctionCall(call_id=s.call_id, name=s.name)
+            self._calls[s.call_id] = len(self.output)
+            item = items.output_function_call(call, status="in_progress")
+            self.output.append(item)
+            out.append(self._event("response.output_item.added", output_index=self._calls[s.call_id], item=dict(item)))
+            return out
+        if kind == "tool_call_arguments_delta":
+            d = event.tool_call_arguments_delta
+            index = self._calls.get(d.call_id)
+            if index is None:
+                return []
+            self.output[index]["arguments"] += d.delta
+            return [self._event("response.function_call_arguments.delta", item_id=self.output[index]["id"],
+                                output_index=index, delta=d.delta)]
+        if kind == "tool_call_done":
+            call = event.tool_call_done.call
+            index = self._calls.get(call.call_id)
+            if index is None:
+                return []
+            item = self.output[index] = items.output_function_call(call)
+            return [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                name=call.name, arguments=call.arguments),
+                    self._event("response.output_item.done", output_index=index, item=item)]
+        if kind == "completed":
+            return self._completed(event.completed)
+        return []  # safety verdicts that passed: nothing to tell an OpenAI client
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self._open_message is None:
+            index = self._open_message = len(self.output)
+            item = items.output_message(items.message_id(self.id, index), "", status="in_progress")
+            self.output.append(item)
+            added = {**item, "content": []}
+            out.append(self._event("response.output_item.added", output_index=index, item=added))
+            out.append(self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                                   content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+        index = self._open_message
+        item = self.output[index]
+        item["content"][0]["text"] += text
+        out.append(self._event("response.output_text.delta", item_id=item["id"], output_index=index,
+                               content_index=0, delta=text, logprobs=[]))
+        return out
+
+    def _close_message(self) -> list[dict[str, Any]]:
+        if self._open_message is None:
+            return []
+        index, self._open_message = self._open_message, None
+        item = self.output[index]
+        item["status"] = "completed"
+        part = item["content"][0]
+        return [
+            self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                        text=part["text"], logprobs=[]),
+            self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                        part=part),
+            self._event("response.output_item.done", output_index=index, item=item),
+        ]
+
+    def _completed(self, done: gateway_pb2.ResponseCompleted) -> list[dict[str, Any]]:
+        out = self._close_message()
+        self.done = True
+        # The gateway's output is authoritative (a stop string cuts what was streamed).
+        self.output = items.output_items(self.id, list(done.output))
+        self.usage = items.usage(done.usage)
+        self.stats = items.loopwire_stats(done.timings, self.replica)
+        if done.finish_reason == common_pb2.FINISH_REASON_LENGTH:
+            self.status = "incomplete"
+            self.incomplete = {"reason": "max_output_tokens"}
+            return [*out, self._event("response.incomplete", response=self.response())]
+        self.status = "completed"
+        return [*out, self._event("response.completed", response=self.response())]
+
+    def _failed(self, error: common_pb2.Error) -> list[dict[str, Any]]:
+        out = self._close_message()
+        self.done = True
+        for item in self.output:
+            item["status"] = "incomplete"
+        if error.code == Code.ERROR_CODE_SAFETY_VIOLATION:
+            self.status = "incomplete"
+            self.incomplete = {"reason": "content_filter"}
+            return [*out, self._event("response.incomplete", response=self.response())]
+        api = self.api_error = from_stream_error(error)
+        self.status = "failed"
+        self.error = {"code": api.code or "server_error", "message": api.message}
+        return [*out, self._event("response.failed", response=self.response())]
+
+    def failure(self) -> ApiError | None:
+        """A non-streamed response that failed after it was created, as its HTTP error."""
+        return self.api_error if self.status == "failed" else None

@@ -1,0 +1,93 @@
+"""The api service's only way to the model: Converse streams on the gateway.
+
+One HTTP request is one short Converse stream; one WebSocket connection is one long one. The
+caller's ``authorization`` header travels as gRPC metadata (as the harness forwards its
+callers' keys), so the gateway authenticates, rate-limits and owns every response id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from loopwire.api.errors import ApiError, from_rpc_error
+from loopwire.common import grpc_server
+from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
+
+
+class GatewayClient:
+    """One channel to the gateway, shared by every request of this process."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: gateway_pb2_grpc.GatewayServiceStub | None = None
+
+    def stub(self) -> gateway_pb2_grpc.GatewayServiceStub:
+        if self._stub is None:  # created inside the server's event loop
+            self._channel = grpc_server.insecure_channel(self.address)
+            self._stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
+        return self._stub
+
+    def open(self, authorization: str) -> ConverseStream:
+        metadata = (("authorization", authorization),) if authorization else None
+        return ConverseStream(self.stub().Converse(metadata=metadata))
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._stub = None
+
+
+class ConverseStream:
+    """A Converse call: write CreateResponse/CancelResponse, read events; transport errors as ApiError."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
+        self.call = call
+        self.closed = False
+
+    async def create(self, create: gateway_pb2.CreateResponse) -> None:
+        try:
+            await self.call.write(gateway_pb2.ConverseRequest(create_response=create))
+        except grpc.aio.AioRpcError as e:
+            raise from_rpc_error(e) from None
+        except (grpc.aio.UsageError, asyncio.InvalidStateError):  # the call already ended: its status says why
+            raise await self._ended() from None
+
+    async def cancel(self, response_id: str) -> None:
+        try:
+            await self.call.write(gateway_pb2.ConverseRequest(
+                cancel_response=gateway_pb2.CancelResponse(response_id=response_id)))
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            pass  # the stream is gone: nothing left to cancel
+
+    async def events(self) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        """Events until the caller stops reading; a stream that ends raises ApiError."""
+        while True:
+            try:
+                event = await self.call.read()
+            except grpc.aio.AioRpcError as e:
+                raise from_rpc_error(e) from None
+            if event is grpc.aio.EOF:
+                raise await self._ended()
+            yield event
+
+    async def _ended(self) -> ApiError:
+        code = await self.call.code()
+        if code == grpc.StatusCode.OK:
+            return ApiError(503, "the gateway ended the stream", type="server_error", code="unavailable")
+        details = await self.call.details()
+        trailing = await self.call.trailing_metadata()
+        return from_rpc_error(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(),
+                                                   details))
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            try:
+                await self.call.done_writing()
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                pass
+            self.call.cancel()

@@ -1,0 +1,265 @@
+"""OpenAI JSON <-> loopwire protobuf: input items, tools, output items, usage.
+
+Only the shape changes here; what the items mean (rendering, tokenizing, call-id checks) is
+the gateway's. Every rejection names the request path of the offending value.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loopwire.api.errors import ApiError, bad_request, invalid_type, unknown_parameter, unsupported
+from loopwire.v1 import common_pb2
+
+ROLES = {
+    "system": common_pb2.ROLE_SYSTEM,
+    "developer": common_pb2.ROLE_DEVELOPER,
+    "user": common_pb2.ROLE_USER,
+    "assistant": common_pb2.ROLE_ASSISTANT,
+}
+_TEXT_PARTS = {"input_text", "output_text", "text", "refusal"}
+# Items the model never produces here and the transcript does not need: accepted and dropped.
+_DROPPED_ITEMS = {"reasoning"}
+
+
+def check_keys(obj: dict[str, Any], allowed: set[str], path: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise unknown_parameter(f"{path}.{key}" if path else key)
+
+
+def want(value: Any, kind: type | tuple[type, ...], path: str, expected: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is an int in Python, never a number in JSON.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise invalid_type(path, expected)
+    return value
+
+
+def text_item(role: int, text: str) -> common_pb2.Item:
+    return common_pb2.Item(message=common_pb2.Message(role=role, content=[common_pb2.ContentPart(text=text)]))  # type: ignore[arg-type]
+
+
+def _content_text(content: Any, path: str) -> list[common_pb2.ContentPart]:
+    if isinstance(content, str):
+        return [common_pb2.ContentPart(text=content)]
+    want(content, list, path, "a string or an array of content parts")
+    parts = []
+    for j, part in enumerate(content):
+        p = f"{path}[{j}]"
+        want(part, dict, p, "an object")
+        kind = part.get("type")
+        if kind not in _TEXT_PARTS:
+            raise unsupported(f"{p}.type", f"content part type {kind!r} (only text)")
+        text = part.get("refusal") if kind == "refusal" else part.get("text")
+        parts.append(common_pb2.ContentPart(text=want(text, str, f"{p}.text", "a string")))
+    return parts
+
+
+def _tool_output_text(output: Any, path: str) -> str:
+    if isinstance(output, str):
+        return output
+    return "".join(p.text for p in _content_text(output, path))
+
+
+def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
+    """The Responses API ``input`` (a string or a list of items) as loopwire items."""
+    if isinstance(value, str):
+        return [text_item(common_pb2.ROLE_USER, value)]
+    want(value, list, path, "a string or an array of input items")
+    items: list[common_pb2.Item] = []
+    for i, raw in enumerate(value):
+        p = f"{path}[{i}]"
+        want(raw, dict, p, "an object")
+        kind = raw.get("type", "message")
+        if kind == "message":
+            role = ROLES.get(raw.get("role", ""))
+            if role is None:
+                raise bad_request(f"Invalid value for '{p}.role': {raw.get('role')!r}.", f"{p}.role", "invalid_value")
+            check_keys(raw, {"type", "role", "content", "id", "status"}, p)
+            parts = _content_text(raw.get("content", ""), f"{p}.content")
+            items.append(common_pb2.Item(message=common_pb2.Message(role=role, content=parts)))  # type: ignore[arg-type]
+        elif kind == "function_call":
+            check_keys(raw, {"type", "call_id", "name", "arguments", "id", "status"}, p)
+            items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
+                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
+                name=want(raw.get("name"), str, f"{p}.name", "a string"),
+                arguments=want(raw.get("arguments", "{}"), str, f"{p}.arguments", "a string"),
+            )))
+        elif kind == "function_call_output":
+            check_keys(raw, {"type", "call_id", "output", "id", "status"}, p)
+            items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
+                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
+                output=_tool_output_text(raw.get("output", ""), f"{p}.output"),
+            )))
+        elif kind in _DROPPED_ITEMS:
+            continue
+        else:
+            raise unsupported(f"{p}.type", f"input item type {kind!r}")
+    return items
+
+
+# OpenAI tool types that run on OpenAI's side (or group tools): not offered to the model here,
+# and dropped rather than refused so that clients which always send them (Codex) still work.
+DROPPED_TOOL_TYPES = {
+    "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation", "computer_use_preview",
+    "computer", "mcp", "local_shell", "shell", "custom", "namespace", "apply_patch", "tool_search",
+}
+
+
+def response_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
+    """Function tools; hosted tool types are dropped (see DROPPED_TOOL_TYPES), any other type is refused."""
+    want(value, list, path, "an array of tools")
+    tools = []
+    for i, raw in enumerate(value):
+        p = f"{path}[{i}]"
+        want(raw, dict, p, "an object")
+        if raw.get("type") in DROPPED_TOOL_TYPES:
+            continue
+        if raw.get("type") != "function":
+            raise unsupported(f"{p}.type", f"tool type {raw.get('type')!r} (only function tools)")
+        check_keys(raw, {"type", "name", "description", "parameters", "strict"}, p)
+        tools.append(_tool(raw, p))
+    return tools
+
+
+def chat_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
+    want(value, list, path, "an array of tools")
+    tools = []
+    for i, raw in enumerate(value):
+        p = f"{path}[{i}]"
+        want(raw, dict, p, "an object")
+        if raw.get("type") != "function":
+            raise unsupported(f"{p}.type", f"tool type {raw.get('type')!r} (only function tools)")
+        check_keys(raw, {"type", "function"}, p)
+        fn = want(raw.get("function"), dict, f"{p}.function", "an object")
+        check_keys(fn, {"name", "description", "parameters", "strict"}, f"{p}.function")
+        tools.append(_tool(fn, f"{p}.function"))
+    return tools
+
+
+def _tool(raw: dict[str, Any], p: str) -> common_pb2.Tool:
+    params = raw.get("parameters")
+    if params is not None:
+        want(params, dict, f"{p}.parameters", "a JSON Schema object")
+    return common_pb2.Tool(
+        name=want(raw.get("name"), str, f"{p}.name", "a string"),
+        description=want(raw.get("description") or "", str, f"{p}.description", "a string"),
+        # Sorted keys: the same schema always renders the same prompt prefix.
+        parameters=json.dumps(params, sort_keys=True) if params is not None else "",
+    )
+
+
+def chat_messages(value: Any, path: str = "messages") -> list[common_pb2.Item]:
+    """Chat Completions ``messages`` as loopwire items (assistant tool_calls become function_call items)."""
+    want(value, list, path, "an array of messages")
+    if not value:
+        raise bad_request(f"'{path}' must not be empty.", path, "invalid_value")
+    items: list[common_pb2.Item] = []
+    for i, raw in enumerate(value):
+        p = f"{path}[{i}]"
+        want(raw, dict, p, "an object")
+        role = raw.get("role")
+        if role == "tool":
+            check_keys(raw, {"role", "content", "tool_call_id", "name"}, p)
+            items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
+                call_id=want(raw.get("tool_call_id"), str, f"{p}.tool_call_id", "a string"),
+                output=_tool_output_text(raw.get("content") or "", f"{p}.content"),
+            )))
+            continue
+        if role not in ROLES:
+            raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
+        check_keys(raw, {"role", "content", "name", "tool_calls", "refusal"}, p)
+        content = raw.get("content")
+        if content is not None and content != "" or not raw.get("tool_calls"):
+            items.append(common_pb2.Item(message=common_pb2.Message(
+                role=ROLES[role], content=_content_text(content or "", f"{p}.content"))))  # type: ignore[arg-type]
+        for j, call in enumerate(raw.get("tool_calls") or []):
+            cp = f"{p}.tool_calls[{j}]"
+            want(call, dict, cp, "an object")
+            fn = want(call.get("function"), dict, f"{cp}.function", "an object")
+            items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
+                call_id=want(call.get("id"), str, f"{cp}.id", "a string"),
+                name=want(fn.get("name"), str, f"{cp}.function.name", "a string"),
+                arguments=want(fn.get("arguments", "{}"), str, f"{cp}.function.arguments", "a string"),
+            )))
+    return items
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def message_id(response_id: str, index: int) -> str:
+    return f"msg_{response_id.removeprefix('resp_')}_{index}"
+
+
+def function_call_id(call_id: str) -> str:
+    return f"fc_{call_id.removeprefix('call_')}"
+
+
+def output_message(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+
+
+def output_function_call(call: common_pb2.FunctionCall, status: str = "completed") -> dict[str, Any]:
+    return {"type": "function_call", "id": function_call_id(call.call_id), "call_id": call.call_id,
+            "name": call.name, "arguments": call.arguments, "status": status}
+
+
+def output_items(response_id: str, output: list[common_pb2.Item]) -> list[dict[str, Any]]:
+    """The gateway's output items (authoritative: cut at stop strings) as Responses output items."""
+    out: list[dict[str, Any]] = []
+    for item in output:
+        kind = item.WhichOneof("item")
+        if kind == "message":
+            text = "".join(p.text for p in item.message.content)
+            out.append(output_message(message_id(response_id, len(out)), text))
+        elif kind == "function_call":
+            out.append(output_function_call(item.function_call))
+    return out
+
+
+def usage(u: common_pb2.Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": u.input_tokens,
+        "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
+        "output_tokens": u.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": u.input_tokens + u.output_tokens,
+    }
+
+
+def chat_usage(u: common_pb2.Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
+
+
+def loopwire_stats(timings: common_pb2.Timings, replica: str) -> dict[str, Any]:
+    """What the gateway did for this response (an extension field; SDKs keep unknown fields)."""
+    return {
+        "replica": replica,
+        "tokens_tokenized": timings.tokens_tokenized,
+        "tokens_forwarded": timings.tokens_forwarded,
+        "bytes_received_by_gateway": timings.bytes_received,
+        "gateway_overhead_us": timings.gateway_overhead_us,
+        "ttft_us": timings.ttft_us,
+        "total_us": timings.total_us,
+    }
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object."""
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ApiError(400, f"We could not parse the JSON body of your request: {e}", code="invalid_json") from None
+    if not isinstance(value, dict):
+        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+    return value

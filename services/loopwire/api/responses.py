@@ -1,0 +1,98 @@
+"""``POST /v1/responses``: one short Converse stream per request, streamed as SSE or folded
+into one Response object. ``previous_response_id`` resolves in the gateway's response store,
+so a chain continues from any stored response of the tenant, on any connection."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from loopwire.api import items
+from loopwire.api.context import (
+    SSE_KEEPALIVE,
+    context,
+    error_response,
+    first_events,
+    read_body,
+    request_span,
+    sse,
+    with_keepalive,
+)
+from loopwire.api.create import parse_create
+from loopwire.api.errors import ApiError, unsupported
+from loopwire.api.events import ResponseBuilder
+
+log = logging.getLogger("loopwire.api")
+
+
+async def create_response(request: Request) -> Response:
+    ctx = context(request)
+    authorization = request.headers.get("authorization", "")
+    with request_span("POST /v1/responses") as span:
+        try:
+            tenant = ctx.authorize(authorization)
+            body = items.json_object(await read_body(request, ctx.max_body_bytes))
+            parsed = parse_create(body, models=ctx.models)
+            ctx.apply_replay(parsed.create)
+            if not parsed.generate:
+                raise unsupported("generate", "generate: false outside WebSocket mode")
+        except ApiError as e:
+            log.info("POST /v1/responses -> %d %s", e.status, e.code)
+            return error_response(e)
+        builder = ResponseBuilder(parsed)
+        stream = ctx.gateway.open(authorization)
+        try:
+            events, first = await first_events(stream, parsed.create, builder.feed)
+        except ApiError as e:
+            await stream.close()
+            log.info("POST /v1/responses tenant=%s -> %d %s", tenant.name if tenant else "?", e.status, e.code)
+            return error_response(e)
+        span.set_attribute("gen_ai.response.id", builder.id)
+        if not parsed.stream:
+            try:
+                async for event in events:
+                    builder.feed(event)
+                    if builder.done:
+                        break
+            except ApiError as e:
+                return error_response(e)
+            finally:
+                await stream.close()
+            _log(builder, tenant.name if tenant else "?", stream=False)
+            failure = builder.failure()
+            return error_response(failure) if failure else JSONResponse(builder.response())
+
+    async def body_events() -> AsyncIterator[bytes]:
+        try:
+            for ready in first:
+                yield sse(ready)
+            async for event in with_keepalive(events, ctx.sse_keepalive_s):
+                if event is None:  # a long prefill: keep the connection visibly alive
+                    yield SSE_KEEPALIVE
+                    continue
+                for out in builder.feed(event):
+                    yield sse(out)
+                if builder.done:
+                    break
+        except ApiError as e:  # the gateway went away mid-response
+            yield sse({"type": "error", "sequence_number": builder.seq, **e.body()["error"]})
+        finally:
+            if not builder.done:  # the client left: stop the generation now
+                await stream.cancel(builder.id)
+            await stream.close()
+            _log(builder, tenant.name if tenant else "?", stream=True)
+
+    return StreamingResponse(body_events(), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _log(builder: ResponseBuilder, tenant: str, *, stream: bool) -> None:
+    u = builder.usage or {}
+    log.info("POST /v1/responses tenant=%s id=%s status=%s stream=%s previous=%s in=%s cached=%s out=%s "
+             "tokenized=%s replica=%s", tenant, builder.id, builder.status, stream,
+             builder.parsed.create.previous_response_id or "-", u.get("input_tokens"),
+             (u.get("input_tokens_details") or {}).get("cached_tokens"), u.get("output_tokens"),
+             builder.stats.get("tokens_tokenized"), builder.replica)

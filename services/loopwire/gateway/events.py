@@ -1,0 +1,142 @@
+"""The Converse events one response sends, and the signals its work queue carries.
+
+One place builds the protos, so the relay, the safety gate and the stream plumbing
+describe a response the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from loopwire.common.errors import RequestError
+from loopwire.gateway.output_parser import CallArgumentsOut, CallDoneOut, CallStartedOut, OutputEvent, TextOut
+from loopwire.gateway.safety import Verdict
+from loopwire.v1 import gateway_pb2
+
+
+class SafetyProgress:
+    """Queue signal: the safety checks advanced or found a violation."""
+
+
+class Cancel:
+    """Queue signal: the client cancelled the response."""
+
+
+PROGRESS = SafetyProgress()
+CANCEL = Cancel()
+
+
+def failed(response_id: str, error: RequestError) -> gateway_pb2.ConverseResponse:
+    return gateway_pb2.ConverseResponse(response_id=response_id, failed=gateway_pb2.ResponseFailed(error=error.to_proto()))
+
+
+def event(response_id: str, **kwargs: object) -> gateway_pb2.ConverseResponse:
+    return gateway_pb2.ConverseResponse(response_id=response_id, **kwargs)  # type: ignore[arg-type]
+
+
+def output_event(response_id: str, out: OutputEvent) -> gateway_pb2.ConverseResponse:
+    """A parsed piece of model output as the event the client sees."""
+    if isinstance(out, TextOut):
+        return event(response_id, text_delta=gateway_pb2.TextDelta(text=out.text))
+    if isinstance(out, CallStartedOut):
+        return event(response_id, tool_call_started=gateway_pb2.ToolCallStarted(
+            call_id=out.call_id, name=out.name, index=out.index))
+    if isinstance(out, CallArgumentsOut):
+        return event(response_id, tool_call_arguments_delta=gateway_pb2.ToolCallArgumentsDelta(
+            call_id=out.call_id, delta=out.delta))
+    assert isinstance(out, CallDoneOut)
+    return event(response_id, tool_call_done=gateway_pb2.ToolCallDone(call=out.call, index=out.index))
+
+
+def safety_event(response_id: str, stage: int, verdict: Verdict, us: int, checked: int) -> gateway_pb2.ConverseResponse:
+    return event(response_id, safety=gateway_pb2.SafetyVerdict(
+        stage=stage,  # type: ignore[arg-type]
+        allowed=verdict.allowed,
+        category=verdict.category,
+        detail=verdict.detail,
+        classifier_us=us,
+        checked_chars=checked,
+    ))
+
+
+class EventOutbox:
+    """The events of one Converse stream waiting for its writer.
+
+    A text (or tool-call arguments) delta that arrives while the previous one of the same
+    response (and call) still waits joins it, as the inference replica coalesces tokens:
+    while gRPC is busy sending one message the next ones merge, so a stream costs a message
+    per write the client can take rather than one per token. With ``interval_s`` a delta
+    also waits until that long after the previous delta left (never the first one, and
+    never past the next event of another kind), so a fast stream costs a message per
+    interval.
+    """
+
+    def __init__(self, interval_s: float = 0.0) -> None:
+        self._entries: deque[gateway_pb2.ConverseResponse | _Run | None] = deque()
+        self._ready = asyncio.Event()
+        self._interval = interval_s
+        self._next_delta_at = 0.0  # loop time before which a new delta waits
+        self._timer: asyncio.TimerHandle | None = None
+
+    def put(self, response: gateway_pb2.ConverseResponse | None) -> None:
+        if response is not None:
+            kind = response.WhichOneof("event")
+            if kind == "text_delta" or kind == "tool_call_arguments_delta":
+                key = (response.response_id, kind, response.tool_call_arguments_delta.call_id)
+                tail = self._entries[-1] if self._entries else None
+                if isinstance(tail, _Run) and tail.key == key:
+                    tail.parts.append(response)
+                    return
+                self._entries.append(_Run(key, [response]))
+                if len(self._entries) == 1 and self._interval:
+                    loop = asyncio.get_running_loop()
+                    if loop.time() < self._next_delta_at:
+                        if self._timer is None:
+                            self._timer = loop.call_at(self._next_delta_at, self._due)
+                        return
+                self._ready.set()
+                return
+        self._entries.append(response)
+        self._ready.set()
+
+    def _due(self) -> None:
+        self._timer = None
+        self._ready.set()
+
+    async def take(self) -> gateway_pb2.ConverseResponse | None:
+        while True:
+            if self._entries:
+                head = self._entries[0]
+                if not (isinstance(head, _Run) and len(self._entries) == 1 and self._interval
+                        and asyncio.get_running_loop().time() < self._next_delta_at):
+                    break
+            self._ready.clear()
+            await self._ready.wait()
+        entry = self._entries.popleft()
+        if isinstance(entry, _Run):
+            if self._interval:
+                self._next_delta_at = asyncio.get_running_loop().time() + self._interval
+            return entry.merged()
+        return entry
+
+
+class _Run:
+    """Consecutive deltas of one text waiting together: sent as one."""
+
+    __slots__ = ("key", "parts")
+
+    def __init__(self, key: tuple[str, str, str], parts: list[gateway_pb2.ConverseResponse]) -> None:
+        self.key = key
+        self.parts = parts
+
+    def merged(self) -> gateway_pb2.ConverseResponse:
+        if len(self.parts) == 1:
+            return self.parts[0]
+        response_id, kind, call_id = self.key
+        if kind == "text_delta":
+            return gateway_pb2.ConverseResponse(response_id=response_id, text_delta=gateway_pb2.TextDelta(
+                text="".join(p.text_delta.text for p in self.parts)))
+        return gateway_pb2.ConverseResponse(response_id=response_id, tool_call_arguments_delta=(
+            gateway_pb2.ToolCallArgumentsDelta(call_id=call_id, delta="".join(
+                p.tool_call_arguments_delta.delta for p in self.parts))))

@@ -1,0 +1,121 @@
+"""A request made ready to generate: validated, its conversation found, only the new part
+tokenized, admitted under the tenant's rate limits.
+
+A delta (``previous_response_id``) continues the conversation the store holds; a full
+request on a stream that already holds one continues it when it extends it (or reports
+where it breaks: a cache break). Large requests are tokenized in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from loopwire.common.chat_template import ChatTemplateError
+from loopwire.common.errors import RequestError, invalid
+from loopwire.gateway import validation
+from loopwire.gateway.conversation import Conversation, Difference
+from loopwire.v1 import common_pb2, gateway_pb2
+
+if TYPE_CHECKING:
+    from loopwire.gateway.session import ConverseSession
+
+Code = common_pb2.ErrorCode
+
+# Requests larger than this are tokenized off the event loop.
+OFFLOAD_TOKENIZE_BYTES = 64 * 1024
+
+
+@dataclass
+class Prepared:
+    conversation: Conversation
+    new_items: list[common_pb2.Item]
+    bytes_received: int
+    tokens_tokenized: int
+    tokenize_us: int
+    difference: Difference | None
+    reused_tokens: int
+    # The naive way for this request: forward the full prompt (stateless gateway or client).
+    naive: bool
+
+
+async def prepare(session: ConverseSession, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
+    """Validate, find the conversation, tokenize what is new, admit under the rate limits."""
+    try:
+        return await _prepare_checked(session, create, model)
+    except ChatTemplateError as e:  # the model's own template refused this conversation
+        raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "create_response.input") from None
+
+
+async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
+    gw = session.gw
+    cfg = gw.config
+    received = validation.check_size(create, cfg.max_request_bytes)
+    validation.check_header(create)
+    difference: Difference | None = None
+    reused = 0
+    held: Conversation | None = None
+    if create.previous_response_id:
+        held = gw.store.resolve(create.previous_response_id, session.tenant.name, session.stream_id)
+        check_delta_header(create, held)
+        validation.check_items(create.input, held.call_ids)
+    else:
+        validation.check_items(create.input, ())
+        previous = None if (cfg.stateless or create.no_store) else session.conversation
+        if previous is not None:
+            shared, difference = previous.difference(create.model, create.instructions, create.tools, create.input)
+            if not (difference and difference.first_differing_item == -1):
+                held = previous.fork(shared)  # copies ids, re-tokenizes nothing
+                reused = len(held.ids)
+
+    def tokenize() -> tuple[Conversation, list[common_pb2.Item], int, bool, int]:
+        t0 = time.thread_time_ns()
+        conversation, tokenized = held, 0
+        if conversation is None:
+            conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools,
+                                        cache_salt=session.tenant.name, incremental=cfg.incremental_render)
+            tokenized = conversation.initial_tokens
+        new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
+        breaks_before = conversation.template_breaks
+        tokenized += conversation.append(new)
+        return (conversation, new, tokenized, conversation.template_breaks != breaks_before,
+                time.thread_time_ns() - t0)
+
+    # A large request is tokenized in a worker thread (the tokenizers release the GIL), so one
+    # huge prompt never stalls the other streams on this event loop.
+    work = await asyncio.to_thread(tokenize) if received > OFFLOAD_TOKENIZE_BYTES else tokenize()
+    conversation, new_items, tokenized, broke, tokenize_ns = work
+    if broke and difference is None:
+        difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
+    if len(conversation) > cfg.max_session_tokens:
+        raise RequestError(
+            Code.ERROR_CODE_RESOURCE_EXHAUSTED,
+            f"conversation is {len(conversation)} tokens, over the gateway's {cfg.max_session_tokens}-token "
+            "limit per session: compact it",
+            "create_response.input",
+        )
+    wait_ms = session.limiter.admit(tokenized)
+    if wait_ms:
+        gw.metrics.add("rate_limited", model)
+        raise RequestError(
+            Code.ERROR_CODE_RESOURCE_EXHAUSTED,
+            f"tenant {session.tenant.name!r} is over its rate limit",
+            "create_response",
+            retryable=True,
+            retry_after_ms=wait_ms,
+        )
+    gw.metrics.add("tokens_tokenized", model, tokenized)
+    naive = cfg.stateless or (create.no_store and not create.previous_response_id)
+    return Prepared(conversation, new_items, received, tokenized, tokenize_ns // 1000, difference, reused, naive)
+
+
+def check_delta_header(create: gateway_pb2.CreateResponse, conversation: Conversation) -> None:
+    """A delta may leave model, instructions and tools empty (inherited) but not change them."""
+    if create.model and create.model != conversation.model:
+        raise invalid("create_response.model", "differs from the previous request's: send the full request")
+    if create.instructions and create.instructions != conversation.instructions:
+        raise invalid("create_response.instructions", "differs from the previous request's: send the full request")
+    if create.tools and not conversation.same_header(conversation.model, conversation.instructions, create.tools):
+        raise invalid("create_response.tools", "differ from the previous request's: send the full request")

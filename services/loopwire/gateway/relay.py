@@ -1,0 +1,318 @@
+"""One response's generation relayed to the client: start, tokens to events, completion.
+
+The prompt goes to the replica as an append of only the new ids when the replica holds
+the conversation's prefix (a full prompt otherwise); output ids are parsed into text and
+tool-call events, which leave through the safety gate; a STATE_LOST append is resent in
+full once; a dead replica hands over to another (failover.py). The completed turn enters
+the conversation as the ids generated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING
+
+from loopwire.common import telemetry
+from loopwire.common.errors import RequestError
+from loopwire.gateway.events import CANCEL, event, failed, output_event, safety_event
+from loopwire.gateway.failover import Placement
+from loopwire.gateway.generate_link import GenerateLink, LinkDown
+from loopwire.gateway.metrics import Stopwatch
+from loopwire.gateway.output_parser import OutputEvent, OutputParser
+from loopwire.gateway.safety import INPUT, OUTPUT, Verdict, input_text
+from loopwire.gateway.safety_gate import SafetyGate
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
+
+if TYPE_CHECKING:
+    from loopwire.gateway.prepare import Prepared
+    from loopwire.gateway.session import ConverseSession
+
+Code = common_pb2.ErrorCode
+
+
+class ResponseRun:
+    """Drives one response: generation, failover, safety, release of events."""
+
+    def __init__(
+        self,
+        session: ConverseSession,
+        create: gateway_pb2.CreateResponse,
+        response_id: str,
+        prepared: Prepared,
+        watch: Stopwatch,
+        started: float,
+        model: str,
+    ) -> None:
+        self.s = session
+        self.gw = session.gw
+        self.create = create
+        self.id = response_id
+        self.p = prepared
+        self.watch = watch
+        self.started = started
+        self.model = model
+        self.queue: asyncio.Queue[object] = asyncio.Queue()
+        replay_ids = [c.call_id for c in create.replay.function_calls] if create.HasField("replay") else []
+        self.parser = OutputParser(
+            self.gw.model,
+            stops=list(create.sampling.stop),
+            call_id_for=lambda n: replay_ids[n] if n < len(replay_ids) and replay_ids[n] else f"call_{response_id}_{n}",
+        )
+        self.oracle = (
+            self.gw.prompt.output_ids(create.replay.text, create.replay.function_calls)
+            if create.HasField("replay")
+            else []
+        )
+        self.safety = SafetyGate(self.gw.classifier, create.safety_mode or self.gw.config.safety_mode, self.queue)
+        self.place = Placement(session, prepared.conversation, watch, model)
+        self.generated: list[int] = []
+        self.tokens_forwarded = 0
+        self.request_id = response_id
+
+    def stop_safety(self) -> None:
+        self.safety.stop()
+
+    async def events(self) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        try:
+            async for out in self._events():
+                yield out
+        finally:
+            self.place.vacate()
+
+    async def _events(self) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        cfg = self.gw.config
+        safety = self.safety
+        try:
+            link = await self.place.link()
+        except RequestError as e:
+            yield self._fail(e)
+            return
+        yield self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))
+        if safety.on:
+            await safety.start(input_text(self.p.new_items), cfg.safety_chunk_chars, cfg.safety_overlap_chars,
+                               cfg.safety_serial)
+        if safety.input_verdict is not None and not safety.input_verdict.verdict.allowed:
+            yield self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0)
+            yield self._fail(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, "input failed the safety check"))
+            return
+        await self._start(link, resend_full=False)
+        finished: inference_pb2.GenerationFinished | None = None
+        input_reported = False
+        queue = self.queue
+        held: object = None  # taken while joining token batches, handled next
+        while True:
+            if held is not None:
+                message, held = held, None
+            else:
+                message = await queue.get()
+            if isinstance(message, inference_pb2.GenerateResponse):
+                kind = message.WhichOneof("event")
+                if kind == "tokens" and finished is None:
+                    token_ids: Sequence[int] = message.tokens.token_ids
+                    # Token batches that queued up behind this one are parsed (and sent) as one.
+                    while not queue.empty():
+                        held = queue.get_nowait()
+                        if not (isinstance(held, inference_pb2.GenerateResponse) and held.HasField("tokens")):
+                            break
+                        token_ids = [*token_ids, *held.tokens.token_ids]
+                        held = None
+                    if await self._on_tokens(token_ids):
+                        finished = inference_pb2.GenerationFinished(
+                            finish_reason=common_pb2.FINISH_REASON_STOP,
+                            usage=common_pb2.Usage(output_tokens=len(self.generated)),
+                        )
+                        self._end_output()
+                elif kind == "finished" and finished is None:
+                    finished = message.finished
+                    self._end_output()
+                elif kind == "error":
+                    error = message.error
+                    if error.code == Code.ERROR_CODE_STATE_LOST and self.place.attempt == 0 and not self.generated:
+                        self.gw.metrics.add("state_lost_resends", self.model)
+                        assert self.s.link is not None
+                        self.s.link.forget_held()
+                        await self._start(self.s.link, resend_full=True)
+                        continue
+                    self.place.detach(self.request_id)
+                    yield self._fail(RequestError(error.code, error.message, error.field,
+                                                  retryable=error.retryable, retry_after_ms=error.retry_after_ms))
+                    return
+            elif isinstance(message, LinkDown):
+                if finished is None:
+                    try:
+                        link = await self.place.fail_over(message, self.id)
+                    except RequestError as e:
+                        yield self._fail(e)
+                        return
+                    self.request_id = f"{self.id}.{self.place.attempt}"
+                    await self._start(link, resend_full=True)
+            elif message is CANCEL:
+                await self.place.abandon(self.request_id)
+                yield self._fail(RequestError(Code.ERROR_CODE_CANCELLED, "cancelled by the client", "cancel_response"))
+                return
+            # Safety verdicts and progress arrive here too; everything below re-evaluates.
+            violation = safety.violation()
+            if violation is not None:
+                stage, verdict, us = violation
+                self.gw.metrics.add("safety_cuts", self.model)
+                await self.place.abandon(self.request_id)
+                yield self._safety_event(stage, verdict, us, safety.checked_chars)
+                yield self._fail(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, f"{verdict.category}: {verdict.detail}"))
+                return
+            if safety.input_verdict is not None and not input_reported:
+                input_reported = True
+                yield self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0)
+            for out in safety.releasable():
+                yield out
+            if finished is not None and safety.done():
+                break
+        for out in safety.releasable():
+            yield out
+        if safety.checker is not None:
+            yield self._safety_event(OUTPUT, Verdict(True), safety.checker.classifier_us, safety.checker.checked_chars)
+        yield self._complete(finished)
+
+    # -- generation -------------------------------------------------------------------
+
+    async def _start(self, link: GenerateLink, resend_full: bool) -> None:
+        with self.watch:
+            conversation = self.p.conversation
+            params = self._params()
+            start = inference_pb2.GenerationStart(
+                request_id=self.request_id,
+                session_id=self.s.stream_id,
+                params=params,
+                oracle_token_ids=self.oracle[len(self.generated) :],
+                retention_seconds=self.create.retention_seconds,
+                priority=self.create.priority,
+                cache_salt=self.s.tenant.name,
+            )
+            telemetry.inject(start.trace_context)  # the generation joins this response's (turn's) trace
+            held = link.held_length
+            base_hash = conversation.hash_at(held) if held and not resend_full and not self.p.naive else None
+            if base_hash is not None and base_hash == link.held_hash and not self.generated:
+                ids = conversation.prompt_ids(held)
+                start.append.CopyFrom(inference_pb2.AppendPrompt(base_length=held, base_hash=base_hash, token_ids=ids))
+                self.gw.metrics.add("append_sends", self.model)
+            else:
+                ids = conversation.prompt_ids() + self.generated
+                start.full.CopyFrom(inference_pb2.FullPrompt(token_ids=ids))
+                self.gw.metrics.add("full_sends", self.model)
+            self.tokens_forwarded += len(ids)
+            link.forget_held()
+            if start.WhichOneof("prompt") == "full":
+                cached = link.replica.cached_prefix_blocks(conversation.block_hashes(link.replica.block_size))
+                uncached = max(0, len(ids) - cached * link.replica.block_size)
+            else:
+                uncached = len(ids)
+            self.place.occupy(link.replica, uncached)
+        self.gw.metrics.add("tokens_forwarded", self.model, len(ids))
+        await link.start(start, self.queue)
+
+    def _params(self) -> inference_pb2.GenerationParams:
+        s = self.create.sampling
+        limit = self.s.link.replica.status.max_output_tokens if self.s.link else 0
+        if s.max_output_tokens:
+            max_tokens = s.max_output_tokens
+        elif self.oracle:
+            max_tokens = min(len(self.oracle), limit or len(self.oracle))
+        else:
+            max_tokens = min(self.gw.config.default_max_output_tokens, limit or self.gw.config.default_max_output_tokens)
+        params = inference_pb2.GenerationParams(
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            max_tokens=max(1, max_tokens - len(self.generated)),
+            stop_token_ids=self.gw.model.stop_token_ids,
+        )
+        if s.HasField("speculative_decoding"):
+            params.speculative_decoding = s.speculative_decoding
+        return params
+
+    async def _on_tokens(self, token_ids: Sequence[int]) -> bool:
+        """Parse new tokens; True when a stop string ended the output (generation is cancelled)."""
+        self.place.prefilled()
+        if self.parser.done:
+            return False
+        with self.watch:
+            self.generated.extend(token_ids)
+            safety_from = len(self.parser.safety_text)
+            outs = self.parser.feed(token_ids)
+            self._queue_events(outs, safety_from)
+        if self.parser.stopped_by_string:
+            await self.place.abandon(self.request_id)
+            return True
+        return False
+
+    def _end_output(self) -> None:
+        with self.watch:
+            safety_from = len(self.parser.safety_text)
+            self._queue_events(self.parser.finish(), safety_from)
+        self.safety.close_output()
+
+    def _queue_events(self, outs: list[OutputEvent], safety_from: int) -> None:
+        for out in outs:
+            self.safety.hold(out.safety_offset, output_event(self.id, out))
+        if self.safety.checker is not None:
+            self.safety.add_output("".join(self.parser.safety_text[safety_from:]))
+
+    # -- results ----------------------------------------------------------------------
+
+    def _complete(self, finished: inference_pb2.GenerationFinished | None) -> gateway_pb2.ConverseResponse:
+        assert finished is not None
+        gw, session = self.gw, self.s
+        link = session.link
+        with self.watch:
+            conversation = self.p.conversation
+            output = self.parser.output_items()
+            t0 = time.thread_time_ns()
+            if self.parser.stopped_by_string:  # the turn is what the client got: cut before the stop string
+                tokenized = conversation.append(output)
+            else:
+                tokenized = conversation.complete(output, self.generated, self.parser.raw_text)
+            tokenize_us = self.p.tokenize_us + (time.thread_time_ns() - t0) // 1000
+            if link is not None and not self.parser.stopped_by_string:
+                link.done(self.request_id)
+                link.replica.observe(finished.usage, finished.timings)
+                link.held_length, link.held_hash = finished.sequence_length, finished.sequence_hash
+            self.place.vacate()
+            if not gw.config.stateless:
+                gw.store.put(self.id, conversation, session.tenant.name, session.stream_id, self.create.no_store)
+                session.conversation = conversation
+            if self.parser.stopped_by_string:
+                reason = common_pb2.FINISH_REASON_STOP
+            elif self.parser.calls:
+                reason = common_pb2.FINISH_REASON_TOOL_CALLS
+            else:
+                reason = finished.finish_reason or common_pb2.FINISH_REASON_STOP
+            session.limiter.tokens.charge(finished.usage.output_tokens)
+            gw.metrics.add("responses", self.model)
+            gw.metrics.add("tokens_tokenized", self.model, tokenized)
+        t = finished.timings
+        timings = common_pb2.Timings(
+            gateway_overhead_us=self.watch.us,
+            tokenize_us=tokenize_us,
+            queue_us=t.queue_us,
+            prefill_us=t.prefill_us,
+            ttft_us=t.ttft_us,
+            decode_us=t.decode_us,
+            safety_us=self.safety.us,
+            total_us=int((time.perf_counter() - self.started) * 1e6),
+            tokens_tokenized=self.p.tokens_tokenized + tokenized,
+            bytes_received=self.p.bytes_received,
+            tokens_forwarded=self.tokens_forwarded,
+        )
+        return self._event(completed=gateway_pb2.ResponseCompleted(
+            finish_reason=reason, usage=finished.usage, timings=timings, output=output))
+
+    def _event(self, **kwargs: object) -> gateway_pb2.ConverseResponse:
+        return event(self.id, **kwargs)
+
+    def _safety_event(self, stage: int, verdict: Verdict, us: int, checked: int) -> gateway_pb2.ConverseResponse:
+        return safety_event(self.id, stage, verdict, us, checked)
+
+    def _fail(self, error: RequestError) -> gateway_pb2.ConverseResponse:
+        self.gw.metrics.add("failed_responses", self.model)
+        return failed(self.id, error)

@@ -1,0 +1,99 @@
+"""One response's safety checks beside inference, and which output may leave yet.
+
+The input check races prefill (or runs first, the naive way); the output checker reads
+the text as it is generated. Events wait here until the mode lets them out: nothing
+before the input check passed, and in buffer mode no text past what the checker passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from loopwire.gateway.events import PROGRESS
+from loopwire.gateway.safety import INPUT, OUTPUT, OutputChecker, SafetyClassifier, Verdict
+from loopwire.v1 import gateway_pb2
+
+
+@dataclass
+class InputVerdict:
+    verdict: Verdict
+    us: int
+
+
+class SafetyGate:
+    def __init__(self, classifier: SafetyClassifier, mode: int, queue: asyncio.Queue[object]) -> None:
+        self.classifier = classifier
+        self.on = mode != gateway_pb2.SAFETY_MODE_OFF
+        self.buffered = mode == gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS
+        self.queue = queue  # the response's work queue: verdicts and progress wake it
+        self.input_verdict: InputVerdict | None = None
+        self.input_task: asyncio.Task[None] | None = None
+        self.checker: OutputChecker | None = None
+        self.pending: deque[tuple[int, gateway_pb2.ConverseResponse]] = deque()
+
+    async def start(self, text: str, chunk_chars: int, overlap_chars: int, serial: bool) -> None:
+        """Start the input check on ``text`` (awaited when ``serial``) and the output checker."""
+        self.checker = OutputChecker(self.classifier, chunk_chars, overlap_chars,
+                                     lambda: self.queue.put_nowait(PROGRESS))
+        if serial:
+            await self._check_input(text)
+        else:
+            self.input_task = asyncio.create_task(self._check_input(text))
+
+    async def _check_input(self, text: str) -> None:
+        t0 = time.perf_counter_ns()
+        verdict = await self.classifier.classify(text, INPUT) if text else Verdict(True)
+        self.input_verdict = InputVerdict(verdict, (time.perf_counter_ns() - t0) // 1000)
+        self.queue.put_nowait(PROGRESS)
+
+    def stop(self) -> None:
+        if self.input_task is not None:
+            self.input_task.cancel()
+        if self.checker is not None:
+            self.checker.cancel()
+
+    def hold(self, safety_offset: int, event: gateway_pb2.ConverseResponse) -> None:
+        """Queue an output event that ends at ``safety_offset`` characters of checked text."""
+        self.pending.append((safety_offset, event))
+
+    def add_output(self, text: str) -> None:
+        if self.checker is not None:
+            self.checker.add(text)
+
+    def close_output(self) -> None:
+        if self.checker is not None:
+            self.checker.close()
+
+    @property
+    def checked_chars(self) -> int:
+        return self.checker.checked_chars if self.checker else 0
+
+    @property
+    def us(self) -> int:
+        """Classifier time spent on this response (input and output)."""
+        return (self.input_verdict.us if self.input_verdict else 0) + (self.checker.classifier_us if self.checker else 0)
+
+    def violation(self) -> tuple[int, Verdict, int] | None:
+        if self.input_verdict is not None and not self.input_verdict.verdict.allowed:
+            return INPUT, self.input_verdict.verdict, self.input_verdict.us
+        if self.checker is not None and self.checker.violation is not None:
+            return OUTPUT, self.checker.violation, self.checker.classifier_us
+        return None
+
+    def done(self) -> bool:
+        if not self.on:
+            return True
+        assert self.checker is not None
+        return self.input_verdict is not None and self.checker.finished
+
+    def releasable(self) -> list[gateway_pb2.ConverseResponse]:
+        if self.on and self.input_verdict is None:
+            return []  # nothing leaves before the input check passed (it races prefill)
+        limit = self.checker.checked_chars if (self.buffered and self.checker is not None) else None
+        out = []
+        while self.pending and (limit is None or self.pending[0][0] <= limit):
+            out.append(self.pending.popleft()[1])
+        return out

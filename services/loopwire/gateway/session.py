@@ -1,0 +1,159 @@
+"""One Converse stream: its requests read, run in order, their events written back.
+
+Requests of one stream run in order (a delta names the response before it); a
+CancelResponse acts at once on the response in flight. A request's failure is an
+in-stream event; the stream keeps serving. Each response runs inside a GenAI span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from loopwire.common import telemetry
+from loopwire.common.auth import Tenant
+from loopwire.common.errors import RequestError, invalid
+from loopwire.gateway.conversation import Conversation
+from loopwire.gateway.events import CANCEL, EventOutbox, failed
+from loopwire.gateway.generate_link import GenerateLink
+from loopwire.gateway.metrics import Stopwatch
+from loopwire.gateway.prepare import prepare
+from loopwire.gateway.rate_limit import TenantLimiter
+from loopwire.gateway.relay import ResponseRun
+from loopwire.v1 import common_pb2, gateway_pb2
+
+if TYPE_CHECKING:
+    from loopwire.gateway.service import GatewayServicer
+
+log = logging.getLogger("loopwire.gateway")
+
+Code = common_pb2.ErrorCode
+
+
+class ConverseSession:
+    """The state of one Converse stream: its conversation, its replica link."""
+
+    def __init__(self, gateway: GatewayServicer, tenant: Tenant, limiter: TenantLimiter) -> None:
+        self.gw = gateway
+        self.tenant = tenant
+        self.limiter = limiter
+        self.stream_id = "conv_" + secrets.token_hex(8)
+        self.conversation: Conversation | None = None
+        self.link: GenerateLink | None = None
+        self._in_flight: tuple[str, asyncio.Queue[object]] | None = None
+
+    async def run(
+        self, requests: AsyncIterator[gateway_pb2.ConverseRequest]
+    ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        creates: asyncio.Queue[gateway_pb2.CreateResponse | None] = asyncio.Queue()
+        out = EventOutbox(float(__import__('os').environ.get('IVL', '0')))  # deltas merge while the writer is busy
+
+        async def read() -> None:
+            try:
+                async for request in requests:
+                    kind = request.WhichOneof("request")
+                    if kind == "create_response":
+                        creates.put_nowait(request.create_response)
+                    elif kind == "cancel_response":
+                        self._cancel(request.cancel_response.response_id, out)
+                    else:
+                        out.put(failed("", invalid("request", "request is empty")))
+            finally:
+                creates.put_nowait(None)
+
+        async def work() -> None:
+            try:
+                while (create := await creates.get()) is not None:
+                    try:
+                        async for event in self.respond(create):
+                            out.put(event)
+                    except Exception as e:  # a bug fails one response, never the session's stream
+                        log.exception("response failed")
+                        out.put(failed("", RequestError(Code.ERROR_CODE_INTERNAL, f"internal error: {e}",
+                                                               retryable=True)))
+            finally:
+                out.put(None)
+
+        reader = asyncio.create_task(read())
+        worker = asyncio.create_task(work())
+        try:
+            while (event := await out.take()) is not None:
+                yield event
+            await worker
+        finally:
+            for task in (reader, worker):
+                task.cancel()
+            for task in (reader, worker):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.gw.store.drop_stream(self.stream_id)
+
+    def _cancel(self, response_id: str, out: EventOutbox) -> None:
+        if self._in_flight and self._in_flight[0] == response_id:
+            self._in_flight[1].put_nowait(CANCEL)
+        else:
+            out.put(failed(response_id, invalid("cancel_response.response_id", "no response in flight with this id")))
+
+    async def close(self) -> None:
+        if self.link is not None:
+            await self.link.close()
+            self.link = None
+
+    # -- one response -----------------------------------------------------------------
+
+    async def respond(self, create: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        """One response's events, inside a GenAI span; its timings feed the metrics."""
+        response_id = "resp_" + secrets.token_hex(8)
+        model = self.gw.model.name  # metrics are labelled with the model served (as inference labels them)
+        with telemetry.response_span(create.model or model, response_id, conversation_id=self.stream_id,
+                                     trace_context=create.trace_context) as span:
+            async for event in self._respond(create, response_id, model):
+                kind = event.WhichOneof("event")
+                if kind in ("text_delta", "tool_call_started"):
+                    span.first_chunk()
+                elif kind == "completed":
+                    span.set_usage(event.completed.usage)
+                    span.finish(event.completed.finish_reason)
+                    telemetry.metrics().record_response(event.completed.timings, model)
+                elif kind == "failed":
+                    span.span.set_attribute("error.type", common_pb2.ErrorCode.Name(event.failed.error.code))
+                yield event
+
+    async def _respond(
+        self, create: gateway_pb2.CreateResponse, response_id: str, model: str
+    ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        started = time.perf_counter()
+        watch = Stopwatch()
+        metrics = self.gw.metrics
+        try:
+            with watch:
+                prepared = await prepare(self, create, model)
+        except RequestError as e:
+            if e.code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND:
+                metrics.add("previous_response_not_found", model)
+            metrics.add("failed_responses", model)
+            yield failed(response_id, e)
+            return
+        if prepared.difference is not None:
+            metrics.add("cache_breaks", model)
+            yield gateway_pb2.ConverseResponse(
+                response_id=response_id,
+                cache_break=gateway_pb2.CacheBreak(
+                    first_differing_item=prepared.difference.first_differing_item,
+                    reason=prepared.difference.reason,
+                    reused_tokens=prepared.reused_tokens,
+                ),
+            )
+        run = ResponseRun(self, create, response_id, prepared, watch, started, model)
+        self._in_flight = (response_id, run.queue)
+        try:
+            async for event in run.events():
+                yield event
+        finally:
+            self._in_flight = None
+            run.stop_safety()

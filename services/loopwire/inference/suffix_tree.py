@@ -1,0 +1,278 @@
+"""Suffix decoding (SuffixDecoding, Oliaro et al., arXiv 2411.04975): drafts from suffix
+structures over the session's own context and over recent outputs of every session on the
+replica, with a draft length that follows how often the matched continuation occurred.
+
+The index is a suffix automaton (the DAWG of the text, whose suffix-link tree is the suffix
+tree of the reversed text): linear size, online appends in amortised O(1), and each state
+knows how many times its strings occurred (``count``) and where they last ended. That gives
+the paper's two ingredients without a quadratic suffix trie:
+
+* the longest suffix of the context that occurred before (the pattern, length ``p``);
+* the empirical probability of each continuation, ``count(pattern + t) / sum_t' count(pattern + t')``.
+
+A draft follows the most frequent continuation while the product of those probabilities stays
+above ``min_token_prob`` and its length below ``max_spec_factor * p`` (the paper's adaptive
+speculation length), and the better-scoring of the session draft and the shared draft wins
+(score = expected accepted tokens, the sum of the running probability products).
+
+The shared store holds finished outputs per namespace (the prefix-cache salt: tenants never
+draft from each other) under one token budget; the oldest outputs go first, and the affected
+automata are rebuilt from what is left, so memory is bounded by the budget.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from loopwire.inference.drafter import Draft
+
+# Suffix-link states whose occurrence count an append updates: exact unless the text is
+# degenerate (a long run of one token), where the tail of the walk would make appends quadratic.
+WALK_LIMIT = 256
+
+
+class SuffixAutomaton:
+    """Suffix automaton over a growing token list, with occurrence counts per state."""
+
+    def __init__(self) -> None:
+        self.length = [0]
+        self.link = [-1]
+        self.next: list[dict[int, int]] = [{}]
+        self.count = [0]
+        self.last_end = [-1]
+        self.last = 0
+        self.num_tokens = 0
+
+    @property
+    def num_states(self) -> int:
+        return len(self.length)
+
+    def _state(self, length: int, link: int, nxt: dict[int, int], count: int, last_end: int) -> int:
+        self.length.append(length)
+        self.link.append(link)
+        self.next.append(nxt)
+        self.count.append(count)
+        self.last_end.append(last_end)
+        return len(self.length) - 1
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        length, link, nxt = self.length, self.link, self.next
+        for t in tokens:
+            end = self.num_tokens
+            self.num_tokens += 1
+            cur = self._state(length[self.last] + 1, 0, {}, 0, -1)
+            p = self.last
+            while p != -1 and t not in nxt[p]:
+                nxt[p][t] = cur
+                p = link[p]
+            if p != -1:
+                q = nxt[p][t]
+                if length[p] + 1 == length[q]:
+                    link[cur] = q
+                else:
+                    clone = self._state(length[p] + 1, link[q], dict(nxt[q]), self.count[q], self.last_end[q])
+                    while p != -1 and nxt[p].get(t) == q:
+                        nxt[p][t] = clone
+                        p = link[p]
+                    link[q] = clone
+                    link[cur] = clone
+            self.last = cur
+            v, n = cur, 0
+            while v > 0 and n < WALK_LIMIT:  # every suffix of the text now also ends at `end`
+                self.count[v] += 1
+                self.last_end[v] = end
+                v = link[v]
+                n += 1
+
+    def match(self, tokens: Sequence[int]) -> tuple[int, int]:
+        """(state, length) of the longest suffix of ``tokens`` that occurs in the text."""
+        nxt, link, length = self.next, self.link, self.length
+        v = matched = 0
+        for t in tokens:
+            while v and t not in nxt[v]:
+                v = link[v]
+                matched = length[v]
+            if t in nxt[v]:
+                v = nxt[v][t]
+                matched += 1
+        return v, matched
+
+    def continue_from(self, state: int, max_len: int, min_prob: float) -> tuple[list[int], float]:
+        """Greedy most-frequent path from ``state``: the draft and its score (expected accepted
+        tokens). Negative tokens are document separators: the text ended there."""
+        out: list[int] = []
+        prob, score = 1.0, 0.0
+        count, last_end, nxt = self.count, self.last_end, self.next
+        v = state
+        while len(out) < max_len:
+            children = nxt[v]
+            if not children:
+                break
+            total = 0
+            best_t, best_v, best_key = 0, 0, (-1, -1)
+            for t, w in children.items():
+                c = count[w]
+                total += c
+                key = (c, last_end[w])  # most frequent, then most recent
+                if key > best_key:
+                    best_t, best_v, best_key = t, w, key
+            if best_t < 0 or total == 0:
+                break
+            prob *= best_key[0] / total
+            if prob < min_prob:
+                break
+            out.append(best_t)
+            score += prob
+            v = best_v
+        return out, score
+
+
+@dataclass(frozen=True)
+class SuffixSettings:
+    max_spec_factor: float = 8.0  # draft length <= factor * matched pattern length
+    min_token_prob: float = 0.1  # stop when the draft's estimated probability falls below
+    min_match: int = 1  # the probability cut-off, not the pattern length, filters weak drafts
+    max_pattern: int = 48  # longest context suffix matched against the shared store
+    # Memory: an automaton costs ~530 bytes per token in CPython (measured on a 80k-token prompt).
+    shared_tokens: int = 131_072  # budget of the shared output store, all namespaces (~70 MB)
+    session_tokens: int = 262_144  # session automata kept between turns, all sessions (~140 MB)
+
+
+@dataclass
+class _Doc:
+    namespace: str
+    tokens: list[int]
+
+
+class SharedOutputs:
+    """Recent outputs of all sessions, one automaton per namespace, under one token budget."""
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens <= 0:
+            raise ValueError("the shared store needs a positive token budget")
+        self.max_tokens = max_tokens
+        self.docs: deque[_Doc] = deque()
+        self.num_tokens = 0
+        self.automata: dict[str, SuffixAutomaton] = {}
+        self._separator = 0
+
+    def add(self, namespace: str, tokens: Sequence[int]) -> None:
+        tokens = list(tokens[-self.max_tokens :])
+        if not tokens:
+            return
+        self.docs.append(_Doc(namespace, tokens))
+        self.num_tokens += len(tokens)
+        if self.num_tokens > self.max_tokens:
+            # Evict the oldest until a quarter of the budget is free, so rebuilds are amortised.
+            touched = set()
+            while self.docs and self.num_tokens > self.max_tokens * 3 // 4:
+                doc = self.docs.popleft()
+                self.num_tokens -= len(doc.tokens)
+                touched.add(doc.namespace)
+            for ns in touched:
+                self._rebuild(ns)
+            if namespace in touched:
+                return  # the rebuild included the new document if it survived
+        self._append(namespace, tokens)
+
+    def _append(self, namespace: str, tokens: list[int]) -> None:
+        sam = self.automata.setdefault(namespace, SuffixAutomaton())
+        self._separator -= 1
+        sam.extend([*tokens, self._separator])
+
+    def _rebuild(self, namespace: str) -> None:
+        self.automata.pop(namespace, None)
+        for doc in self.docs:
+            if doc.namespace == namespace:
+                self._append(namespace, doc.tokens)
+
+    def num_states(self) -> int:
+        return sum(a.num_states for a in self.automata.values())
+
+
+class SuffixDrafter:
+    """Drafts from the session's own context and the replica's recent outputs."""
+
+    name = "suffix"
+
+    def __init__(self, settings: SuffixSettings | None = None) -> None:
+        self.settings = settings or SuffixSettings()
+        self.shared = SharedOutputs(self.settings.shared_tokens)
+        # Session automata between turns: a session's next prompt extends its last context.
+        self._sessions: OrderedDict[str, SuffixAutomaton] = OrderedDict()
+        self._session_tokens: dict[str, list[int]] = {}
+        self.cached_session_tokens = 0
+
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> SuffixContext:
+        sam, tokens = SuffixAutomaton(), []
+        key = f"{namespace}\x00{session_id}" if session_id else ""
+        if key and key in self._sessions:
+            cached, cached_tokens = self._sessions.pop(key), self._session_tokens.pop(key)
+            self.cached_session_tokens -= len(cached_tokens)
+            n = len(cached_tokens)
+            if n <= len(token_ids) and list(token_ids[:n]) == cached_tokens:
+                sam, tokens = cached, cached_tokens
+        ctx = SuffixContext(self, sam, tokens, key, namespace)
+        ctx.extend(token_ids[len(tokens) :])
+        ctx.prompt_len = len(ctx.tokens)
+        return ctx
+
+    def _keep(self, ctx: SuffixContext) -> None:
+        """Keep a finished request's automaton for its session's next turn, least recent out first."""
+        if not ctx.key or len(ctx.tokens) > self.settings.session_tokens:
+            return
+        if ctx.key in self._sessions:  # a concurrent request of the same session finished first
+            self._sessions.pop(ctx.key)
+            self.cached_session_tokens -= len(self._session_tokens.pop(ctx.key))
+        self._sessions[ctx.key] = ctx.sam
+        self._session_tokens[ctx.key] = ctx.tokens
+        self.cached_session_tokens += len(ctx.tokens)
+        while self.cached_session_tokens > self.settings.session_tokens:
+            old, _ = self._sessions.popitem(last=False)
+            self.cached_session_tokens -= len(self._session_tokens.pop(old))
+
+
+class SuffixContext:
+    def __init__(self, drafter: SuffixDrafter, sam: SuffixAutomaton, tokens: list[int], key: str, namespace: str) -> None:
+        self.drafter = drafter
+        self.sam = sam
+        self.tokens = tokens
+        self.key = key
+        self.namespace = namespace
+        self.prompt_len = 0
+        self.finished = False
+
+    def extend(self, token_ids: Sequence[int]) -> None:
+        ids = [int(t) for t in token_ids]
+        self.tokens.extend(ids)
+        self.sam.extend(ids)
+
+    def propose(self, k: int) -> Draft:
+        s = self.drafter.settings
+        if k <= 0:
+            return Draft([])
+        best: list[int] = []
+        best_score = 0.0
+        # The session: the longest suffix that occurred earlier in it is the suffix link of the whole text.
+        state = self.sam.link[self.sam.last]
+        if state > 0 and self.sam.length[state] >= s.min_match:
+            p = self.sam.length[state]
+            best, best_score = self.sam.continue_from(state, min(k, int(s.max_spec_factor * p)), s.min_token_prob)
+        shared = self.drafter.shared.automata.get(self.namespace)
+        if shared is not None:
+            state, p = shared.match(self.tokens[-s.max_pattern :])
+            if p >= s.min_match:
+                draft, score = shared.continue_from(state, min(k, int(s.max_spec_factor * p)), s.min_token_prob)
+                if score > best_score:
+                    best = draft
+        return Draft(best)
+
+    def finish(self) -> None:
+        """The request ended: its output joins the shared store, its automaton waits for the next turn."""
+        if self.finished:
+            return
+        self.finished = True
+        self.drafter.shared.add(self.namespace, self.tokens[self.prompt_len :])
+        self.drafter._keep(self)

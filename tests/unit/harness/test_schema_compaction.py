@@ -1,0 +1,146 @@
+"""Schema compaction keeps what a schema accepts and rejects: checked with `jsonschema` on BFCL's
+ground-truth arguments and on argument objects generated here (valid ones and broken ones)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from jsonschema.validators import validator_for
+
+from loopwire.harness import schema_compaction as sc
+from loopwire.harness import tool_eval
+from loopwire.v1 import common_pb2
+
+TRICKY = [
+    # A property *named* like annotation keywords must stay.
+    {"type": "object", "properties": {"default": {"type": "integer", "default": 3},
+                                      "description": {"type": "string", "description": "d"},
+                                      "title": {"type": "boolean", "title": "t"}},
+     "required": ["default", "description"], "additionalProperties": False},
+    # $ref with a sibling keyword (ignored by draft 7): never merged into a branch.
+    {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"n": {"type": "integer", "minimum": 2}},
+     "type": "object", "properties": {"a": {"allOf": [{"$ref": "#/definitions/n"}], "maximum": 9},
+                                      "b": {"anyOf": [{"type": "string", "maxLength": 3}], "title": "B"}}},
+    # Single-branch combinators whose keys clash with the parent's, nested arrays, enums, type lists.
+    {"type": "object", "properties": {
+        "c": {"type": "string", "oneOf": [{"type": "string", "pattern": "^x"}]},
+        "d": {"type": ["array"], "items": {"type": "object", "properties": {"e": {"enum": [1, "1", None]}},
+                                           "required": ["e"], "examples": [{"e": 1}]}, "minItems": 1},
+        "f": {"type": ["number", "null"], "exclusiveMaximum": 5, "x-internal": True}},
+     "required": ["d"]},
+]
+
+
+def generate(schema: object, rng: random.Random, depth: int = 0) -> object:
+    """A value that tries to fit `schema`, broken on purpose now and then (written independently
+    of the code under test: it reads types, properties, enums and items only)."""
+    if not isinstance(schema, dict) or depth > 5:
+        return rng.choice([0, "s", None, [], {}])
+    if rng.random() < 0.08:  # a value of the wrong kind
+        return rng.choice([None, 1.5, -3, "text", True, [1], {"z": 1}])
+    if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
+        return rng.choice([*schema["enum"], "not-in-enum"]) if rng.random() < 0.3 else rng.choice(schema["enum"])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if isinstance(schema.get(key), list) and schema[key]:
+            return generate(rng.choice(schema[key]), rng, depth + 1)
+    kind = schema.get("type", "object" if "properties" in schema else rng.choice(["string", "integer"]))
+    if isinstance(kind, list):
+        kind = rng.choice(kind) if kind else "string"
+    if kind == "object":
+        props = schema.get("properties") or {}
+        out = {k: generate(v, rng, depth + 1) for k, v in props.items()
+               if k in (schema.get("required") or []) or rng.random() < 0.6}
+        if props and rng.random() < 0.15:
+            out.pop(rng.choice(list(props)), None)
+        if rng.random() < 0.1:
+            out["unexpected_extra"] = 1
+        return out
+    if kind == "array":
+        return [generate(schema.get("items", {}), rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if kind == "integer":
+        return rng.randint(-5, 20)
+    if kind == "number":
+        return rng.choice([rng.uniform(-10, 10), rng.randint(-3, 12)])
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "null":
+        return None
+    return rng.choice(["", "x", "xyz", "hello world", "2024-01-01", "1"])
+
+
+def ground_truth_args(calls) -> list[dict]:  # noqa: ANN001
+    """BFCL's acceptable values per parameter ("" means: may be left out), two ways each."""
+    out = []
+    for _, params in calls:
+        first = {k: v[0] for k, v in params.items() if v and v[0] != ""}
+        last = {k: v[-1] for k, v in params.items() if v and v[-1] != ""}
+        out += [first, last]
+    return out
+
+
+def same_verdicts(original: dict, compacted: dict, instances: list) -> tuple[int, int]:
+    a, b = validator_for(original)(original), validator_for(compacted)(compacted)
+    valid = invalid = 0
+    for x in instances:
+        va, vb = a.is_valid(x), b.is_valid(x)
+        assert va == vb, (json.dumps(original)[:300], json.dumps(compacted)[:300], x)
+        valid += va
+        invalid += not va
+    return valid, invalid
+
+
+def test_tricky_schemas_keep_their_verdicts_at_every_level():
+    rng = random.Random(7)
+    for schema in TRICKY:
+        instances = [generate(schema, rng) for _ in range(400)]
+        for level in range(1, sc.LEVELS + 1):
+            compacted = sc.compact_schema(schema, level)
+            valid, invalid = same_verdicts(schema, compacted, instances)
+            assert valid > 20 and invalid > 20  # both sides of the line are exercised
+    c = sc.compact_schema(TRICKY[0], 3)
+    assert set(c["properties"]) == {"default", "description", "title"} and c["required"] == ["default", "description"]
+    assert "default" not in c["properties"]["default"] and "description" not in c["properties"]["description"]
+    b = sc.compact_schema(TRICKY[1], 1)
+    assert b["properties"]["a"]["allOf"] == [{"$ref": "#/definitions/n"}]  # not merged next to $ref
+    assert b["properties"]["b"] == {"type": "string", "maxLength": 3}  # merged: no clash, title dropped
+
+
+@pytest.mark.slow
+def test_bfcl_schemas_keep_their_verdicts_and_shrink():
+    docs, questions = tool_eval.load()
+    by_name = {d.name: json.loads(d.parameters) for d in docs}
+    truth: dict[str, list[dict]] = {}
+    for q in questions:
+        for name, params in q.calls:
+            truth.setdefault(name, []).extend(ground_truth_args([(name, params)]))
+    rng = random.Random(11)
+    total_valid = total_invalid = truth_checked = 0
+    for name, schema in by_name.items():
+        instances = truth.get(name, []) + [generate(schema, rng) for _ in range(30)]
+        truth_checked += len(truth.get(name, []))
+        for level in (1, sc.LEVELS):
+            valid, invalid = same_verdicts(schema, sc.compact_schema(schema, level), instances)
+            total_valid += valid
+            total_invalid += invalid
+    assert truth_checked > 1500 and total_valid > 10_000 and total_invalid > 10_000
+    tools = [common_pb2.Tool(name=d.name, description=d.description, parameters=d.parameters) for d in docs]
+    before = sc.tokens(tools)
+    after = [sc.tokens([sc.compact_tool(t, level) for t in tools]) for level in (1, 2, 3)]
+    assert before > after[0] > after[1] > after[2] and after[2] < 0.75 * before
+
+
+def test_a_budget_picks_the_least_compaction_that_fits():
+    tools = [common_pb2.Tool(name=f"t{i}", description="Does a thing. " + "More words here. " * 20,
+                             parameters=json.dumps({"type": "object", "properties": {
+                                 "p": {"type": "string", "description": "A parameter. " + "Detail. " * 20,
+                                       "default": "x"}}})) for i in range(4)]
+    full = sc.tokens(tools)
+    assert sc.compact_to_budget(tools, full + 10) == tools
+    level3 = [sc.compact_tool(t, 3) for t in tools]
+    assert sc.compact_to_budget(tools, sc.tokens(level3)) == level3
+    tight = sc.compact_to_budget(tools, 1)  # nothing fits: the most compact version
+    assert tight == level3
+    assert all(json.loads(t.parameters)["properties"]["p"] == {"type": "string"} for t in tight)
+    assert [t.name for t in tight] == [t.name for t in tools]

@@ -442,7 +442,8 @@ def main(argv: list[str]) -> int:
     body = ["Client bytes: request body, WebSocket message or serialized `CreateResponse` (no headers or framing; "
             "the replayed output left out). "
             "Tokens tokenized / forwarded and gateway bytes: the gateway's own counts (`loopwire` extension field; "
-            "`Timings` over gRPC). Front door ÷ gRPC: per turn, the mode's time to its completed response over the "
+            "`Timings` over gRPC; the gateway's byte count is the `CreateResponse` it got, replayed output included). "
+            "Front door ÷ gRPC: per turn, the mode's time to its completed response over the "
             "same turn's time through `Converse` with the identical `CreateResponse`, median over turns.", "",
             *provenance.table_markdown(table), "", *provenance.table_markdown(turns_table), "", "![api](api.png)"]
     md = provenance.write_markdown(args.out, "api", "The OpenAI front door on replayed sessions", header, body)

@@ -246,6 +246,7 @@ def main() -> int:
     ax.bar(labels, [results[m].host_hit / max(results[m].queried, 1) * 100 for m in labels],
            label="of which from the host tier", color="tab:orange")
     ax.set(title="Prefix-cache hit rate (cached prompt tokens / prompt tokens)", ylabel="%")
+    ax.tick_params(axis="x", labelrotation=15)
     ax.legend()
     ax = axes[1]
     for m in labels:

@@ -5,6 +5,7 @@ and lossless greedy speculation on random and recorded sessions (DESIGN §4)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from inference_helpers import make_core, repetitive_prompt, run_all
@@ -144,9 +145,10 @@ def _run_turns(core, requests: list[GenerationRequest]) -> dict[str, list[int]]:
     return out
 
 
-@settings(max_examples=6, deadline=None)
+@pytest.mark.parametrize("drafter", ["suffix", "prompt_lookup"])
+@settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(1, 16))
-def test_suffix_speculation_is_lossless_on_random_sessions(tiny_model, seed: int, k: int) -> None:
+def test_speculation_is_lossless_on_random_sessions(tiny_model, drafter: str, seed: int, k: int) -> None:
     rng = np.random.default_rng(seed)
     prompts: list[list[int]] = []
     base = repetitive_prompt(rng, int(rng.integers(2, 60)), alphabet=12)
@@ -154,7 +156,7 @@ def test_suffix_speculation_is_lossless_on_random_sessions(tiny_model, seed: int
         prompts.append(list(base))
         base = base + repetitive_prompt(rng, int(rng.integers(1, 20)), alphabet=12)
     plain = _run_turns(make_core(tiny_model), _turns(prompts, 30, "s", speculative=False))
-    core = make_core(tiny_model, drafter="suffix", num_draft_tokens=k)
+    core = make_core(tiny_model, drafter=drafter, num_draft_tokens=k)
     spec = _run_turns(core, _turns(prompts, 30, "s"))
     assert spec == plain
 

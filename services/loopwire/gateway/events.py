@@ -65,21 +65,17 @@ class EventOutbox:
 
     A text (or tool-call arguments) delta that arrives while the previous one of the same
     response (and call) still waits joins it, as the inference replica coalesces tokens:
-    while gRPC is busy sending one message the next ones merge, so a stream costs a message
-    per write the client can take rather than one per token. With ``interval_s`` a delta
-    also waits until that long after the previous delta left (never the first one, and
-    never past the next event of another kind), so a fast stream costs a message per
-    interval.
+    while gRPC is busy sending one message (a slow client, a full flow-control window, a
+    burst that buffer mode releases at once) the next deltas merge, so the stream costs a
+    message per write the client takes, not one per token; the first is never delayed.
     """
 
-    def __init__(self, interval_s: float = 0.0) -> None:
+    def __init__(self) -> None:
         self._entries: deque[gateway_pb2.ConverseResponse | _Run | None] = deque()
         self._ready = asyncio.Event()
-        self._interval = interval_s
-        self._next_delta_at = 0.0  # loop time before which a new delta waits
-        self._timer: asyncio.TimerHandle | None = None
 
     def put(self, response: gateway_pb2.ConverseResponse | None) -> None:
+        entry: gateway_pb2.ConverseResponse | _Run | None = response
         if response is not None:
             kind = response.WhichOneof("event")
             if kind == "text_delta" or kind == "tool_call_arguments_delta":
@@ -88,37 +84,17 @@ class EventOutbox:
                 if isinstance(tail, _Run) and tail.key == key:
                     tail.parts.append(response)
                     return
-                self._entries.append(_Run(key, [response]))
-                if len(self._entries) == 1 and self._interval:
-                    loop = asyncio.get_running_loop()
-                    if loop.time() < self._next_delta_at:
-                        if self._timer is None:
-                            self._timer = loop.call_at(self._next_delta_at, self._due)
-                        return
-                self._ready.set()
-                return
-        self._entries.append(response)
-        self._ready.set()
-
-    def _due(self) -> None:
-        self._timer = None
+                entry = _Run(key, [response])
+        self._entries.append(entry)
         self._ready.set()
 
     async def take(self) -> gateway_pb2.ConverseResponse | None:
-        while True:
-            if self._entries:
-                head = self._entries[0]
-                if not (isinstance(head, _Run) and len(self._entries) == 1 and self._interval
-                        and asyncio.get_running_loop().time() < self._next_delta_at):
-                    break
+        """The next event to send (None: the stream ends)."""
+        while not self._entries:
             self._ready.clear()
             await self._ready.wait()
         entry = self._entries.popleft()
-        if isinstance(entry, _Run):
-            if self._interval:
-                self._next_delta_at = asyncio.get_running_loop().time() + self._interval
-            return entry.merged()
-        return entry
+        return entry.merged() if isinstance(entry, _Run) else entry
 
 
 class _Run:

@@ -184,7 +184,7 @@ class OutputParser:
             self._head += piece
         else:
             self._tail.append(piece)
-            self._tail_brace = self._tail_brace
+            self._tail_brace = self._tail_brace or "}" in piece
 
     def _stream_call(self, out: list[OutputEvent], final: bool) -> None:
         if self._name is None:

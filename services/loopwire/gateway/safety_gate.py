@@ -33,11 +33,17 @@ class SafetyGate:
         self.input_task: asyncio.Task[None] | None = None
         self.checker: OutputChecker | None = None
         self.pending: deque[tuple[int, gateway_pb2.ConverseResponse]] = deque()
+        # Output text the checker cannot use yet (less than a chunk past what it checked): it is
+        # handed over a chunk at a time, so the checker's task wakes per chunk, not per token.
+        self._unsent: list[str] = []
+        self._unsent_chars = 0
+        self._chunk_chars = 1
 
     async def start(self, text: str, chunk_chars: int, overlap_chars: int, serial: bool) -> None:
         """Start the input check on ``text`` (awaited when ``serial``) and the output checker."""
         self.checker = OutputChecker(self.classifier, chunk_chars, overlap_chars,
                                      lambda: self.queue.put_nowait(PROGRESS))
+        self._chunk_chars = max(1, chunk_chars)
         if serial:
             await self._check_input(text)
         else:
@@ -60,11 +66,24 @@ class SafetyGate:
         self.pending.append((safety_offset, event))
 
     def add_output(self, text: str) -> None:
-        if self.checker is not None:
-            self.checker.add(text)
+        checker = self.checker
+        if checker is None or not text:
+            return
+        self._unsent.append(text)
+        self._unsent_chars += len(text)
+        # The checker only acts once a whole chunk lies past what it checked (or at the end).
+        if len(checker.text) + self._unsent_chars - checker.checked_chars >= self._chunk_chars:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if self.checker is not None and self._unsent:
+            self.checker.add("".join(self._unsent))
+        self._unsent.clear()
+        self._unsent_chars = 0
 
     def close_output(self) -> None:
         if self.checker is not None:
+            self._hand_over()
             self.checker.close()
 
     @property

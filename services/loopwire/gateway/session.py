@@ -51,7 +51,7 @@ class ConverseSession:
         self, requests: AsyncIterator[gateway_pb2.ConverseRequest]
     ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         creates: asyncio.Queue[gateway_pb2.CreateResponse | None] = asyncio.Queue()
-        out = EventOutbox(float(__import__('os').environ.get('IVL', '0')))  # deltas merge while the writer is busy
+        out = EventOutbox()  # deltas merge while the writer is busy
 
         async def read() -> None:
             try:

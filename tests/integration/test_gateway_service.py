@@ -166,3 +166,35 @@ async def test_replica_stopped_mid_stream_fails_over(real_mesh):
     assert released == text
     assert mesh.gateway.metrics.failovers == 1 and created.replica_id
     await call.done_writing()
+
+
+async def test_hold_kv_pins_a_stored_responses_blocks_on_its_replica_and_releases_them(real_mesh):
+    mesh = await real_mesh(1)
+    call = mesh.stub.Converse()
+    await call.write(create(model="m", input=[user("please wait for my approval " * 40)]))
+    done = (await until_end(call))[-1]
+    assert done.WhichOneof("event") == "completed"
+    rid = done.response_id
+    blocks = mesh.engines[0].core.blocks
+
+    async def hold(response_id: str, seconds: int) -> gateway_pb2.ConverseResponse:
+        await call.write(gateway_pb2.ConverseRequest(hold_kv=gateway_pb2.HoldKv(response_id=response_id,
+                                                                                 retention_seconds=seconds)))
+        return await call.read()
+
+    held = await hold(rid, 600)
+    assert held.WhichOneof("event") == "kv_held" and held.response_id == rid
+    assert held.kv_held.blocks > 10 and held.kv_held.replica_id == "sim-0"
+    assert blocks.num_retentions == 1
+    released = await hold(rid, 0)
+    assert released.kv_held.blocks == 0 and blocks.num_retentions == 0
+    unknown = await hold("resp_nope", 600)
+    assert unknown.WhichOneof("event") == "failed"
+    assert unknown.failed.error.code == common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND
+    assert unknown.failed.error.field == "hold_kv.response_id"
+    too_long = await hold(rid, 10**6)
+    assert too_long.failed.error.code == common_pb2.ERROR_CODE_INVALID_ARGUMENT
+    # The stream still serves a delta afterwards.
+    await call.write(create(previous_response_id=rid, input=[user("approved")]))
+    assert (await until_end(call))[-1].WhichOneof("event") == "completed"
+    call.cancel()

@@ -127,7 +127,8 @@ async def test_approval_is_answered_after_a_restart(tmp_path, gateway):
     approval = of(events, "approval_requested")[0]
     workspace = Path(of(events, "started")[0].workspace)
     first.kill()
-    assert fake.requests[0].retention_seconds > 0  # the gateway was asked to keep the KV meanwhile
+    # The gateway was asked to keep the KV while the session waits (not on every request).
+    assert fake.requests[0].retention_seconds == 0 and fake.holds[0].retention_seconds > 0
 
     second = HarnessProcess(tmp_path, gw)
     try:

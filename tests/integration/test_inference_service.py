@@ -282,3 +282,46 @@ async def test_replayed_session_over_the_stream_with_simulated_replica() -> None
         status = await rep.stub.GetStatus(inference_pb2.GetStatusRequest())
         assert status.engine == "simulated" and status.kv_blocks_total > 10_000
         await s.close()
+
+
+async def test_hold_prefix_keeps_a_waiting_sessions_blocks_through_cache_pressure_until_released() -> None:
+    """HoldPrefix pins the cached prefix named by its (salted) block hashes: other prompts that
+    fill the cache evict everything else, not it; released, it is evictable like any block."""
+    from loopwire.common.hashing import block_hashes, salted_root
+
+    async with Replica(reference(kv_blocks=24)) as rep:
+        s = Session(rep.stub)
+        waiting = list(range(1000, 1160))  # 10 blocks of 16
+
+        async def run(rid: str, prompt: list[int]) -> inference_pb2.GenerateResponse:
+            await s.start(request_id=rid, session_id=rid, cache_salt="acme",
+                          full=inference_pb2.FullPrompt(token_ids=prompt), params=params(1))
+            _, done, _ = await s.until_done(rid)
+            return done
+
+        async def pressure(tag: int) -> None:  # three other 10-block prompts: more than the free room
+            for n in range(3):
+                await run(f"other-{tag}-{n}", [2000 + 500 * n + 37 * tag + i for i in range(160)])
+
+        await run("w1", waiting)
+        hashes = block_hashes(waiting, 16, salted_root("acme"))
+        hold = inference_pb2.HoldPrefixRequest(hold_id="resp_1", cache_salt="acme", block_hashes=hashes,
+                                               retention_seconds=600)
+        assert (await rep.stub.HoldPrefix(hold)).held_blocks == 10
+        other_tenant = inference_pb2.HoldPrefixRequest(hold_id="x", cache_salt="evil", retention_seconds=600,
+                                                       block_hashes=block_hashes(waiting, 16, salted_root("evil")))
+        assert (await rep.stub.HoldPrefix(other_tenant)).held_blocks == 0  # its hashes name nothing cached
+        await pressure(1)
+        assert (await run("w2", waiting)).finished.usage.cached_input_tokens == 160 - 16  # all but the last block
+
+        release = inference_pb2.HoldPrefixRequest(hold_id="resp_1", cache_salt="acme", retention_seconds=0)
+        assert (await rep.stub.HoldPrefix(release)).held_blocks == 0
+        await pressure(2)
+        assert (await run("w3", waiting)).finished.usage.cached_input_tokens == 0  # evicted once let go
+
+        for bad, field in [(inference_pb2.HoldPrefixRequest(cache_salt="acme", retention_seconds=5), "hold_id"),
+                           (inference_pb2.HoldPrefixRequest(hold_id="h", retention_seconds=10**6), "retention")]:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await rep.stub.HoldPrefix(bad)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
+        await s.close()

@@ -69,6 +69,21 @@ class ResponseStore:
     def resolve(self, response_id: str, tenant: str, stream_id: str) -> Conversation:
         """The conversation to continue from ``response_id``: the held one itself when the id is the
         newest of its chain and no other request continues it, otherwise a fork at the id's marker."""
+        entry, n_items = self._find(response_id, tenant, stream_id)
+        conversation = entry.conversation
+        if entry.claimed or n_items != conversation.item_count:
+            return conversation.fork(n_items)
+        # Continuing in place: the older ids keep their markers (the items before them never change).
+        entry.claimed = True
+        return conversation
+
+    def peek(self, response_id: str, tenant: str, stream_id: str) -> Conversation:
+        """The conversation as it was at ``response_id``, to read only (nothing is claimed)."""
+        entry, n_items = self._find(response_id, tenant, stream_id)
+        conversation = entry.conversation
+        return conversation if n_items == conversation.item_count else conversation.fork(n_items)
+
+    def _find(self, response_id: str, tenant: str, stream_id: str) -> tuple[_Entry, int]:
         key = self._by_response.get(response_id)
         entry = self._entries.get(key) if key is not None else None
         if entry is None:
@@ -93,13 +108,7 @@ class ResponseStore:
                 retryable=True,
             )
         self._entries.move_to_end(key)  # type: ignore[arg-type]
-        n_items = entry.response_ids[response_id]
-        conversation = entry.conversation
-        if entry.claimed or n_items != conversation.item_count:
-            return conversation.fork(n_items)
-        # Continuing in place: the older ids keep their markers (the items before them never change).
-        entry.claimed = True
-        return conversation
+        return entry, entry.response_ids[response_id]
 
     def drop_stream(self, stream_id: str) -> None:
         """A stream closed: forget the responses only it could continue."""

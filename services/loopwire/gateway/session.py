@@ -1,7 +1,7 @@
 """One Converse stream: its requests read, run in order, their events written back.
 
-Requests of one stream run in order (a delta names the response before it); a
-CancelResponse acts at once on the response in flight. A request's failure is an
+Requests of one stream run in order (a delta names the response before it, and so does a
+HoldKv); a CancelResponse acts at once on the response in flight. A request's failure is an
 in-stream event; the stream keeps serving. Each response runs inside a GenAI span.
 """
 
@@ -21,6 +21,7 @@ from loopwire.common.errors import RequestError, invalid
 from loopwire.gateway.conversation import Conversation
 from loopwire.gateway.events import CANCEL, EventOutbox, failed
 from loopwire.gateway.generate_link import GenerateLink
+from loopwire.gateway.kv_hold import hold_kv
 from loopwire.gateway.metrics import Stopwatch
 from loopwire.gateway.prepare import prepare
 from loopwire.gateway.rate_limit import TenantLimiter
@@ -50,7 +51,8 @@ class ConverseSession:
     async def run(
         self, requests: AsyncIterator[gateway_pb2.ConverseRequest]
     ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
-        creates: asyncio.Queue[gateway_pb2.CreateResponse | None] = asyncio.Queue()
+        # Creates and holds run in order: a hold names a response an earlier create made.
+        creates: asyncio.Queue[gateway_pb2.CreateResponse | gateway_pb2.HoldKv | None] = asyncio.Queue()
         out = EventOutbox()  # deltas merge while the writer is busy
 
         async def read() -> None:
@@ -61,6 +63,8 @@ class ConverseSession:
                         creates.put_nowait(request.create_response)
                     elif kind == "cancel_response":
                         self._cancel(request.cancel_response.response_id, out)
+                    elif kind == "hold_kv":
+                        creates.put_nowait(request.hold_kv)
                     else:
                         out.put(failed("", invalid("request", "request is empty")))
             finally:
@@ -70,6 +74,9 @@ class ConverseSession:
             try:
                 while (create := await creates.get()) is not None:
                     try:
+                        if isinstance(create, gateway_pb2.HoldKv):
+                            out.put(await hold_kv(self, create))
+                            continue
                         async for event in self.respond(create):
                             out.put(event)
                     except Exception as e:  # a bug fails one response, never the session's stream

@@ -43,10 +43,3 @@ def verdict(policy: harness_pb2.ApprovalPolicy, call: common_pb2.FunctionCall) -
     if escalates(call):
         return Verdict.ASK if mode == Mode.APPROVAL_MODE_ON_REQUEST else Verdict.REFUSE
     return Verdict.RUN
-
-
-def may_ask(policy: harness_pb2.ApprovalPolicy, tool_names: list[str]) -> bool:
-    """Whether some call of this session could wait for a human (then KV retention pays)."""
-    return any(mode_for(policy, n) == Mode.APPROVAL_MODE_ALWAYS for n in tool_names) or (
-        "shell" in tool_names and mode_for(policy, "shell") == Mode.APPROVAL_MODE_ON_REQUEST
-    )

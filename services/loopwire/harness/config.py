@@ -18,7 +18,7 @@ class HarnessConfig:
     shell_timeout: float = 120.0
     background_after: float = 30.0
     output_limit: int = 16384
-    # Seconds of KV retention asked for on turns whose calls may wait for a human.
+    # Seconds the KV of a session waiting for approval is held (HoldKv; released on the decision).
     approval_retention: int = 900
     max_turns: int = 200
     # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this

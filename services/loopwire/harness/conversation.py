@@ -25,6 +25,7 @@ from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 MAX_ATTEMPTS = 5
 BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
+HOLD_TIMEOUT_S = 15.0  # a KV hold is a hint: the harness never waits long for one
 _TRANSIENT = (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_RESOURCE_EXHAUSTED)
 
 
@@ -181,6 +182,32 @@ class Conversation:
         except BaseException:
             await self.close()  # cancelled mid-response: dropping the stream stops the generation
             raise
+        finally:
+            if not self.stateful:
+                await self.close()
+
+    async def hold_kv(self, seconds: int) -> gateway_pb2.KvHeld:
+        """Ask the gateway to keep (``seconds`` > 0) or let go of (0) the KV of the last
+        response, e.g. while the session waits for a human. GatewayError when it cannot."""
+        if not self.last_response_id:
+            return gateway_pb2.KvHeld()
+        hold = gateway_pb2.HoldKv(response_id=self.last_response_id, retention_seconds=seconds)
+        try:
+            call = await self._stream()
+            await call.write(gateway_pb2.ConverseRequest(hold_kv=hold))
+            while True:
+                event = await asyncio.wait_for(call.read(), HOLD_TIMEOUT_S)
+                if event is grpc.aio.EOF:
+                    await self.close()
+                    raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE,
+                                                        message="the gateway closed the stream"))
+                if event.WhichOneof("event") == "failed":
+                    raise GatewayError(event.failed.error)
+                if event.WhichOneof("event") == "kv_held":
+                    return event.kv_held
+        except (grpc.aio.AioRpcError, TimeoutError) as e:
+            await self.close()
+            raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE, message=f"hold_kv: {e}")) from None
         finally:
             if not self.stateful:
                 await self.close()

@@ -140,6 +140,21 @@ class SessionRun:
                 self.background.kill_all()
             await self.conversation.close()
 
+    async def _hold_kv(self, seconds: int) -> None:
+        """Keep the KV of the last response cached while a human decides (0: let it go). A hint:
+        when the gateway cannot, the session goes on and the diagnostic says why."""
+        if not self.config.approval_retention or not self.conversation.stateful:
+            return
+        try:
+            held = await self.conversation.hold_kv(seconds)
+        except GatewayError as e:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=f"KV hold: {e.error.message}"))
+            return
+        if seconds:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(
+                source="gateway", message=f"KV held while waiting for approval: {held.blocks} blocks on "
+                                          f"{held.replica_id or 'no replica'} for up to {seconds} s"))
+
     @property
     def parks_background(self) -> bool:
         """A run suspended for approval keeps its commands running for the resumed run."""
@@ -209,14 +224,10 @@ class SessionRun:
     # -- one turn --------------------------------------------------------------------
 
     def _request(self) -> gateway_pb2.CreateResponse:
+        """No KV retention hint here: the KV is held only once the session waits (_hold_kv)."""
         opts = self.start.model
-        tool_names = [t.name for t in self.stored.tools]
-        if self.replay:
-            tool_names = [self.replay.map_name(n) for n in tool_names]
         request = gateway_pb2.CreateResponse(
-            model=opts.model, instructions=self.stored.instructions, tools=self.stored.tools, sampling=opts.sampling,
-            retention_seconds=self.config.approval_retention
-            if approvals.may_ask(self.start.approval_policy, tool_names) else 0)
+            model=opts.model, instructions=self.stored.instructions, tools=self.stored.tools, sampling=opts.sampling)
         if self.replay:
             request.replay.CopyFrom(self.replay.turns[self.turn_count].output)
         return request
@@ -272,6 +283,8 @@ class SessionRun:
             resends=model.resends, finish_reason=model.finish_reason)  # type: ignore[arg-type]
         await self._store(self.store.add_turn, self.session_id, profile)
         self.emit(turn_completed=harness_pb2.TurnCompleted(profile=profile))
+        if step is Step.SUSPENDED:
+            await self._hold_kv(self.config.approval_retention)
         for request in running.requested:  # last: the stream of a suspended run ends here
             self.emit(approval_requested=request)
         return step, model
@@ -286,9 +299,11 @@ class SessionRun:
             waiting = [p for p in pending if p.decision == Decision.PENDING]
             if waiting:
                 await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_AWAITING_APPROVAL)
+                await self._hold_kv(self.config.approval_retention)  # again: a restart may have outlived it
                 for p in waiting:
                     self.emit(approval_requested=harness_pb2.ApprovalRequested(approval_id=p.approval_id, call=p.call))
                 return Step.SUSPENDED
+            await self._hold_kv(0)  # decided: the session goes on, its KV need not be pinned any longer
             running = TurnTools(self, self.turn_count)
             running.calls = self.last_turn_calls()
             for p in pending:

@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-limit", type=int, default=int(_env("output-limit", "16384")),
                         help="bytes of tool output kept (head + tail)")
     parser.add_argument("--approval-retention", type=int, default=int(_env("approval-retention", "900")),
-                        help="seconds of KV retention asked for while a call may wait for approval")
+                        help="seconds the KV of a session waiting for approval stays held (released on the decision; 0: never held)")
     parser.add_argument("--max-turns", type=int, default=int(_env("max-turns", "200")),
                         help="turns per run when the task does not say")
     parser.add_argument("--mcp-server", action="append", default=[], metavar="NAME=COMMAND ARGS...|NAME=URL",

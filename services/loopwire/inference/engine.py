@@ -67,6 +67,8 @@ class Engine(Protocol):
 
     async def import_kv(self, blocks: list[KvBlockData]) -> int: ...
 
+    async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int: ...
+
 
 @dataclass
 class _Stream:
@@ -199,6 +201,22 @@ class AsyncEngine:
                 added += 1
             self._publish()
             return added
+
+    async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int:
+        """Hold the cached prefix of ``block_hashes`` for ``seconds`` of engine time under
+        ``key`` (replacing its earlier hold), or release it (0). Memory pressure still wins:
+        the scheduler gives up holds before it preempts a running sequence."""
+        async with self._lock:
+            blocks = self.core.blocks
+            if seconds <= 0:
+                blocks.drop_retention(key)
+                return 0
+            held = [b.block_id for b in blocks.export(block_hashes)]
+            if not held:
+                blocks.drop_retention(key)
+                return 0
+            blocks.retain(key, held, self.core.clock.now() + seconds)
+            return len(held)
 
     # -- the loop ---------------------------------------------------------------------
 

@@ -22,7 +22,14 @@ from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
-from loopwire.inference.validation import check_capacity, check_ids, check_params, resolve_prompt
+from loopwire.inference.validation import (
+    MAX_HOLD_BLOCKS,
+    MAX_RETENTION_SECONDS,
+    check_capacity,
+    check_ids,
+    check_params,
+    resolve_prompt,
+)
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.inference")
@@ -395,6 +402,26 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: inference_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext
     ) -> inference_pb2.GetModelInfoResponse:
         return self._model_info
+
+    async def HoldPrefix(
+        self, request: inference_pb2.HoldPrefixRequest, context: grpc.aio.ServicerContext
+    ) -> inference_pb2.HoldPrefixResponse:
+        """Pin (or let go of) a tenant's cached prefix; the hashes carry the tenant's salt, so
+        nobody can pin another tenant's blocks, and a hold's name is scoped by the tenant."""
+        problem = ""
+        if not request.hold_id or len(request.hold_id) > 256:
+            problem = "hold_id: required, at most 256 characters"
+        elif len(request.cache_salt) > 256:
+            problem = "cache_salt: at most 256 characters"
+        elif len(request.block_hashes) > MAX_HOLD_BLOCKS:
+            problem = f"block_hashes: at most {MAX_HOLD_BLOCKS}"
+        elif request.retention_seconds > MAX_RETENTION_SECONDS:
+            problem = f"retention_seconds: at most {MAX_RETENTION_SECONDS}"
+        if problem:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        key = f"hold/{request.cache_salt}/{request.hold_id}"
+        held = await self.engine.hold_prefix(key, list(request.block_hashes), float(request.retention_seconds))
+        return inference_pb2.HoldPrefixResponse(held_blocks=held)
 
     async def WatchCache(
         self, request: inference_pb2.WatchCacheRequest, context: grpc.aio.ServicerContext

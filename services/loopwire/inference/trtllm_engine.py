@@ -373,6 +373,11 @@ class TrtLlmEngine:
     async def import_kv(self, blocks: list[KvBlockData]) -> int:
         raise NotImplementedError("the trtllm engine moves KV with TensorRT-LLM's disaggregated transport")
 
+    async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int:
+        """TensorRT-LLM sets retention per request (KvCacheRetentionConfig), not on blocks
+        already cached: nothing is held after the fact (0 tells the gateway so)."""
+        return 0
+
     # -- KV cache events --------------------------------------------------------------
 
     async def _poll_events(self) -> None:

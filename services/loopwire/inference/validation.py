@@ -15,6 +15,7 @@ MAX_DRAFT_TOKENS = 64
 # the KV cache or starve everyone else.
 MAX_PRIORITY = 100
 MAX_RETENTION_SECONDS = 3600
+MAX_HOLD_BLOCKS = 1 << 16  # a HoldPrefix names at most this many blocks (1M tokens at 16 a block)
 
 
 def check_ids(field: str, ids: Iterable[int], vocab_size: int) -> None:

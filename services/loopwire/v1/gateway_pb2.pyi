@@ -179,6 +179,33 @@ class CancelResponse(_message.Message):
 Global___CancelResponse: _TypeAlias = CancelResponse  # noqa: Y015
 
 @_typing.final
+class HoldKv(_message.Message):
+    """Keep the KV of a stored response's conversation (its prompt and output) cached on the replica
+    that has it, e.g. while the session waits for a human; retention_seconds = 0 lets it go.
+    Answered in order with the stream's other requests, by KvHeld or ResponseFailed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_ID_FIELD_NUMBER: _builtins.int
+    RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
+    response_id: _builtins.str
+    retention_seconds: _builtins.int
+    def __init__(
+        self,
+        *,
+        response_id: _builtins.str = ...,
+        retention_seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["response_id", b"response_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldKv: _TypeAlias = HoldKv  # noqa: Y015
+
+@_typing.final
 class ConverseRequest(_message.Message):
     """A request on the Converse stream."""
 
@@ -186,21 +213,25 @@ class ConverseRequest(_message.Message):
 
     CREATE_RESPONSE_FIELD_NUMBER: _builtins.int
     CANCEL_RESPONSE_FIELD_NUMBER: _builtins.int
+    HOLD_KV_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def create_response(self) -> Global___CreateResponse: ...
     @_builtins.property
     def cancel_response(self) -> Global___CancelResponse: ...
+    @_builtins.property
+    def hold_kv(self) -> Global___HoldKv: ...
     def __init__(
         self,
         *,
         create_response: Global___CreateResponse | None = ...,
         cancel_response: Global___CancelResponse | None = ...,
+        hold_kv: Global___HoldKv | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_response", b"cancel_response", "create_response", b"create_response", "request", b"request"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_response", b"cancel_response", "create_response", b"create_response", "hold_kv", b"hold_kv", "request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_response", b"cancel_response", "create_response", b"create_response", "request", b"request"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_response", b"cancel_response", "create_response", b"create_response", "hold_kv", b"hold_kv", "request", b"request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["create_response", "cancel_response"]  # noqa: Y015
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["create_response", "cancel_response", "hold_kv"]  # noqa: Y015
     _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
 
@@ -455,9 +486,35 @@ class ResponseFailed(_message.Message):
 Global___ResponseFailed: _TypeAlias = ResponseFailed  # noqa: Y015
 
 @_typing.final
-class ConverseResponse(_message.Message):
-    """An event of the Converse stream."""
+class KvHeld(_message.Message):
+    """An event of the Converse stream.
+    The answer to HoldKv.
+    """
 
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    REPLICA_ID_FIELD_NUMBER: _builtins.int
+    blocks: _builtins.int
+    """Blocks held on the replica (0 after a release, or when no replica had them cached)."""
+    replica_id: _builtins.str
+    """The replica holding them ('' when none)."""
+    def __init__(
+        self,
+        *,
+        blocks: _builtins.int = ...,
+        replica_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "replica_id", b"replica_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KvHeld: _TypeAlias = KvHeld  # noqa: Y015
+
+@_typing.final
+class ConverseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
@@ -470,6 +527,7 @@ class ConverseResponse(_message.Message):
     CACHE_BREAK_FIELD_NUMBER: _builtins.int
     COMPLETED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
+    KV_HELD_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
     @_builtins.property
     def created(self) -> Global___ResponseCreated: ...
@@ -489,6 +547,8 @@ class ConverseResponse(_message.Message):
     def completed(self) -> Global___ResponseCompleted: ...
     @_builtins.property
     def failed(self) -> Global___ResponseFailed: ...
+    @_builtins.property
+    def kv_held(self) -> Global___KvHeld: ...
     def __init__(
         self,
         *,
@@ -502,12 +562,13 @@ class ConverseResponse(_message.Message):
         cache_break: Global___CacheBreak | None = ...,
         completed: Global___ResponseCompleted | None = ...,
         failed: Global___ResponseFailed | None = ...,
+        kv_held: Global___KvHeld | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "response_id", b"response_id", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "response_id", b"response_id", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -763,6 +763,60 @@ class GetModelInfoRequest(_message.Message):
 Global___GetModelInfoRequest: _TypeAlias = GetModelInfoRequest  # noqa: Y015
 
 @_typing.final
+class HoldPrefixRequest(_message.Message):
+    """Hold the longest cached prefix of these chained block hashes (computed with the tenant's salt)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOLD_ID_FIELD_NUMBER: _builtins.int
+    CACHE_SALT_FIELD_NUMBER: _builtins.int
+    BLOCK_HASHES_FIELD_NUMBER: _builtins.int
+    RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
+    hold_id: _builtins.str
+    """Names the hold within the tenant: a later request with the same id replaces or releases it."""
+    cache_salt: _builtins.str
+    """The tenant (cache salt): holds of different tenants never share a name."""
+    retention_seconds: _builtins.int
+    """0 releases the hold; at most the replica's retention cap."""
+    @_builtins.property
+    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        hold_id: _builtins.str = ...,
+        cache_salt: _builtins.str = ...,
+        block_hashes: _abc.Iterable[_builtins.int] | None = ...,
+        retention_seconds: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_hashes", b"block_hashes", "cache_salt", b"cache_salt", "hold_id", b"hold_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldPrefixRequest: _TypeAlias = HoldPrefixRequest  # noqa: Y015
+
+@_typing.final
+class HoldPrefixResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HELD_BLOCKS_FIELD_NUMBER: _builtins.int
+    held_blocks: _builtins.int
+    """Blocks now held (0 after a release, or when none of the prefix is cached here)."""
+    def __init__(
+        self,
+        *,
+        held_blocks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held_blocks", b"held_blocks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HoldPrefixResponse: _TypeAlias = HoldPrefixResponse  # noqa: Y015
+
+@_typing.final
 class ModelInfo(_message.Message):
     """One model definition: weights aside, everything a gateway needs to speak its ids."""
 

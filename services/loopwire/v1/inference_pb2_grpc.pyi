@@ -47,6 +47,10 @@ class InferenceServiceStub:
     """KV block stored/removed events for cache-aware routing."""
     GetModelInfo: _grpc.UnaryUnaryMultiCallable[_inference_pb2.GetModelInfoRequest, _inference_pb2.GetModelInfoResponse]
     """The model this replica serves: the gateway tokenizes and renders with exactly it."""
+    HoldPrefix: _grpc.UnaryUnaryMultiCallable[_inference_pb2.HoldPrefixRequest, _inference_pb2.HoldPrefixResponse]
+    """Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+    let them go (retention_seconds = 0).
+    """
 
 @_typing.type_check_only
 class InferenceServiceAsyncStub(InferenceServiceStub):
@@ -67,6 +71,10 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
     """KV block stored/removed events for cache-aware routing."""
     GetModelInfo: _aio.UnaryUnaryMultiCallable[_inference_pb2.GetModelInfoRequest, _inference_pb2.GetModelInfoResponse]  # type: ignore[assignment]
     """The model this replica serves: the gateway tokenizes and renders with exactly it."""
+    HoldPrefix: _aio.UnaryUnaryMultiCallable[_inference_pb2.HoldPrefixRequest, _inference_pb2.HoldPrefixResponse]  # type: ignore[assignment]
+    """Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+    let them go (retention_seconds = 0).
+    """
 
 class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
     """The model server. Speaks token ids only. One Generate stream per agent session,
@@ -120,5 +128,15 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_inference_pb2.GetModelInfoResponse, _abc.Awaitable[_inference_pb2.GetModelInfoResponse]]:
         """The model this replica serves: the gateway tokenizes and renders with exactly it."""
+
+    @_abc_1.abstractmethod
+    def HoldPrefix(
+        self,
+        request: _inference_pb2.HoldPrefixRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_inference_pb2.HoldPrefixResponse, _abc.Awaitable[_inference_pb2.HoldPrefixResponse]]:
+        """Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+        let them go (retention_seconds = 0).
+        """
 
 def add_InferenceServiceServicer_to_server(servicer: InferenceServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -45,6 +45,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(self) -> None:
         self.script: list[common_pb2.ReplayOutput] = []
         self.requests: list[gateway_pb2.CreateResponse] = []
+        self.holds: list[gateway_pb2.HoldKv] = []  # HoldKv requests, in order
         self.metadata: list[dict[str, str]] = []
         self.streams = 0
         self.cancelled_streams = 0
@@ -64,6 +65,12 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.metadata.append(dict(context.invocation_metadata()))
         try:
             async for request in request_iterator:
+                if request.WhichOneof("request") == "hold_kv":
+                    self.holds.append(request.hold_kv)
+                    known = request.hold_kv.response_id in self.transcripts
+                    yield gateway_pb2.ConverseResponse(response_id=request.hold_kv.response_id, kv_held=gateway_pb2.KvHeld(
+                        blocks=7 if known and request.hold_kv.retention_seconds else 0, replica_id="fake"))
+                    continue
                 if request.WhichOneof("request") != "create_response":
                     continue
                 async for event in self._respond(request.create_response):

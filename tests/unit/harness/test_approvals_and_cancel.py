@@ -38,13 +38,22 @@ async def test_approval_suspends_then_resumes_on_a_new_stream(tmp_path):
         # Only the first call's output is in the transcript: outputs stay in call order.
         assert [i.WhichOneof("item") for i in stored.items][-1] == "function_call_output"
         assert len([i for i in stored.items if i.WhichOneof("item") == "function_call_output"]) == 1
-        # The policy made the turn ask for KV retention; the prompt carries no policy.
-        assert h.gateway.requests[0].retention_seconds == h.config.approval_retention
+        # No request pins KV ahead of time; once the session waits, its last response's KV is held
+        # (the run says so); the prompt carries no policy.
+        assert h.gateway.requests[0].retention_seconds == 0
+        first_id = h.gateway.holds[0].response_id if h.gateway.holds else ""
+        assert [(x.response_id, x.retention_seconds) for x in h.gateway.holds] == [(first_id, h.config.approval_retention)]
+        assert first_id in h.gateway.transcripts
+        assert any("KV held while waiting for approval: 7 blocks" in d.diagnostic.message
+                   for d in events if d.WhichOneof("event") == "diagnostic")
         assert "approv" not in h.gateway.requests[0].instructions.lower()
 
         events = await h.run(harness_pb2.RunRequest(approval=harness_pb2.ApprovalDecision(
             session_id=sid, approval_id=request.approval_id, approved=True)))
         assert of(events, "started")[0].resumed and kinds(events)[-1] == "completed"
+        # The decision released the hold before the session went on.
+        assert [(x.response_id, x.retention_seconds) for x in h.gateway.holds] == [
+            (first_id, h.config.approval_retention), (first_id, 0)]
         assert (h.tmp / "workspaces" / sid / "out.txt").read_text() == "approved\n"
         outputs = [i.function_call_output.call_id for i in h.gateway.requests[1].input]
         items = (await h.session(sid)).items
@@ -70,7 +79,7 @@ async def test_never_policy_refuses_escalation_without_asking(tmp_path):
         events = await h.start("fetch", approval_policy=policy(Mode.APPROVAL_MODE_NEVER))
         assert not of(events, "approval_requested") and kinds(events)[-1] == "completed"
         assert "refused by the approval policy" in of(events, "tool_call_ended")[0].output
-        assert h.gateway.requests[0].retention_seconds == 0
+        assert h.gateway.requests[0].retention_seconds == 0 and not h.gateway.holds  # nobody waits: nothing held
 
 
 async def test_wrong_or_repeated_decisions_are_in_stream_errors(tmp_path):

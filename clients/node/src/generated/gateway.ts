@@ -12,7 +12,9 @@ import type { Error as _loopwire_v1_Error, Error__Output as _loopwire_v1_Error__
 import type { FunctionCall as _loopwire_v1_FunctionCall, FunctionCall__Output as _loopwire_v1_FunctionCall__Output } from './loopwire/v1/FunctionCall';
 import type { FunctionCallOutput as _loopwire_v1_FunctionCallOutput, FunctionCallOutput__Output as _loopwire_v1_FunctionCallOutput__Output } from './loopwire/v1/FunctionCallOutput';
 import type { GatewayServiceClient as _loopwire_v1_GatewayServiceClient, GatewayServiceDefinition as _loopwire_v1_GatewayServiceDefinition } from './loopwire/v1/GatewayService';
+import type { HoldKv as _loopwire_v1_HoldKv, HoldKv__Output as _loopwire_v1_HoldKv__Output } from './loopwire/v1/HoldKv';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
+import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from './loopwire/v1/KvHeld';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as _loopwire_v1_ReplayOutput__Output } from './loopwire/v1/ReplayOutput';
 import type { ResponseCompleted as _loopwire_v1_ResponseCompleted, ResponseCompleted__Output as _loopwire_v1_ResponseCompleted__Output } from './loopwire/v1/ResponseCompleted';
@@ -49,7 +51,9 @@ export interface ProtoGrpcType {
       FunctionCall: MessageTypeDefinition<_loopwire_v1_FunctionCall, _loopwire_v1_FunctionCall__Output>
       FunctionCallOutput: MessageTypeDefinition<_loopwire_v1_FunctionCallOutput, _loopwire_v1_FunctionCallOutput__Output>
       GatewayService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_GatewayServiceClient> & { service: _loopwire_v1_GatewayServiceDefinition }
+      HoldKv: MessageTypeDefinition<_loopwire_v1_HoldKv, _loopwire_v1_HoldKv__Output>
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
+      KvHeld: MessageTypeDefinition<_loopwire_v1_KvHeld, _loopwire_v1_KvHeld__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       ReplayOutput: MessageTypeDefinition<_loopwire_v1_ReplayOutput, _loopwire_v1_ReplayOutput__Output>
       ResponseCompleted: MessageTypeDefinition<_loopwire_v1_ResponseCompleted, _loopwire_v1_ResponseCompleted__Output>

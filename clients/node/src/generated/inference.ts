@@ -19,6 +19,8 @@ import type { GetModelInfoRequest as _loopwire_v1_GetModelInfoRequest, GetModelI
 import type { GetModelInfoResponse as _loopwire_v1_GetModelInfoResponse, GetModelInfoResponse__Output as _loopwire_v1_GetModelInfoResponse__Output } from './loopwire/v1/GetModelInfoResponse';
 import type { GetStatusRequest as _loopwire_v1_GetStatusRequest, GetStatusRequest__Output as _loopwire_v1_GetStatusRequest__Output } from './loopwire/v1/GetStatusRequest';
 import type { GetStatusResponse as _loopwire_v1_GetStatusResponse, GetStatusResponse__Output as _loopwire_v1_GetStatusResponse__Output } from './loopwire/v1/GetStatusResponse';
+import type { HoldPrefixRequest as _loopwire_v1_HoldPrefixRequest, HoldPrefixRequest__Output as _loopwire_v1_HoldPrefixRequest__Output } from './loopwire/v1/HoldPrefixRequest';
+import type { HoldPrefixResponse as _loopwire_v1_HoldPrefixResponse, HoldPrefixResponse__Output as _loopwire_v1_HoldPrefixResponse__Output } from './loopwire/v1/HoldPrefixResponse';
 import type { InferenceServiceClient as _loopwire_v1_InferenceServiceClient, InferenceServiceDefinition as _loopwire_v1_InferenceServiceDefinition } from './loopwire/v1/InferenceService';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvBlock as _loopwire_v1_KvBlock, KvBlock__Output as _loopwire_v1_KvBlock__Output } from './loopwire/v1/KvBlock';
@@ -67,6 +69,8 @@ export interface ProtoGrpcType {
       GetModelInfoResponse: MessageTypeDefinition<_loopwire_v1_GetModelInfoResponse, _loopwire_v1_GetModelInfoResponse__Output>
       GetStatusRequest: MessageTypeDefinition<_loopwire_v1_GetStatusRequest, _loopwire_v1_GetStatusRequest__Output>
       GetStatusResponse: MessageTypeDefinition<_loopwire_v1_GetStatusResponse, _loopwire_v1_GetStatusResponse__Output>
+      HoldPrefixRequest: MessageTypeDefinition<_loopwire_v1_HoldPrefixRequest, _loopwire_v1_HoldPrefixRequest__Output>
+      HoldPrefixResponse: MessageTypeDefinition<_loopwire_v1_HoldPrefixResponse, _loopwire_v1_HoldPrefixResponse__Output>
       InferenceService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_InferenceServiceClient> & { service: _loopwire_v1_InferenceServiceDefinition }
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvBlock: MessageTypeDefinition<_loopwire_v1_KvBlock, _loopwire_v1_KvBlock__Output>

@@ -69,13 +69,23 @@ class CancelResponse(_message.Message):
     response_id: str
     def __init__(self, response_id: _Optional[str] = ...) -> None: ...
 
+class HoldKv(_message.Message):
+    __slots__ = ("response_id", "retention_seconds")
+    RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    response_id: str
+    retention_seconds: int
+    def __init__(self, response_id: _Optional[str] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+
 class ConverseRequest(_message.Message):
-    __slots__ = ("create_response", "cancel_response")
+    __slots__ = ("create_response", "cancel_response", "hold_kv")
     CREATE_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    HOLD_KV_FIELD_NUMBER: _ClassVar[int]
     create_response: CreateResponse
     cancel_response: CancelResponse
-    def __init__(self, create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ...) -> None: ...
+    hold_kv: HoldKv
+    def __init__(self, create_response: _Optional[_Union[CreateResponse, _Mapping]] = ..., cancel_response: _Optional[_Union[CancelResponse, _Mapping]] = ..., hold_kv: _Optional[_Union[HoldKv, _Mapping]] = ...) -> None: ...
 
 class ResponseCreated(_message.Message):
     __slots__ = ("response_id", "replica_id")
@@ -161,8 +171,16 @@ class ResponseFailed(_message.Message):
     error: _common_pb2.Error
     def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
+class KvHeld(_message.Message):
+    __slots__ = ("blocks", "replica_id")
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    blocks: int
+    replica_id: str
+    def __init__(self, blocks: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
+
 class ConverseResponse(_message.Message):
-    __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed")
+    __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held")
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +191,7 @@ class ConverseResponse(_message.Message):
     CACHE_BREAK_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    KV_HELD_FIELD_NUMBER: _ClassVar[int]
     response_id: str
     created: ResponseCreated
     text_delta: TextDelta
@@ -183,4 +202,5 @@ class ConverseResponse(_message.Message):
     cache_break: CacheBreak
     completed: ResponseCompleted
     failed: ResponseFailed
-    def __init__(self, response_id: _Optional[str] = ..., created: _Optional[_Union[ResponseCreated, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_arguments_delta: _Optional[_Union[ToolCallArgumentsDelta, _Mapping]] = ..., tool_call_done: _Optional[_Union[ToolCallDone, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., cache_break: _Optional[_Union[CacheBreak, _Mapping]] = ..., completed: _Optional[_Union[ResponseCompleted, _Mapping]] = ..., failed: _Optional[_Union[ResponseFailed, _Mapping]] = ...) -> None: ...
+    kv_held: KvHeld
+    def __init__(self, response_id: _Optional[str] = ..., created: _Optional[_Union[ResponseCreated, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_arguments_delta: _Optional[_Union[ToolCallArgumentsDelta, _Mapping]] = ..., tool_call_done: _Optional[_Union[ToolCallDone, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., cache_break: _Optional[_Union[CacheBreak, _Mapping]] = ..., completed: _Optional[_Union[ResponseCompleted, _Mapping]] = ..., failed: _Optional[_Union[ResponseFailed, _Mapping]] = ..., kv_held: _Optional[_Union[KvHeld, _Mapping]] = ...) -> None: ...

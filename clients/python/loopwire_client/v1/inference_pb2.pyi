@@ -287,6 +287,24 @@ class GetModelInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class HoldPrefixRequest(_message.Message):
+    __slots__ = ("hold_id", "cache_salt", "block_hashes", "retention_seconds")
+    HOLD_ID_FIELD_NUMBER: _ClassVar[int]
+    CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    hold_id: str
+    cache_salt: str
+    block_hashes: _containers.RepeatedScalarFieldContainer[int]
+    retention_seconds: int
+    def __init__(self, hold_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., block_hashes: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+
+class HoldPrefixResponse(_message.Message):
+    __slots__ = ("held_blocks",)
+    HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    held_blocks: int
+    def __init__(self, held_blocks: _Optional[int] = ...) -> None: ...
+
 class ModelInfo(_message.Message):
     __slots__ = ("name", "vocab_size", "tokenizer_digest", "tokenizer_kind", "tokenizer_data", "chat_template", "bos_token", "eos_token", "special_tokens", "stop_token_ids", "context_length", "engine", "tool_call_format", "architecture", "source")
     class SpecialTokensEntry(_message.Message):

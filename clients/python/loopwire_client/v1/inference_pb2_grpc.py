@@ -66,6 +66,11 @@ class InferenceServiceStub:
                 request_serializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.SerializeToString,
                 response_deserializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.FromString,
                 _registered_method=True)
+        self.HoldPrefix = channel.unary_unary(
+                '/loopwire.v1.InferenceService/HoldPrefix',
+                request_serializer=loopwire_dot_v1_dot_inference__pb2.HoldPrefixRequest.SerializeToString,
+                response_deserializer=loopwire_dot_v1_dot_inference__pb2.HoldPrefixResponse.FromString,
+                _registered_method=True)
 
 
 class InferenceServiceServicer:
@@ -115,6 +120,14 @@ class InferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HoldPrefix(self, request, context):
+        """Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+        let them go (retention_seconds = 0).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_InferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +160,11 @@ def add_InferenceServiceServicer_to_server(servicer, server):
                     servicer.GetModelInfo,
                     request_deserializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.FromString,
                     response_serializer=loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.SerializeToString,
+            ),
+            'HoldPrefix': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldPrefix,
+                    request_deserializer=loopwire_dot_v1_dot_inference__pb2.HoldPrefixRequest.FromString,
+                    response_serializer=loopwire_dot_v1_dot_inference__pb2.HoldPrefixResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -313,6 +331,33 @@ class InferenceService:
             '/loopwire.v1.InferenceService/GetModelInfo',
             loopwire_dot_v1_dot_inference__pb2.GetModelInfoRequest.SerializeToString,
             loopwire_dot_v1_dot_inference__pb2.GetModelInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldPrefix(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loopwire.v1.InferenceService/HoldPrefix',
+            loopwire_dot_v1_dot_inference__pb2.HoldPrefixRequest.SerializeToString,
+            loopwire_dot_v1_dot_inference__pb2.HoldPrefixResponse.FromString,
             options,
             channel_credentials,
             insecure,

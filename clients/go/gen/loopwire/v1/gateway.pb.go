@@ -314,6 +314,61 @@ func (x *CancelResponse) GetResponseId() string {
 	return ""
 }
 
+// Keep the KV of a stored response's conversation (its prompt and output) cached on the replica
+// that has it, e.g. while the session waits for a human; retention_seconds = 0 lets it go.
+// Answered in order with the stream's other requests, by KvHeld or ResponseFailed.
+type HoldKv struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ResponseId       string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	RetentionSeconds uint32                 `protobuf:"varint,2,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HoldKv) Reset() {
+	*x = HoldKv{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldKv) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldKv) ProtoMessage() {}
+
+func (x *HoldKv) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldKv.ProtoReflect.Descriptor instead.
+func (*HoldKv) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HoldKv) GetResponseId() string {
+	if x != nil {
+		return x.ResponseId
+	}
+	return ""
+}
+
+func (x *HoldKv) GetRetentionSeconds() uint32 {
+	if x != nil {
+		return x.RetentionSeconds
+	}
+	return 0
+}
+
 // A request on the Converse stream.
 type ConverseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -321,6 +376,7 @@ type ConverseRequest struct {
 	//
 	//	*ConverseRequest_CreateResponse
 	//	*ConverseRequest_CancelResponse
+	//	*ConverseRequest_HoldKv
 	Request       isConverseRequest_Request `protobuf_oneof:"request"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -328,7 +384,7 @@ type ConverseRequest struct {
 
 func (x *ConverseRequest) Reset() {
 	*x = ConverseRequest{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +396,7 @@ func (x *ConverseRequest) String() string {
 func (*ConverseRequest) ProtoMessage() {}
 
 func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +409,7 @@ func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseRequest.ProtoReflect.Descriptor instead.
 func (*ConverseRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConverseRequest) GetRequest() isConverseRequest_Request {
@@ -381,6 +437,15 @@ func (x *ConverseRequest) GetCancelResponse() *CancelResponse {
 	return nil
 }
 
+func (x *ConverseRequest) GetHoldKv() *HoldKv {
+	if x != nil {
+		if x, ok := x.Request.(*ConverseRequest_HoldKv); ok {
+			return x.HoldKv
+		}
+	}
+	return nil
+}
+
 type isConverseRequest_Request interface {
 	isConverseRequest_Request()
 }
@@ -393,9 +458,15 @@ type ConverseRequest_CancelResponse struct {
 	CancelResponse *CancelResponse `protobuf:"bytes,2,opt,name=cancel_response,json=cancelResponse,proto3,oneof"`
 }
 
+type ConverseRequest_HoldKv struct {
+	HoldKv *HoldKv `protobuf:"bytes,3,opt,name=hold_kv,json=holdKv,proto3,oneof"`
+}
+
 func (*ConverseRequest_CreateResponse) isConverseRequest_Request() {}
 
 func (*ConverseRequest_CancelResponse) isConverseRequest_Request() {}
+
+func (*ConverseRequest_HoldKv) isConverseRequest_Request() {}
 
 // A response was accepted and will stream.
 type ResponseCreated struct {
@@ -410,7 +481,7 @@ type ResponseCreated struct {
 
 func (x *ResponseCreated) Reset() {
 	*x = ResponseCreated{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -422,7 +493,7 @@ func (x *ResponseCreated) String() string {
 func (*ResponseCreated) ProtoMessage() {}
 
 func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -435,7 +506,7 @@ func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCreated.ProtoReflect.Descriptor instead.
 func (*ResponseCreated) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ResponseCreated) GetResponseId() string {
@@ -462,7 +533,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +545,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +558,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TextDelta) GetText() string {
@@ -509,7 +580,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +592,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +605,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -569,7 +640,7 @@ type ToolCallArgumentsDelta struct {
 
 func (x *ToolCallArgumentsDelta) Reset() {
 	*x = ToolCallArgumentsDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +652,7 @@ func (x *ToolCallArgumentsDelta) String() string {
 func (*ToolCallArgumentsDelta) ProtoMessage() {}
 
 func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +665,7 @@ func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallArgumentsDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallArgumentsDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ToolCallArgumentsDelta) GetCallId() string {
@@ -622,7 +693,7 @@ type ToolCallDone struct {
 
 func (x *ToolCallDone) Reset() {
 	*x = ToolCallDone{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -634,7 +705,7 @@ func (x *ToolCallDone) String() string {
 func (*ToolCallDone) ProtoMessage() {}
 
 func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -647,7 +718,7 @@ func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDone.ProtoReflect.Descriptor instead.
 func (*ToolCallDone) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ToolCallDone) GetCall() *FunctionCall {
@@ -681,7 +752,7 @@ type SafetyVerdict struct {
 
 func (x *SafetyVerdict) Reset() {
 	*x = SafetyVerdict{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +764,7 @@ func (x *SafetyVerdict) String() string {
 func (*SafetyVerdict) ProtoMessage() {}
 
 func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +777,7 @@ func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafetyVerdict.ProtoReflect.Descriptor instead.
 func (*SafetyVerdict) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SafetyVerdict) GetStage() SafetyStage {
@@ -765,7 +836,7 @@ type CacheBreak struct {
 
 func (x *CacheBreak) Reset() {
 	*x = CacheBreak{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +848,7 @@ func (x *CacheBreak) String() string {
 func (*CacheBreak) ProtoMessage() {}
 
 func (x *CacheBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +861,7 @@ func (x *CacheBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheBreak.ProtoReflect.Descriptor instead.
 func (*CacheBreak) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CacheBreak) GetFirstDifferingItem() int32 {
@@ -828,7 +899,7 @@ type ResponseCompleted struct {
 
 func (x *ResponseCompleted) Reset() {
 	*x = ResponseCompleted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +911,7 @@ func (x *ResponseCompleted) String() string {
 func (*ResponseCompleted) ProtoMessage() {}
 
 func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +924,7 @@ func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCompleted.ProtoReflect.Descriptor instead.
 func (*ResponseCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResponseCompleted) GetFinishReason() FinishReason {
@@ -894,7 +965,7 @@ type ResponseFailed struct {
 
 func (x *ResponseFailed) Reset() {
 	*x = ResponseFailed{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +977,7 @@ func (x *ResponseFailed) String() string {
 func (*ResponseFailed) ProtoMessage() {}
 
 func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +990,7 @@ func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFailed.ProtoReflect.Descriptor instead.
 func (*ResponseFailed) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResponseFailed) GetError() *Error {
@@ -930,6 +1001,61 @@ func (x *ResponseFailed) GetError() *Error {
 }
 
 // An event of the Converse stream.
+// The answer to HoldKv.
+type KvHeld struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Blocks held on the replica (0 after a release, or when no replica had them cached).
+	Blocks uint32 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	// The replica holding them (” when none).
+	ReplicaId     string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvHeld) Reset() {
+	*x = KvHeld{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvHeld) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvHeld) ProtoMessage() {}
+
+func (x *KvHeld) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvHeld.ProtoReflect.Descriptor instead.
+func (*KvHeld) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *KvHeld) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *KvHeld) GetReplicaId() string {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return ""
+}
+
 type ConverseResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ResponseId string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
@@ -944,6 +1070,7 @@ type ConverseResponse struct {
 	//	*ConverseResponse_CacheBreak
 	//	*ConverseResponse_Completed
 	//	*ConverseResponse_Failed
+	//	*ConverseResponse_KvHeld
 	Event         isConverseResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -951,7 +1078,7 @@ type ConverseResponse struct {
 
 func (x *ConverseResponse) Reset() {
 	*x = ConverseResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1090,7 @@ func (x *ConverseResponse) String() string {
 func (*ConverseResponse) ProtoMessage() {}
 
 func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1103,7 @@ func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseResponse.ProtoReflect.Descriptor instead.
 func (*ConverseResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ConverseResponse) GetResponseId() string {
@@ -1074,6 +1201,15 @@ func (x *ConverseResponse) GetFailed() *ResponseFailed {
 	return nil
 }
 
+func (x *ConverseResponse) GetKvHeld() *KvHeld {
+	if x != nil {
+		if x, ok := x.Event.(*ConverseResponse_KvHeld); ok {
+			return x.KvHeld
+		}
+	}
+	return nil
+}
+
 type isConverseResponse_Event interface {
 	isConverseResponse_Event()
 }
@@ -1114,6 +1250,10 @@ type ConverseResponse_Failed struct {
 	Failed *ResponseFailed `protobuf:"bytes,10,opt,name=failed,proto3,oneof"`
 }
 
+type ConverseResponse_KvHeld struct {
+	KvHeld *KvHeld `protobuf:"bytes,11,opt,name=kv_held,json=kvHeld,proto3,oneof"`
+}
+
 func (*ConverseResponse_Created) isConverseResponse_Event() {}
 
 func (*ConverseResponse_TextDelta) isConverseResponse_Event() {}
@@ -1131,6 +1271,8 @@ func (*ConverseResponse_CacheBreak) isConverseResponse_Event() {}
 func (*ConverseResponse_Completed) isConverseResponse_Event() {}
 
 func (*ConverseResponse_Failed) isConverseResponse_Event() {}
+
+func (*ConverseResponse_KvHeld) isConverseResponse_Event() {}
 
 var File_loopwire_v1_gateway_proto protoreflect.FileDescriptor
 
@@ -1157,10 +1299,15 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\x0eCancelResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
-	"responseId\"\xac\x01\n" +
+	"responseId\"V\n" +
+	"\x06HoldKv\x12\x1f\n" +
+	"\vresponse_id\x18\x01 \x01(\tR\n" +
+	"responseId\x12+\n" +
+	"\x11retention_seconds\x18\x02 \x01(\rR\x10retentionSeconds\"\xdc\x01\n" +
 	"\x0fConverseRequest\x12F\n" +
 	"\x0fcreate_response\x18\x01 \x01(\v2\x1b.loopwire.v1.CreateResponseH\x00R\x0ecreateResponse\x12F\n" +
-	"\x0fcancel_response\x18\x02 \x01(\v2\x1b.loopwire.v1.CancelResponseH\x00R\x0ecancelResponseB\t\n" +
+	"\x0fcancel_response\x18\x02 \x01(\v2\x1b.loopwire.v1.CancelResponseH\x00R\x0ecancelResponse\x12.\n" +
+	"\ahold_kv\x18\x03 \x01(\v2\x13.loopwire.v1.HoldKvH\x00R\x06holdKvB\t\n" +
 	"\arequest\"Q\n" +
 	"\x0fResponseCreated\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
@@ -1197,7 +1344,11 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\atimings\x18\x03 \x01(\v2\x14.loopwire.v1.TimingsR\atimings\x12)\n" +
 	"\x06output\x18\x04 \x03(\v2\x11.loopwire.v1.ItemR\x06output\":\n" +
 	"\x0eResponseFailed\x12(\n" +
-	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\x89\x05\n" +
+	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"?\n" +
+	"\x06KvHeld\x12\x16\n" +
+	"\x06blocks\x18\x01 \x01(\rR\x06blocks\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\"\xb9\x05\n" +
 	"\x10ConverseResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\x128\n" +
@@ -1212,7 +1363,8 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"cacheBreak\x12>\n" +
 	"\tcompleted\x18\t \x01(\v2\x1e.loopwire.v1.ResponseCompletedH\x00R\tcompleted\x125\n" +
 	"\x06failed\x18\n" +
-	" \x01(\v2\x1b.loopwire.v1.ResponseFailedH\x00R\x06failedB\a\n" +
+	" \x01(\v2\x1b.loopwire.v1.ResponseFailedH\x00R\x06failed\x12.\n" +
+	"\akv_held\x18\v \x01(\v2\x13.loopwire.v1.KvHeldH\x00R\x06kvHeldB\a\n" +
 	"\x05event*\x82\x01\n" +
 	"\n" +
 	"SafetyMode\x12\x1b\n" +
@@ -1241,66 +1393,70 @@ func file_loopwire_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(SafetyMode)(0),                // 0: loopwire.v1.SafetyMode
 	(SafetyStage)(0),               // 1: loopwire.v1.SafetyStage
 	(*CreateResponse)(nil),         // 2: loopwire.v1.CreateResponse
 	(*CancelResponse)(nil),         // 3: loopwire.v1.CancelResponse
-	(*ConverseRequest)(nil),        // 4: loopwire.v1.ConverseRequest
-	(*ResponseCreated)(nil),        // 5: loopwire.v1.ResponseCreated
-	(*TextDelta)(nil),              // 6: loopwire.v1.TextDelta
-	(*ToolCallStarted)(nil),        // 7: loopwire.v1.ToolCallStarted
-	(*ToolCallArgumentsDelta)(nil), // 8: loopwire.v1.ToolCallArgumentsDelta
-	(*ToolCallDone)(nil),           // 9: loopwire.v1.ToolCallDone
-	(*SafetyVerdict)(nil),          // 10: loopwire.v1.SafetyVerdict
-	(*CacheBreak)(nil),             // 11: loopwire.v1.CacheBreak
-	(*ResponseCompleted)(nil),      // 12: loopwire.v1.ResponseCompleted
-	(*ResponseFailed)(nil),         // 13: loopwire.v1.ResponseFailed
-	(*ConverseResponse)(nil),       // 14: loopwire.v1.ConverseResponse
-	nil,                            // 15: loopwire.v1.CreateResponse.TraceContextEntry
-	(*Tool)(nil),                   // 16: loopwire.v1.Tool
-	(*Item)(nil),                   // 17: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 18: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 19: loopwire.v1.ReplayOutput
-	(*FunctionCall)(nil),           // 20: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 21: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 22: loopwire.v1.Usage
-	(*Timings)(nil),                // 23: loopwire.v1.Timings
-	(*Error)(nil),                  // 24: loopwire.v1.Error
+	(*HoldKv)(nil),                 // 4: loopwire.v1.HoldKv
+	(*ConverseRequest)(nil),        // 5: loopwire.v1.ConverseRequest
+	(*ResponseCreated)(nil),        // 6: loopwire.v1.ResponseCreated
+	(*TextDelta)(nil),              // 7: loopwire.v1.TextDelta
+	(*ToolCallStarted)(nil),        // 8: loopwire.v1.ToolCallStarted
+	(*ToolCallArgumentsDelta)(nil), // 9: loopwire.v1.ToolCallArgumentsDelta
+	(*ToolCallDone)(nil),           // 10: loopwire.v1.ToolCallDone
+	(*SafetyVerdict)(nil),          // 11: loopwire.v1.SafetyVerdict
+	(*CacheBreak)(nil),             // 12: loopwire.v1.CacheBreak
+	(*ResponseCompleted)(nil),      // 13: loopwire.v1.ResponseCompleted
+	(*ResponseFailed)(nil),         // 14: loopwire.v1.ResponseFailed
+	(*KvHeld)(nil),                 // 15: loopwire.v1.KvHeld
+	(*ConverseResponse)(nil),       // 16: loopwire.v1.ConverseResponse
+	nil,                            // 17: loopwire.v1.CreateResponse.TraceContextEntry
+	(*Tool)(nil),                   // 18: loopwire.v1.Tool
+	(*Item)(nil),                   // 19: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 20: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 21: loopwire.v1.ReplayOutput
+	(*FunctionCall)(nil),           // 22: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 23: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 24: loopwire.v1.Usage
+	(*Timings)(nil),                // 25: loopwire.v1.Timings
+	(*Error)(nil),                  // 26: loopwire.v1.Error
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
-	16, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	17, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	18, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	18, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	19, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	20, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
 	0,  // 3: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	19, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	15, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	21, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	17, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
 	2,  // 6: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
 	3,  // 7: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	20, // 8: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 9: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	21, // 10: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	22, // 11: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	23, // 12: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	17, // 13: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	24, // 14: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	5,  // 15: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	6,  // 16: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	7,  // 17: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	8,  // 18: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	9,  // 19: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	10, // 20: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	11, // 21: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	12, // 22: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	13, // 23: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	4,  // 24: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	14, // 25: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	25, // [25:26] is the sub-list for method output_type
-	24, // [24:25] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	4,  // 8: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
+	22, // 9: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 10: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	23, // 11: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	24, // 12: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	25, // 13: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	19, // 14: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	26, // 15: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	6,  // 16: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	7,  // 17: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	8,  // 18: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	9,  // 19: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	10, // 20: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	11, // 21: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	12, // 22: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	13, // 23: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	14, // 24: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	15, // 25: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	5,  // 26: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	16, // 27: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	27, // [27:28] is the sub-list for method output_type
+	26, // [26:27] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1309,11 +1465,12 @@ func file_loopwire_v1_gateway_proto_init() {
 		return
 	}
 	file_loopwire_v1_common_proto_init()
-	file_loopwire_v1_gateway_proto_msgTypes[2].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[3].OneofWrappers = []any{
 		(*ConverseRequest_CreateResponse)(nil),
 		(*ConverseRequest_CancelResponse)(nil),
+		(*ConverseRequest_HoldKv)(nil),
 	}
-	file_loopwire_v1_gateway_proto_msgTypes[12].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[14].OneofWrappers = []any{
 		(*ConverseResponse_Created)(nil),
 		(*ConverseResponse_TextDelta)(nil),
 		(*ConverseResponse_ToolCallStarted)(nil),
@@ -1323,6 +1480,7 @@ func file_loopwire_v1_gateway_proto_init() {
 		(*ConverseResponse_CacheBreak)(nil),
 		(*ConverseResponse_Completed)(nil),
 		(*ConverseResponse_Failed)(nil),
+		(*ConverseResponse_KvHeld)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1330,7 +1488,7 @@ func file_loopwire_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_gateway_proto_rawDesc), len(file_loopwire_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1673,6 +1673,123 @@ func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
 	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
+// Hold the longest cached prefix of these chained block hashes (computed with the tenant's salt).
+type HoldPrefixRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names the hold within the tenant: a later request with the same id replaces or releases it.
+	HoldId string `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
+	// The tenant (cache salt): holds of different tenants never share a name.
+	CacheSalt   string   `protobuf:"bytes,2,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// 0 releases the hold; at most the replica's retention cap.
+	RetentionSeconds uint32 `protobuf:"varint,4,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HoldPrefixRequest) Reset() {
+	*x = HoldPrefixRequest{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldPrefixRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldPrefixRequest) ProtoMessage() {}
+
+func (x *HoldPrefixRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldPrefixRequest.ProtoReflect.Descriptor instead.
+func (*HoldPrefixRequest) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *HoldPrefixRequest) GetHoldId() string {
+	if x != nil {
+		return x.HoldId
+	}
+	return ""
+}
+
+func (x *HoldPrefixRequest) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *HoldPrefixRequest) GetBlockHashes() []uint64 {
+	if x != nil {
+		return x.BlockHashes
+	}
+	return nil
+}
+
+func (x *HoldPrefixRequest) GetRetentionSeconds() uint32 {
+	if x != nil {
+		return x.RetentionSeconds
+	}
+	return 0
+}
+
+type HoldPrefixResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Blocks now held (0 after a release, or when none of the prefix is cached here).
+	HeldBlocks    uint32 `protobuf:"varint,1,opt,name=held_blocks,json=heldBlocks,proto3" json:"held_blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldPrefixResponse) Reset() {
+	*x = HoldPrefixResponse{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldPrefixResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldPrefixResponse) ProtoMessage() {}
+
+func (x *HoldPrefixResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldPrefixResponse.ProtoReflect.Descriptor instead.
+func (*HoldPrefixResponse) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HoldPrefixResponse) GetHeldBlocks() uint32 {
+	if x != nil {
+		return x.HeldBlocks
+	}
+	return 0
+}
+
 // One model definition: weights aside, everything a gateway needs to speak its ids.
 type ModelInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1707,7 +1824,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1836,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1849,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -1850,7 +1967,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1979,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1992,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetModelInfoResponse) GetModel() *ModelInfo {
@@ -2025,7 +2142,16 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x03(\v2\x17.loopwire.v1.CacheEventR\x06events\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x03 \x01(\rR\tblockSize\"\x15\n" +
-	"\x13GetModelInfoRequest\"\xf5\x04\n" +
+	"\x13GetModelInfoRequest\"\x9b\x01\n" +
+	"\x11HoldPrefixRequest\x12\x17\n" +
+	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x02 \x01(\tR\tcacheSalt\x12!\n" +
+	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12+\n" +
+	"\x11retention_seconds\x18\x04 \x01(\rR\x10retentionSeconds\"5\n" +
+	"\x12HoldPrefixResponse\x12\x1f\n" +
+	"\vheld_blocks\x18\x01 \x01(\rR\n" +
+	"heldBlocks\"\xf5\x04\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2059,7 +2185,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x1cCACHE_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17CACHE_EVENT_TYPE_STORED\x10\x01\x12\x1c\n" +
 	"\x18CACHE_EVENT_TYPE_REMOVED\x10\x02\x12\x1c\n" +
-	"\x18CACHE_EVENT_TYPE_CLEARED\x10\x032\xdc\x03\n" +
+	"\x18CACHE_EVENT_TYPE_CLEARED\x10\x032\xab\x04\n" +
 	"\x10InferenceService\x12K\n" +
 	"\bGenerate\x12\x1c.loopwire.v1.GenerateRequest\x1a\x1d.loopwire.v1.GenerateResponse(\x010\x01\x12D\n" +
 	"\aPrefill\x12\x1b.loopwire.v1.PrefillRequest\x1a\x1c.loopwire.v1.PrefillResponse\x12C\n" +
@@ -2067,7 +2193,9 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\tGetStatus\x12\x1d.loopwire.v1.GetStatusRequest\x1a\x1e.loopwire.v1.GetStatusResponse\x12O\n" +
 	"\n" +
 	"WatchCache\x12\x1e.loopwire.v1.WatchCacheRequest\x1a\x1f.loopwire.v1.WatchCacheResponse0\x01\x12S\n" +
-	"\fGetModelInfo\x12 .loopwire.v1.GetModelInfoRequest\x1a!.loopwire.v1.GetModelInfoResponseB\xb2\x01\n" +
+	"\fGetModelInfo\x12 .loopwire.v1.GetModelInfoRequest\x1a!.loopwire.v1.GetModelInfoResponse\x12M\n" +
+	"\n" +
+	"HoldPrefix\x12\x1e.loopwire.v1.HoldPrefixRequest\x1a\x1f.loopwire.v1.HoldPrefixResponseB\xb2\x01\n" +
 	"\x0fcom.loopwire.v1B\x0eInferenceProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -2083,7 +2211,7 @@ func file_loopwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_loopwire_v1_inference_proto_goTypes = []any{
 	(EngineRole)(0),              // 0: loopwire.v1.EngineRole
 	(CacheEventType)(0),          // 1: loopwire.v1.CacheEventType
@@ -2107,50 +2235,54 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*CacheEvent)(nil),           // 19: loopwire.v1.CacheEvent
 	(*WatchCacheResponse)(nil),   // 20: loopwire.v1.WatchCacheResponse
 	(*GetModelInfoRequest)(nil),  // 21: loopwire.v1.GetModelInfoRequest
-	(*ModelInfo)(nil),            // 22: loopwire.v1.ModelInfo
-	(*GetModelInfoResponse)(nil), // 23: loopwire.v1.GetModelInfoResponse
-	nil,                          // 24: loopwire.v1.GenerationStart.TraceContextEntry
-	nil,                          // 25: loopwire.v1.ModelInfo.SpecialTokensEntry
-	(FinishReason)(0),            // 26: loopwire.v1.FinishReason
-	(*Usage)(nil),                // 27: loopwire.v1.Usage
-	(*Timings)(nil),              // 28: loopwire.v1.Timings
-	(*Error)(nil),                // 29: loopwire.v1.Error
+	(*HoldPrefixRequest)(nil),    // 22: loopwire.v1.HoldPrefixRequest
+	(*HoldPrefixResponse)(nil),   // 23: loopwire.v1.HoldPrefixResponse
+	(*ModelInfo)(nil),            // 24: loopwire.v1.ModelInfo
+	(*GetModelInfoResponse)(nil), // 25: loopwire.v1.GetModelInfoResponse
+	nil,                          // 26: loopwire.v1.GenerationStart.TraceContextEntry
+	nil,                          // 27: loopwire.v1.ModelInfo.SpecialTokensEntry
+	(FinishReason)(0),            // 28: loopwire.v1.FinishReason
+	(*Usage)(nil),                // 29: loopwire.v1.Usage
+	(*Timings)(nil),              // 30: loopwire.v1.Timings
+	(*Error)(nil),                // 31: loopwire.v1.Error
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
 	3,  // 1: loopwire.v1.GenerationStart.append:type_name -> loopwire.v1.AppendPrompt
 	4,  // 2: loopwire.v1.GenerationStart.params:type_name -> loopwire.v1.GenerationParams
-	24, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
+	26, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
 	5,  // 4: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
 	6,  // 5: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
-	26, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
-	27, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
-	28, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
+	28, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
+	29, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
+	30, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
 	8,  // 9: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
 	9,  // 10: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
-	29, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
+	31, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
 	4,  // 12: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	28, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	30, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
 	14, // 14: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
 	0,  // 15: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
 	1,  // 16: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
 	19, // 17: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	25, // 18: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	22, // 19: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	27, // 18: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	24, // 19: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
 	7,  // 20: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
 	11, // 21: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
 	13, // 22: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
 	16, // 23: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
 	18, // 24: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
 	21, // 25: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	10, // 26: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	12, // 27: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	15, // 28: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	17, // 29: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	20, // 30: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	23, // 31: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	26, // [26:32] is the sub-list for method output_type
-	20, // [20:26] is the sub-list for method input_type
+	22, // 26: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	10, // 27: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	12, // 28: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	15, // 29: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	17, // 30: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	20, // 31: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	25, // 32: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	23, // 33: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -2182,7 +2314,7 @@ func file_loopwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_inference_proto_rawDesc), len(file_loopwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	InferenceService_GetStatus_FullMethodName    = "/loopwire.v1.InferenceService/GetStatus"
 	InferenceService_WatchCache_FullMethodName   = "/loopwire.v1.InferenceService/WatchCache"
 	InferenceService_GetModelInfo_FullMethodName = "/loopwire.v1.InferenceService/GetModelInfo"
+	InferenceService_HoldPrefix_FullMethodName   = "/loopwire.v1.InferenceService/HoldPrefix"
 )
 
 // InferenceServiceClient is the client API for InferenceService service.
@@ -46,6 +47,9 @@ type InferenceServiceClient interface {
 	WatchCache(ctx context.Context, in *WatchCacheRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchCacheResponse], error)
 	// The model this replica serves: the gateway tokenizes and renders with exactly it.
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
+	// Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+	// let them go (retention_seconds = 0).
+	HoldPrefix(ctx context.Context, in *HoldPrefixRequest, opts ...grpc.CallOption) (*HoldPrefixResponse, error)
 }
 
 type inferenceServiceClient struct {
@@ -137,6 +141,16 @@ func (c *inferenceServiceClient) GetModelInfo(ctx context.Context, in *GetModelI
 	return out, nil
 }
 
+func (c *inferenceServiceClient) HoldPrefix(ctx context.Context, in *HoldPrefixRequest, opts ...grpc.CallOption) (*HoldPrefixResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HoldPrefixResponse)
+	err := c.cc.Invoke(ctx, InferenceService_HoldPrefix_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InferenceServiceServer is the server API for InferenceService service.
 // All implementations must embed UnimplementedInferenceServiceServer
 // for forward compatibility.
@@ -156,6 +170,9 @@ type InferenceServiceServer interface {
 	WatchCache(*WatchCacheRequest, grpc.ServerStreamingServer[WatchCacheResponse]) error
 	// The model this replica serves: the gateway tokenizes and renders with exactly it.
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
+	// Keep the cached blocks of a prompt prefix for a while (a session waiting for a human), or
+	// let them go (retention_seconds = 0).
+	HoldPrefix(context.Context, *HoldPrefixRequest) (*HoldPrefixResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()
 }
 
@@ -183,6 +200,9 @@ func (UnimplementedInferenceServiceServer) WatchCache(*WatchCacheRequest, grpc.S
 }
 func (UnimplementedInferenceServiceServer) GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetModelInfo not implemented")
+}
+func (UnimplementedInferenceServiceServer) HoldPrefix(context.Context, *HoldPrefixRequest) (*HoldPrefixResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HoldPrefix not implemented")
 }
 func (UnimplementedInferenceServiceServer) mustEmbedUnimplementedInferenceServiceServer() {}
 func (UnimplementedInferenceServiceServer) testEmbeddedByValue()                          {}
@@ -288,6 +308,24 @@ func _InferenceService_GetModelInfo_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _InferenceService_HoldPrefix_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HoldPrefixRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InferenceServiceServer).HoldPrefix(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: InferenceService_HoldPrefix_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InferenceServiceServer).HoldPrefix(ctx, req.(*HoldPrefixRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // InferenceService_ServiceDesc is the grpc.ServiceDesc for InferenceService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -306,6 +344,10 @@ var InferenceService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetModelInfo",
 			Handler:    _InferenceService_GetModelInfo_Handler,
+		},
+		{
+			MethodName: "HoldPrefix",
+			Handler:    _InferenceService_HoldPrefix_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

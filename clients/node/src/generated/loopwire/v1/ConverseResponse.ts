@@ -9,6 +9,7 @@ import type { SafetyVerdict as _loopwire_v1_SafetyVerdict, SafetyVerdict__Output
 import type { CacheBreak as _loopwire_v1_CacheBreak, CacheBreak__Output as _loopwire_v1_CacheBreak__Output } from '../../loopwire/v1/CacheBreak';
 import type { ResponseCompleted as _loopwire_v1_ResponseCompleted, ResponseCompleted__Output as _loopwire_v1_ResponseCompleted__Output } from '../../loopwire/v1/ResponseCompleted';
 import type { ResponseFailed as _loopwire_v1_ResponseFailed, ResponseFailed__Output as _loopwire_v1_ResponseFailed__Output } from '../../loopwire/v1/ResponseFailed';
+import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from '../../loopwire/v1/KvHeld';
 
 export interface ConverseResponse {
   'responseId'?: (string);
@@ -21,7 +22,8 @@ export interface ConverseResponse {
   'cacheBreak'?: (_loopwire_v1_CacheBreak | null);
   'completed'?: (_loopwire_v1_ResponseCompleted | null);
   'failed'?: (_loopwire_v1_ResponseFailed | null);
-  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed";
+  'kvHeld'?: (_loopwire_v1_KvHeld | null);
+  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld";
 }
 
 export interface ConverseResponse__Output {
@@ -35,5 +37,6 @@ export interface ConverseResponse__Output {
   'cacheBreak'?: (_loopwire_v1_CacheBreak__Output | null);
   'completed'?: (_loopwire_v1_ResponseCompleted__Output | null);
   'failed'?: (_loopwire_v1_ResponseFailed__Output | null);
-  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed";
+  'kvHeld'?: (_loopwire_v1_KvHeld__Output | null);
+  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld";
 }

@@ -8,6 +8,8 @@ import type { GetModelInfoRequest as _loopwire_v1_GetModelInfoRequest, GetModelI
 import type { GetModelInfoResponse as _loopwire_v1_GetModelInfoResponse, GetModelInfoResponse__Output as _loopwire_v1_GetModelInfoResponse__Output } from '../../loopwire/v1/GetModelInfoResponse';
 import type { GetStatusRequest as _loopwire_v1_GetStatusRequest, GetStatusRequest__Output as _loopwire_v1_GetStatusRequest__Output } from '../../loopwire/v1/GetStatusRequest';
 import type { GetStatusResponse as _loopwire_v1_GetStatusResponse, GetStatusResponse__Output as _loopwire_v1_GetStatusResponse__Output } from '../../loopwire/v1/GetStatusResponse';
+import type { HoldPrefixRequest as _loopwire_v1_HoldPrefixRequest, HoldPrefixRequest__Output as _loopwire_v1_HoldPrefixRequest__Output } from '../../loopwire/v1/HoldPrefixRequest';
+import type { HoldPrefixResponse as _loopwire_v1_HoldPrefixResponse, HoldPrefixResponse__Output as _loopwire_v1_HoldPrefixResponse__Output } from '../../loopwire/v1/HoldPrefixResponse';
 import type { PrefillRequest as _loopwire_v1_PrefillRequest, PrefillRequest__Output as _loopwire_v1_PrefillRequest__Output } from '../../loopwire/v1/PrefillRequest';
 import type { PrefillResponse as _loopwire_v1_PrefillResponse, PrefillResponse__Output as _loopwire_v1_PrefillResponse__Output } from '../../loopwire/v1/PrefillResponse';
 import type { PullKvRequest as _loopwire_v1_PullKvRequest, PullKvRequest__Output as _loopwire_v1_PullKvRequest__Output } from '../../loopwire/v1/PullKvRequest';
@@ -39,6 +41,15 @@ export interface InferenceServiceClient extends grpc.Client {
   getStatus(argument: _loopwire_v1_GetStatusRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_GetStatusResponse__Output>): grpc.ClientUnaryCall;
   getStatus(argument: _loopwire_v1_GetStatusRequest, callback: grpc.requestCallback<_loopwire_v1_GetStatusResponse__Output>): grpc.ClientUnaryCall;
   
+  HoldPrefix(argument: _loopwire_v1_HoldPrefixRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  HoldPrefix(argument: _loopwire_v1_HoldPrefixRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  HoldPrefix(argument: _loopwire_v1_HoldPrefixRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  HoldPrefix(argument: _loopwire_v1_HoldPrefixRequest, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  holdPrefix(argument: _loopwire_v1_HoldPrefixRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  holdPrefix(argument: _loopwire_v1_HoldPrefixRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  holdPrefix(argument: _loopwire_v1_HoldPrefixRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  holdPrefix(argument: _loopwire_v1_HoldPrefixRequest, callback: grpc.requestCallback<_loopwire_v1_HoldPrefixResponse__Output>): grpc.ClientUnaryCall;
+  
   Prefill(argument: _loopwire_v1_PrefillRequest, metadata: grpc.Metadata, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_PrefillResponse__Output>): grpc.ClientUnaryCall;
   Prefill(argument: _loopwire_v1_PrefillRequest, metadata: grpc.Metadata, callback: grpc.requestCallback<_loopwire_v1_PrefillResponse__Output>): grpc.ClientUnaryCall;
   Prefill(argument: _loopwire_v1_PrefillRequest, options: grpc.CallOptions, callback: grpc.requestCallback<_loopwire_v1_PrefillResponse__Output>): grpc.ClientUnaryCall;
@@ -67,6 +78,8 @@ export interface InferenceServiceHandlers extends grpc.UntypedServiceImplementat
   
   GetStatus: grpc.handleUnaryCall<_loopwire_v1_GetStatusRequest__Output, _loopwire_v1_GetStatusResponse>;
   
+  HoldPrefix: grpc.handleUnaryCall<_loopwire_v1_HoldPrefixRequest__Output, _loopwire_v1_HoldPrefixResponse>;
+  
   Prefill: grpc.handleUnaryCall<_loopwire_v1_PrefillRequest__Output, _loopwire_v1_PrefillResponse>;
   
   PullKv: grpc.handleServerStreamingCall<_loopwire_v1_PullKvRequest__Output, _loopwire_v1_PullKvResponse>;
@@ -79,6 +92,7 @@ export interface InferenceServiceDefinition extends grpc.ServiceDefinition {
   Generate: MethodDefinition<_loopwire_v1_GenerateRequest, _loopwire_v1_GenerateResponse, _loopwire_v1_GenerateRequest__Output, _loopwire_v1_GenerateResponse__Output>
   GetModelInfo: MethodDefinition<_loopwire_v1_GetModelInfoRequest, _loopwire_v1_GetModelInfoResponse, _loopwire_v1_GetModelInfoRequest__Output, _loopwire_v1_GetModelInfoResponse__Output>
   GetStatus: MethodDefinition<_loopwire_v1_GetStatusRequest, _loopwire_v1_GetStatusResponse, _loopwire_v1_GetStatusRequest__Output, _loopwire_v1_GetStatusResponse__Output>
+  HoldPrefix: MethodDefinition<_loopwire_v1_HoldPrefixRequest, _loopwire_v1_HoldPrefixResponse, _loopwire_v1_HoldPrefixRequest__Output, _loopwire_v1_HoldPrefixResponse__Output>
   Prefill: MethodDefinition<_loopwire_v1_PrefillRequest, _loopwire_v1_PrefillResponse, _loopwire_v1_PrefillRequest__Output, _loopwire_v1_PrefillResponse__Output>
   PullKv: MethodDefinition<_loopwire_v1_PullKvRequest, _loopwire_v1_PullKvResponse, _loopwire_v1_PullKvRequest__Output, _loopwire_v1_PullKvResponse__Output>
   WatchCache: MethodDefinition<_loopwire_v1_WatchCacheRequest, _loopwire_v1_WatchCacheResponse, _loopwire_v1_WatchCacheRequest__Output, _loopwire_v1_WatchCacheResponse__Output>

@@ -1,0 +1,12 @@
+// Original file: protos/loopwire/v1/gateway.proto
+
+
+export interface KvHeld {
+  'blocks'?: (number);
+  'replicaId'?: (string);
+}
+
+export interface KvHeld__Output {
+  'blocks': (number);
+  'replicaId': (string);
+}

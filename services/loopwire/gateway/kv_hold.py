@@ -1,0 +1,70 @@
+"""HoldKv: keep a stored response's KV cached while its session waits (for a human, say).
+
+A retention hint on every request would pin the KV of every turn that *might* wait; the
+harness instead asks once the session really waits, and lets go once it goes on. The
+conversation's chained block hashes (salted with the tenant) name the blocks, and the
+replica whose cache view holds the longest prefix of them is asked to pin them. A release
+goes to every replica (this gateway may not be the one that asked for the hold).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from loopwire.common.errors import RequestError
+from loopwire.gateway.events import event, failed
+from loopwire.gateway.router import Replica
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
+
+if TYPE_CHECKING:
+    from loopwire.gateway.session import ConverseSession
+
+log = logging.getLogger("loopwire.gateway")
+
+HOLD_TIMEOUT_S = 10.0
+MAX_HOLD_SECONDS = 3600  # the replicas' own cap on retention
+
+
+async def hold_kv(session: ConverseSession, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
+    """Pin (or release) the KV of ``hold.response_id``; a KvHeld event, or a failed one."""
+    rid = hold.response_id
+    try:
+        if hold.retention_seconds > MAX_HOLD_SECONDS:
+            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HOLD_SECONDS} seconds",
+                               "hold_kv.retention_seconds")
+        conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id)
+    except RequestError as e:
+        if e.field == "create_response.previous_response_id":
+            e.field = "hold_kv.response_id"
+        return failed(rid, e)
+    replicas = [r for r in session.gw.router.replicas if r.healthy]
+    if hold.retention_seconds == 0:
+        await asyncio.gather(*(_ask(r, session.tenant.name, rid, [], 0) for r in replicas))
+        return event(rid, kv_held=gateway_pb2.KvHeld())
+    best: Replica | None = None
+    best_blocks, hashes = 0, []
+    for replica in replicas:
+        replica_hashes = conversation.block_hashes(replica.block_size)
+        cached = replica.cached_prefix_blocks(replica_hashes)
+        if best is None or cached > best_blocks:
+            best, best_blocks, hashes = replica, cached, replica_hashes
+    if best is None:
+        return event(rid, kv_held=gateway_pb2.KvHeld())
+    held = await _ask(best, session.tenant.name, rid, hashes, hold.retention_seconds)
+    return event(rid, kv_held=gateway_pb2.KvHeld(blocks=held, replica_id=best.name if held else ""))
+
+
+async def _ask(replica: Replica, tenant: str, hold_id: str, hashes: list[int], seconds: int) -> int:
+    """One replica's HoldPrefix; 0 when it cannot be reached (a hold is a hint, never a failure)."""
+    try:
+        reply = await replica.stub.HoldPrefix(inference_pb2.HoldPrefixRequest(
+            hold_id=hold_id, cache_salt=tenant, block_hashes=hashes, retention_seconds=seconds),
+            timeout=HOLD_TIMEOUT_S)
+    except grpc.aio.AioRpcError as e:
+        log.warning("HoldPrefix on %s failed: %s %s", replica.name, e.code().name, e.details())
+        return 0
+    return reply.held_blocks

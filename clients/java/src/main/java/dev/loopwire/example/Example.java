@@ -9,6 +9,7 @@ import io.grpc.stub.MetadataUtils;
 import io.grpc.stub.StreamObserver;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import loopwire.v1.Common.FunctionCall;
 import loopwire.v1.Common.FunctionCallOutput;
@@ -95,6 +96,7 @@ public final class Example {
     ManagedChannel channel = ManagedChannelBuilder.forTarget(address).usePlaintext().build();
     CountDownLatch done = new CountDownLatch(1);
     AtomicInteger exitCode = new AtomicInteger(1);
+    AtomicBoolean finished = new AtomicBoolean(false);
     StreamObserver<RunRequest> requests =
         HarnessServiceGrpc.newStub(channel)
             .withInterceptors(MetadataUtils.newAttachHeadersInterceptor(auth))
@@ -112,19 +114,24 @@ public final class Example {
                     }
                     if (event.hasCompleted() || event.hasFailed()) {
                       exitCode.set(event.hasCompleted() ? 0 : 1);
+                      finished.set(true);
                       done.countDown();
                     }
                   }
 
                   @Override
                   public void onError(Throwable error) {
-                    System.err.println("run: " + error);
+                    if (!finished.get()) { // after the run ended, the channel's shutdown is no error
+                      System.err.println("run: " + error);
+                    }
                     done.countDown();
                   }
 
                   @Override
                   public void onCompleted() {
-                    System.err.println("stream ended before the run completed");
+                    if (!finished.get()) {
+                      System.err.println("stream ended before the run completed");
+                    }
                     done.countDown();
                   }
                 });

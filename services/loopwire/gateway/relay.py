@@ -3,8 +3,9 @@
 The prompt goes to the replica as an append of only the new ids when the replica holds
 the conversation's prefix (a full prompt otherwise); output ids are parsed into text and
 tool-call events, which leave through the safety gate; a STATE_LOST append is resent in
-full once; a dead replica hands over to another (failover.py). The completed turn enters
-the conversation as the ids generated.
+full once; a dead replica hands over to another (failover.py). A long uncached prompt for a
+decode-role replica is first prefilled on a prefill replica, whose KV the decode replica pulls
+(disagg.py decides). The completed turn enters the conversation as the ids generated.
 """
 
 from __future__ import annotations
@@ -195,18 +196,31 @@ class ResponseRun:
             if base_hash is not None and base_hash == link.held_hash and not self.generated:
                 ids = conversation.prompt_ids(held)
                 start.append.CopyFrom(inference_pb2.AppendPrompt(base_length=held, base_hash=base_hash, token_ids=ids))
-                self.gw.metrics.add("append_sends", self.model)
+                cached = held  # the replica holds the sequence appended to
+                prompt_len = held + len(ids)
             else:
                 ids = conversation.prompt_ids() + self.generated
                 start.full.CopyFrom(inference_pb2.FullPrompt(token_ids=ids))
-                self.gw.metrics.add("full_sends", self.model)
+                blocks = link.replica.cached_prefix_blocks(conversation.block_hashes(link.replica.block_size))
+                cached = min(len(ids), blocks * link.replica.block_size)
+                prompt_len = len(ids)
+            # A STATE_LOST resend (perhaps a failed KV pull) prefills locally; a failover may go remote.
+            router = self.gw.router
+            source = None
+            if not resend_full or self.place.attempt > 0:
+                source = router.disagg.pick(link.replica, router.prefill_replicas(), prompt_len, cached)
+        if source is not None:
+            full = conversation.prompt_ids() + self.generated
+            handle = await router.disagg.prefill(source, self.request_id, full, params, start.cache_salt)
+            if handle is not None:
+                start.full.CopyFrom(inference_pb2.FullPrompt(token_ids=full))
+                start.kv_handle, start.kv_source = handle, source.address
+                ids, cached = full, len(full) - len(full) % link.replica.block_size
+        with self.watch:
+            self.gw.metrics.add("full_sends" if start.WhichOneof("prompt") == "full" else "append_sends", self.model)
             self.tokens_forwarded += len(ids)
             link.forget_held()
-            if start.WhichOneof("prompt") == "full":
-                cached = link.replica.cached_prefix_blocks(conversation.block_hashes(link.replica.block_size))
-                uncached = max(0, len(ids) - cached * link.replica.block_size)
-            else:
-                uncached = len(ids)
+            uncached = max(0, len(ids) - cached) if start.WhichOneof("prompt") == "full" else len(ids)
             self.place.occupy(link.replica, uncached)
         self.gw.metrics.add("tokens_forwarded", self.model, len(ids))
         await link.start(start, self.queue)

@@ -30,6 +30,7 @@ import grpc
 
 from loopwire.common import grpc_server
 from loopwire.common.errors import RequestError
+from loopwire.gateway.disagg import DisaggPolicy
 from loopwire.gateway.discovery import DiscoveryError, DnsName
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
@@ -72,12 +73,21 @@ class Replica:
     prefill_tps: float = 0.0  # measured (EWMA); 0 until the first sample
     token_latency_s: float = DEFAULT_TOKEN_LATENCY_S  # measured time per decode step (EWMA)
     routed: int = 0
+    prefills_in_flight: int = 0  # this gateway's Prefill calls to it (a prefill-role replica)
     failed_polls: float = 0.0
     draining_since: float | None = None  # loop time it left DNS; None while it is listed
 
     @property
     def draining(self) -> bool:
         return self.draining_since is not None
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.status.role == inference_pb2.ENGINE_ROLE_PREFILL
+
+    @property
+    def is_decode(self) -> bool:
+        return self.status.role == inference_pb2.ENGINE_ROLE_DECODE
 
     @property
     def name(self) -> str:
@@ -118,7 +128,7 @@ class Router:
 
     def __init__(self, addresses: Sequence[str] | DnsName, policy: str = "cache-aware", poll_interval_s: float = 0.5,
                  service_token: str = "", discovery_interval_s: float = DISCOVERY_INTERVAL_S,
-                 drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
+                 drain_timeout_s: float = DRAIN_TIMEOUT_S, disagg: DisaggPolicy | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"routing policy must be one of {', '.join(POLICIES)}")
         self.discovery = addresses if isinstance(addresses, DnsName) else None
@@ -129,6 +139,7 @@ class Router:
         self.discovery_interval_s = discovery_interval_s
         self.drain_timeout_s = drain_timeout_s
         self.service_token = service_token
+        self.disagg = disagg or DisaggPolicy()  # when a decode replica's prompt is prefilled elsewhere
         self.replicas: list[Replica] = []
         self._rr = itertools.count()
         self._tasks: list[asyncio.Task[None]] = []
@@ -155,6 +166,8 @@ class Router:
                                         asyncio.create_task(self._watch(replica))]
 
     async def start(self) -> None:
+        # One status round first, so the first sessions already know each replica's role.
+        await asyncio.gather(*(self._poll_once(r) for r in self.replicas))
         self._started = True
         for replica in self.replicas:
             self._start_replica(replica)
@@ -259,6 +272,8 @@ class Router:
                 f"gateway tokenizes with {self.model_digest[:16]}: restart the gateway against this model",
             )
         candidates = [r for r in candidates if r not in mismatched]
+        # Prefill replicas only prefill (disagg.py) while another replica can hold the session.
+        candidates = [r for r in candidates if not r.is_prefill] or candidates
         if not candidates:
             raise RequestError(
                 common_pb2.ERROR_CODE_UNAVAILABLE,
@@ -277,6 +292,11 @@ class Router:
             chosen = min(balanced, key=lambda r: (self.predicted_ttft_s(r, prompt_length, block_hashes), r.sessions, r.routed))
         chosen.routed += 1
         return chosen
+
+    def prefill_replicas(self) -> list[Replica]:
+        """The prefill-role replicas a decode replica may have a prompt prefilled on now."""
+        return [r for r in self.replicas
+                if r.is_prefill and r.healthy and not r.draining and not self._mismatched(r)]
 
     def _mismatched(self, replica: Replica) -> bool:
         digest = replica.status.tokenizer_digest
@@ -308,27 +328,30 @@ class Router:
 
     async def _poll(self, replica: Replica) -> None:
         while True:
-            try:
-                status = await replica.stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=STATUS_TIMEOUT_S)
-            except grpc.aio.AioRpcError as e:
-                # A replica that cannot be reached is down; one that answers slowly is busy, and
-                # taking it out would fail every session it holds (it is only down after many).
-                replica.failed_polls += 1 if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED else SLOW_POLL_WEIGHT
-                if replica.failed_polls >= POLLS_TO_MARK_DOWN:
-                    self.mark_down(replica)
-            else:
-                replica.failed_polls = 0
-                if self._mismatched(replica) and replica.status.tokenizer_digest != status.tokenizer_digest:
-                    log.error("replica %s serves tokenizer digest %s, the gateway's is %s: not routing to it",
-                              replica.name, status.tokenizer_digest[:16], self.model_digest[:16])
-                replica.status = status
-                replica.replica_id = status.replica_id
-                if status.block_size:
-                    replica.block_size = status.block_size
-                if not replica.healthy:
-                    log.info("replica %s is back", replica.name)
-                replica.healthy = True
+            await self._poll_once(replica)
             await asyncio.sleep(self.poll_interval_s)
+
+    async def _poll_once(self, replica: Replica) -> None:
+        try:
+            status = await replica.stub.GetStatus(inference_pb2.GetStatusRequest(), timeout=STATUS_TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:
+            # A replica that cannot be reached is down; one that answers slowly is busy, and
+            # taking it out would fail every session it holds (it is only down after many).
+            replica.failed_polls += 1 if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED else SLOW_POLL_WEIGHT
+            if replica.failed_polls >= POLLS_TO_MARK_DOWN:
+                self.mark_down(replica)
+        else:
+            replica.failed_polls = 0
+            if self._mismatched(replica) and replica.status.tokenizer_digest != status.tokenizer_digest:
+                log.error("replica %s serves tokenizer digest %s, the gateway's is %s: not routing to it",
+                          replica.name, status.tokenizer_digest[:16], self.model_digest[:16])
+            replica.status = status
+            replica.replica_id = status.replica_id
+            if status.block_size:
+                replica.block_size = status.block_size
+            if not replica.healthy:
+                log.info("replica %s is back", replica.name)
+            replica.healthy = True
 
     async def _watch(self, replica: Replica) -> None:
         """Mirror the replica's prefix-cache contents; resubscribe (with a snapshot) after a break."""

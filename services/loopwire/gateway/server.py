@@ -15,6 +15,7 @@ from loopwire.common.service_flags import (
     load_authenticator,
     service_token_from_args,
 )
+from loopwire.gateway.disagg import DEFAULT_MAX_LOCAL_PREFILL_LENGTH, DEFAULT_MAX_PREFILL_QUEUE, DisaggPolicy
 from loopwire.gateway.discovery import parse_inference
 from loopwire.gateway.router import DISCOVERY_INTERVAL_S, DRAIN_TIMEOUT_S, POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
@@ -63,6 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-total-tokens", type=int, default=_env_int("max_total_tokens", 200_000_000),
                         help="tokens held by all kept conversations together (LRU)")
     parser.add_argument("--routing", choices=POLICIES, default=_env("routing", "cache-aware"))
+    parser.add_argument("--max-local-prefill-length", type=int,
+                        default=_env_int("max_local_prefill_length", DEFAULT_MAX_LOCAL_PREFILL_LENGTH),
+                        help="a --role decode replica has a prompt prefilled on a --role prefill replica when more "
+                             "than this many of its tokens are uncached there (and a prefill queue is short)")
+    parser.add_argument("--max-prefill-queue", type=int,
+                        default=_env_int("max_prefill_queue", DEFAULT_MAX_PREFILL_QUEUE),
+                        help="prefill remotely only while some prefill replica has fewer requests queued than this")
     parser.add_argument("--stateless", action="store_true", default=_env("stateless", "") == "1",
                         help="re-tokenize and forward every request in full (the naive way, for comparison)")
 
@@ -97,7 +105,8 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     except ValueError as e:
         raise SystemExit(f"gateway: {e}") from None
     router = Router(replicas, args.routing, service_token=token, discovery_interval_s=args.discovery_interval,
-                    drain_timeout_s=args.drain_timeout)
+                    drain_timeout_s=args.drain_timeout,
+                    disagg=DisaggPolicy(args.max_local_prefill_length, args.max_prefill_queue))
     try:
         info = await router.fetch_model(timeout_s=args.replica_wait)
         model = ModelDefinition.from_proto(info)

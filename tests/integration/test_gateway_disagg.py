@@ -189,3 +189,16 @@ async def test_a_failed_prefill_replica_falls_back_to_local_prefill(mesh: Mesh) 
     assert gateway.router.disagg.failed == 1 and gateway.router.disagg.remote == 0
     assert first.completed.usage.cached_input_tokens == 0  # prefilled locally, nothing pulled
     assert text_of(first) == "Let me read the test." and text_of(second) == "Fixed."
+
+
+async def test_a_decode_replica_that_refuses_the_pull_prefills_locally(mesh: Mesh) -> None:
+    """A misconfigured decode replica (the prefill replica is not among its --peers) refuses the
+    KV pull: the gateway resends the same request to it without the pull; the client sees no error."""
+    pre = await mesh.replica(options("simulated", "p", "prefill"))
+    dec = await mesh.replica(options("simulated", "d", "decode"))  # no peers
+    gateway, stub = await mesh.gateway([pre, dec], DisaggPolicy(THRESHOLD, 4))
+    first, second = await two_turns(stub, replay=True)
+    assert first.WhichOneof("event") == "completed" and second.WhichOneof("event") == "completed"
+    assert gateway.router.disagg.failed == 1
+    assert first.completed.usage.cached_input_tokens == 0  # prefilled on the decode replica itself
+    assert text_of(first) == "Let me read the test." and text_of(second) == "Fixed."

@@ -11,6 +11,7 @@ decode-role replica is first prefilled on a prefill replica, whose KV the decode
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
@@ -25,6 +26,8 @@ from loopwire.gateway.output_parser import OutputEvent, OutputParser
 from loopwire.gateway.safety import INPUT, OUTPUT, Verdict, input_text
 from loopwire.gateway.safety_gate import SafetyGate
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
+
+log = logging.getLogger("loopwire.gateway")
 
 if TYPE_CHECKING:
     from loopwire.gateway.prepare import Prepared
@@ -69,6 +72,7 @@ class ResponseRun:
         self.safety = SafetyGate(self.gw.classifier, create.safety_mode or self.gw.config.safety_mode, self.queue)
         self.place = Placement(session, prepared.conversation, watch, model)
         self.generated: list[int] = []
+        self.remote_prefill = False  # the generation in flight pulls its prompt's KV from a prefill replica
         self.tokens_forwarded = 0
         self.request_id = response_id
 
@@ -130,6 +134,16 @@ class ResponseRun:
                     self._end_output()
                 elif kind == "error":
                     error = message.error
+                    if self.remote_prefill and error.field.startswith("start.kv_") and not self.generated:
+                        # The decode replica refused the pull (say, the prefill replica is not among its
+                        # --peers): the same request, prefilled locally; the client never sees it.
+                        self.gw.router.disagg.failed += 1
+                        log.warning("remote prefill refused by %s (%s); prefilling locally",
+                                    self.s.link.replica.name if self.s.link else "?", error.message)
+                        assert self.s.link is not None
+                        self.s.link.forget_held()
+                        await self._start(self.s.link, resend_full=True)
+                        continue
                     if error.code == Code.ERROR_CODE_STATE_LOST and self.place.attempt == 0 and not self.generated:
                         self.gw.metrics.add("state_lost_resends", self.model)
                         assert self.s.link is not None
@@ -209,12 +223,14 @@ class ResponseRun:
             source = None
             if not resend_full or self.place.attempt > 0:
                 source = router.disagg.pick(link.replica, router.prefill_replicas(), prompt_len, cached)
+        self.remote_prefill = False
         if source is not None:
             full = conversation.prompt_ids() + self.generated
             handle = await router.disagg.prefill(source, self.request_id, full, params, start.cache_salt)
             if handle is not None:
                 start.full.CopyFrom(inference_pb2.FullPrompt(token_ids=full))
                 start.kv_handle, start.kv_source = handle, source.address
+                self.remote_prefill = True
                 ids, cached = full, len(full) - len(full) % link.replica.block_size
         with self.watch:
             self.gw.metrics.add("full_sends" if start.WhichOneof("prompt") == "full" else "append_sends", self.model)

@@ -83,6 +83,16 @@ def _cmd_up(args: argparse.Namespace) -> int:
     from loopwire.mesh import start_mesh
 
     console = Console()
+    # Before anything starts: a signal that comes while the mesh starts or the banner prints
+    # still stops everything cleanly (the default handler would kill this process and orphan it).
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     ports = {"harness": args.harness_port, "gateway": args.gateway_port, "inference": args.inference_port,
              "api": args.api_port}
     extra = {"inference": ["--engine", args.engine]}
@@ -106,16 +116,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         f"{mesh.inference[0]} loopwire.v1.InferenceService/GetStatus\n"
         + (f"      OpenAI API (openai SDK, Agents SDK, Codex CLI): base URL http://{mesh.api}/v1, model 'loopwire', "
            "the key above (docs/openai-api.md)\n" if mesh.api else "")
-        + "Ctrl-C stops all three (in-flight streams drain first).\n"
+        + "Ctrl-C stops every service (in-flight streams drain first).\n"
     )
-    stop = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     try:
         while not stop:
             dead = [n for n, p in mesh.processes.items() if p.poll() is not None]

@@ -35,7 +35,7 @@ EXPECTED_METHODS = {
     "loopwire.v1.HarnessService": {"Run", "GetSession", "ListSessions"},
     "loopwire.v1.GatewayService": {"Converse"},
     "loopwire.v1.InferenceService": {"Generate", "Prefill", "PullKv", "GetStatus", "WatchCache",
-                                     "GetModelInfo"},
+                                     "GetModelInfo", "HoldPrefix"},
 }
 
 

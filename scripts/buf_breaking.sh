@@ -14,9 +14,11 @@ else
 fi
 checked=0
 for c in $commits; do
+  # buf clones the repository shallowly (50 commits by default): deep enough to reach c's parent.
+  depth=$(( $(git rev-list --count "$c..HEAD") + 2 ))
   tmp=$(mktemp -d)
   git archive "$c" protos buf.yaml | tar -x -C "$tmp"
-  (cd "$tmp" && "$BUF" breaking . --against "$OLDPWD/.git#ref=$c~1") || { echo "commit $c breaks the contracts"; exit 1; }
+  (cd "$tmp" && "$BUF" breaking . --against "$OLDPWD/.git#ref=$c~1,depth=$depth") || { echo "commit $c breaks the contracts"; exit 1; }
   rm -rf "$tmp"
   checked=$((checked + 1))
 done

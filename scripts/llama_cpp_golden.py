@@ -303,7 +303,7 @@ def tokenizer_strings(rng: random.Random) -> list[str]:
             text = _read(path)
             if text:
                 strings += _chunks(text, rng, lines, chunks)
-    traces = _files(["/work/shared/traces/**/*.json", "/work/shared/traces/**/*.traj",
+    traces = _files([str(ROOT / "data" / "sessions" / "**" / "*.json"), str(ROOT / "data" / "sessions" / "**" / "*.traj"),
                      str(ROOT / "examples" / "sessions" / "*")], 200, rng)
     texts = _trace_texts(traces)
     rng.shuffle(texts)

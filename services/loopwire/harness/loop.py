@@ -15,20 +15,20 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
 
 from loopwire.common import telemetry
 from loopwire.common.errors import Code
-from loopwire.harness import approvals, compaction, extensions, tools
+from loopwire.harness import compaction, extensions, tools
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.approvals import Verdict
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.conversation import Conversation, EventHandler, GatewayError, ModelTurn
 from loopwire.harness.replay import ReplayPlan
-from loopwire.harness.sandbox import Sandbox, now_us
-from loopwire.harness.store import Decision, PendingCall, SessionStore, Status, StoredSession
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.store import Decision, SessionStore, Status, StoredSession
+from loopwire.harness.turn_tools import Step, TurnTools, output_item
 from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2
 
 log = logging.getLogger("loopwire.harness")
@@ -36,19 +36,9 @@ log = logging.getLogger("loopwire.harness")
 Emit = Callable[[harness_pb2.RunResponse], None]
 
 
-class Step(Enum):
-    CONTINUE = "continue"
-    FINAL = "final"
-    SUSPENDED = "suspended"
-
-
 def user_message(text: str) -> common_pb2.Item:
     return common_pb2.Item(message=common_pb2.Message(
         role=common_pb2.ROLE_USER, content=[common_pb2.ContentPart(text=text)]))
-
-
-def output_item(out: common_pb2.FunctionCallOutput) -> common_pb2.Item:
-    return common_pb2.Item(function_call_output=out)
 
 
 def add_usage(total: common_pb2.Usage, more: common_pb2.Usage) -> None:
@@ -368,133 +358,3 @@ class SessionRun:
         except (ValueError, AttributeError):
             return contextlib.nullcontext()
         return self._path_locks.setdefault(path, asyncio.Lock())
-
-
-class TurnTools:
-    """The tool calls of one turn: started as soon as each call is complete in the stream,
-    run in parallel, their outputs appended in call order."""
-
-    def __init__(self, run: SessionRun, turn_no: int) -> None:
-        self.run = run
-        self.turn_no = turn_no
-        self.tasks: dict[str, asyncio.Task[common_pb2.FunctionCallOutput]] = {}
-        self.awaiting: dict[str, str] = {}  # call_id -> approval_id
-        self.intervals: list[tuple[int, int]] = []
-        self.calls: list[common_pb2.FunctionCall] = []  # all calls of the turn, once known
-        self.requested: list[harness_pb2.ApprovalRequested] = []  # stored; announced after the profile
-        self.journaled = False  # some call was journaled before its tool started
-        self._journal_lock = asyncio.Lock()
-        self._followup_turn = turn_no - 1  # the replay turn whose recorded followups apply
-
-    @property
-    def recorded_only(self) -> bool:
-        return bool(self.run.replay and not self.run.replay.run_tools)
-
-    def start(self, call: common_pb2.FunctionCall, verdict: Verdict | None = None) -> None:
-        if call.call_id in self.tasks or call.call_id in self.awaiting or self.recorded_only:
-            return
-        replay = self.run.replay
-        mapped = replay.map_call(call) if replay else call
-        if replay and mapped.name not in tools.TOOLS:
-            return  # a recorded tool the harness does not have: its recorded output is used
-        verdict = verdict or approvals.verdict(self.run.start.approval_policy, mapped)
-        if verdict is Verdict.ASK:
-            self.awaiting[call.call_id] = self.run.new_approval_id()
-            return
-        self.tasks[call.call_id] = asyncio.ensure_future(self._execute(call, mapped, verdict))
-
-    async def _execute(self, call: common_pb2.FunctionCall, mapped: common_pb2.FunctionCall,
-                       verdict: Verdict) -> common_pb2.FunctionCallOutput:
-        if verdict is not Verdict.REFUSE:  # durable before any side effect; in call order (FIFO lock)
-            async with self._journal_lock:
-                await self.run._store(self.run.store.record_call_started, self.run.session_id, call)
-            self.journaled = True
-        began = now_us()
-        self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=began))
-        if verdict is Verdict.REFUSE:
-            outcome = tools.ToolOutcome("error: refused by the approval policy (this call needs more than the "
-                                        "sandbox allows)", is_error=True, exit_code=126)
-        else:
-            with telemetry.tool_span(mapped.name, call.call_id):
-                async with self.run.path_lock(mapped):
-                    outcome = await tools.execute(mapped, self.run.tool_context)
-        ended = now_us()
-        harness_metrics.metrics().tool_finished(mapped.name, (ended - began) / 1e6, outcome.is_error)
-        self.intervals.append((began, ended))
-        self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
-            turn=self.turn_no, call_id=call.call_id, name=call.name, output=outcome.output,
-            exit_code=outcome.exit_code, is_error=outcome.is_error, truncated=outcome.truncated,
-            started_at_us=began, finished_at_us=ended, handle=outcome.handle))
-        return common_pb2.FunctionCallOutput(call_id=call.call_id, output=outcome.output, is_error=outcome.is_error)
-
-    async def result(self, call: common_pb2.FunctionCall) -> common_pb2.FunctionCallOutput:
-        task = self.tasks.get(call.call_id)
-        if task is not None:
-            return await task
-        recorded = self._recorded_outputs().get(call.call_id)
-        if recorded is None:
-            recorded = common_pb2.FunctionCallOutput(call_id=call.call_id, is_error=True,
-                                                     output=f"error: unknown tool `{call.name}`")
-        now = now_us()
-        self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=now))
-        self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
-            turn=self.turn_no, call_id=call.call_id, name=call.name, output=recorded.output,
-            is_error=recorded.is_error, started_at_us=now, finished_at_us=now))
-        return recorded
-
-    def _recorded_outputs(self) -> dict[str, common_pb2.FunctionCallOutput]:
-        replay = self.run.replay
-        if not replay:
-            return {}
-        items = replay.followups(self._followup_turn, self.calls)
-        return {i.function_call_output.call_id: i.function_call_output
-                for i in items if i.WhichOneof("item") == "function_call_output"}
-
-    def recorded_messages(self) -> list[common_pb2.Item]:
-        """The recorded user messages that followed this turn's tool outputs (replay)."""
-        if not self.run.replay:
-            return []
-        return [i for i in self.run.replay.followups(self._followup_turn, []) if i.WhichOneof("item") == "message"]
-
-    async def finish(self, calls: list[common_pb2.FunctionCall]) -> Step:
-        """Append the outputs in call order; suspend the turn if a call waits for approval."""
-        self.calls = calls
-        if self.recorded_only:
-            assert self.run.replay
-            for item in self.run.replay.followups(self._followup_turn, calls):
-                if item.WhichOneof("item") == "function_call_output":
-                    out = item.function_call_output
-                    call = next((c for c in calls if c.call_id == out.call_id), common_pb2.FunctionCall())
-                    now = now_us()
-                    self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call,
-                                                                             started_at_us=now))
-                    self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
-                        turn=self.turn_no, call_id=out.call_id, name=call.name, output=out.output,
-                        is_error=out.is_error, started_at_us=now, finished_at_us=now))
-            await self.run.append(self.run.replay.followups(self._followup_turn, calls))
-            return Step.CONTINUE
-        for call in calls:
-            self.start(call)  # calls the gateway did not stream as ToolCallDone
-        for n, call in enumerate(calls):
-            if call.call_id in self.awaiting:
-                return await self._suspend(calls[n:])
-            await self.run.append([output_item(await self.result(call))])
-        await self.run.append(self.run.tool_context.extra.take_items() if self.run.tool_context.extra else [])
-        await self.run.append(self.recorded_messages())
-        return Step.CONTINUE
-
-    async def _suspend(self, rest: list[common_pb2.FunctionCall]) -> Step:
-        pending = []
-        for offset, call in enumerate(rest):
-            approval_id = self.awaiting.get(call.call_id, "")
-            result = None if approval_id else await self.result(call)
-            decision = Decision.PENDING if approval_id else Decision.NONE
-            pending.append(PendingCall(offset, call, approval_id, decision, result))
-        await self.run._store(self.run.store.save_pending, self.run.session_id, pending)
-        self.requested = [harness_pb2.ApprovalRequested(approval_id=p.approval_id, call=p.call)
-                          for p in pending if p.approval_id]
-        return Step.SUSPENDED
-
-    def cancel(self) -> None:
-        for task in self.tasks.values():
-            task.cancel()

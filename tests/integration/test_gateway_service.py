@@ -21,7 +21,8 @@ from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
 from loopwire.gateway.service import GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
-from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from loopwire.inference.service import InferenceServicer
+from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2_grpc
 
 PROMPT = ChatPrompt(dummy_definition())
 
@@ -44,6 +45,14 @@ async def until_end(call) -> list[gateway_pb2.ConverseResponse]:
             return events
 
 
+class RefusesGenerate(InferenceServicer):
+    """A replica that answers health, GetStatus and WatchCache but fails every Generate."""
+
+    async def Generate(self, request_iterator, context):  # noqa: N802
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "generation backend is down")
+        yield  # pragma: no cover - makes this an async generator like the real handler
+
+
 @dataclass
 class RealMesh:
     gateway: GatewayServicer
@@ -57,12 +66,16 @@ class RealMesh:
 async def real_mesh():
     meshes: list[RealMesh] = []
 
-    async def make(n: int = 1, time_scale: float = 0.0, routing: str = "cache-aware") -> RealMesh:
+    async def make(n: int = 1, time_scale: float = 0.0, routing: str = "cache-aware",
+                   refusing_generate: frozenset[int] = frozenset()) -> RealMesh:
         servers, engines, addresses = [], [], []
         for i in range(n):
             engine = build_engine(EngineOptions(engine="simulated", replica_id=f"sim-{i}", time_scale=time_scale))
             server = grpc_server.make_server()
-            add_servicer(server, engine)
+            if i in refusing_generate:  # healthy, polls and cache events answered; Generate never works
+                inference_pb2_grpc.add_InferenceServiceServicer_to_server(RefusesGenerate(engine), server)
+            else:
+                add_servicer(server, engine)
             port = server.add_insecure_port("127.0.0.1:0")
             await engine.start()
             await server.start()
@@ -198,3 +211,17 @@ async def test_hold_kv_pins_a_stored_responses_blocks_on_its_replica_and_release
     await call.write(create(previous_response_id=rid, input=[user("approved")]))
     assert (await until_end(call))[-1].WhichOneof("event") == "completed"
     call.cancel()
+
+
+async def test_a_replica_that_answers_health_but_not_generate_is_failed_over(real_mesh):
+    """Every new session lands on the broken replica first (round-robin starts there); each
+    response still completes on the working one, and the client sees no error."""
+    mesh = await real_mesh(n=2, routing="round-robin", refusing_generate=frozenset({0}))
+    for n in range(4):
+        call = mesh.stub.Converse()
+        await call.write(create(input=[user(f"task {n}")], replay=common_pb2.ReplayOutput(text=f"done {n}")))
+        events = await asyncio.wait_for(until_end(call), 60)
+        assert events[-1].WhichOneof("event") == "completed", events[-1]
+        assert "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta") == f"done {n}"
+        call.cancel()
+    assert mesh.gateway.metrics.failovers >= 1

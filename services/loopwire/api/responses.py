@@ -66,6 +66,7 @@ async def create_response(request: Request) -> Response:
             return error_response(failure) if failure else JSONResponse(builder.response())
 
     async def body_events() -> AsyncIterator[bytes]:
+        logged = False
         try:
             for ready in first:
                 yield sse(ready)
@@ -73,7 +74,11 @@ async def create_response(request: Request) -> Response:
                 if event is None:  # a long prefill: keep the connection visibly alive
                     yield SSE_KEEPALIVE
                     continue
-                for out in builder.feed(event):
+                outs = list(builder.feed(event))
+                if builder.done:  # logged before the last event leaves: a client may hang up right after it
+                    _log(builder, tenant.name if tenant else "?", stream=True)
+                    logged = True
+                for out in outs:
                     yield sse(out)
                 if builder.done:
                     break
@@ -83,7 +88,8 @@ async def create_response(request: Request) -> Response:
             if not builder.done:  # the client left: stop the generation now
                 await stream.cancel(builder.id)
             await stream.close()
-            _log(builder, tenant.name if tenant else "?", stream=True)
+            if not logged:
+                _log(builder, tenant.name if tenant else "?", stream=True)
 
     return StreamingResponse(body_events(), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})

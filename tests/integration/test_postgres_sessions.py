@@ -191,7 +191,16 @@ def test_a_server_down_longer_than_the_retry_window_is_a_clear_error_and_nothing
             store.append("s1", [user_message("while down")], first_seq=1)
         assert time.monotonic() - t0 < 60  # bounded: the caller hears of it, it does not hang
         server.start()
-        store.append("s1", [user_message("after")], first_seq=1)
+        # The pool reconnects with a backoff that may outlast this store's short retry window: a
+        # caller told "unavailable" tries again, and the write lands once the pool is back.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                store.append("s1", [user_message("after")], first_seq=1)
+                break
+            except StoreUnavailable:
+                assert time.monotonic() < deadline, "the store never came back"
+                time.sleep(0.2)
         assert [i.message.content[0].text for i in store.load("s1").items] == ["before", "after"]
         store.close()
         with pytest.raises(StoreUnavailable, match="cannot connect"):

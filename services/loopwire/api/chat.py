@@ -21,6 +21,7 @@ from loopwire.api.context import (
     SSE_KEEPALIVE,
     context,
     error_response,
+    feed_until_done,
     first_events,
     read_body,
     request_span,
@@ -183,14 +184,9 @@ async def chat_completions(request: Request) -> Response:
             return error_response(e)
         if not stream_out:
             try:
-                async for event in events:
-                    builder.feed(event)
-                    if builder.done:
-                        break
+                await feed_until_done(stream, events, builder)
             except ApiError as e:
                 return error_response(e)
-            finally:
-                await stream.close()
             log.info("POST /v1/chat/completions tenant=%s id=%s finish=%s usage=%s",
                      tenant.name if tenant else "?", builder.id, builder.finish, builder.usage)
             return JSONResponse(builder.completion())

@@ -144,3 +144,16 @@ async def first_events(stream: ConverseStream, create: gateway_pb2.CreateRespons
         if event.WhichOneof("event") == "created":
             break
     return events, out
+
+
+async def feed_until_done(stream: ConverseStream, events: AsyncIterator[gateway_pb2.ConverseResponse],
+                          builder: Any) -> None:
+    """A non-streamed response: every event to its builder until it is done; the stream closes
+    either way (ApiError when the gateway goes away meanwhile)."""
+    try:
+        async for event in events:
+            builder.feed(event)
+            if builder.done:
+                break
+    finally:
+        await stream.close()

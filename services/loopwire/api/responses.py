@@ -15,6 +15,7 @@ from loopwire.api.context import (
     SSE_KEEPALIVE,
     context,
     error_response,
+    feed_until_done,
     first_events,
     read_body,
     request_span,
@@ -53,14 +54,9 @@ async def create_response(request: Request) -> Response:
         span.set_attribute("gen_ai.response.id", builder.id)
         if not parsed.stream:
             try:
-                async for event in events:
-                    builder.feed(event)
-                    if builder.done:
-                        break
+                await feed_until_done(stream, events, builder)
             except ApiError as e:
                 return error_response(e)
-            finally:
-                await stream.close()
             _log(builder, tenant.name if tenant else "?", stream=False)
             failure = builder.failure()
             return error_response(failure) if failure else JSONResponse(builder.response())

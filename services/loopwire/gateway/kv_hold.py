@@ -36,10 +36,8 @@ async def hold_kv(session: ConverseSession, hold: gateway_pb2.HoldKv) -> gateway
         if hold.retention_seconds > MAX_HOLD_SECONDS:
             raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HOLD_SECONDS} seconds",
                                "hold_kv.retention_seconds")
-        conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id)
+        conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
     except RequestError as e:
-        if e.field == "create_response.previous_response_id":
-            e.field = "hold_kv.response_id"
         return failed(rid, e)
     replicas = [r for r in session.gw.router.replicas if r.healthy]
     if hold.retention_seconds == 0:

@@ -77,34 +77,36 @@ class ResponseStore:
         entry.claimed = True
         return conversation
 
-    def peek(self, response_id: str, tenant: str, stream_id: str) -> Conversation:
-        """The conversation as it was at ``response_id``, to read only (nothing is claimed)."""
-        entry, n_items = self._find(response_id, tenant, stream_id)
+    def peek(self, response_id: str, tenant: str, stream_id: str, field: str) -> Conversation:
+        """The conversation as it was at ``response_id``, to read only (nothing is claimed);
+        errors name ``field``, the request field that carried the id."""
+        entry, n_items = self._find(response_id, tenant, stream_id, field)
         conversation = entry.conversation
         return conversation if n_items == conversation.item_count else conversation.fork(n_items)
 
-    def _find(self, response_id: str, tenant: str, stream_id: str) -> tuple[_Entry, int]:
+    def _find(self, response_id: str, tenant: str, stream_id: str,
+              field: str = "create_response.previous_response_id") -> tuple[_Entry, int]:
         key = self._by_response.get(response_id)
         entry = self._entries.get(key) if key is not None else None
         if entry is None:
             raise RequestError(
                 NOT_FOUND,
                 f"previous_response_id {response_id!r} is unknown or was evicted: send the full request",
-                "create_response.previous_response_id",
+                field,
                 retryable=True,
             )
         if entry.tenant != tenant:
             raise RequestError(
                 common_pb2.ERROR_CODE_PERMISSION_DENIED,
                 "previous_response_id belongs to another tenant",
-                "create_response.previous_response_id",
+                field,
             )
         owner = entry.private_to.get(response_id)
         if owner is not None and owner != stream_id:
             raise RequestError(
                 NOT_FOUND,
                 "previous_response_id was created with no_store and lives only on its own stream",
-                "create_response.previous_response_id",
+                field,
                 retryable=True,
             )
         self._entries.move_to_end(key)  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ return names.filter((_, i) => /def target_symbol\\(/.test(texts[i]));
 
 
 def workspace(root: Path) -> Path:
-    ws = root / "workspaces" / "repo"
+    ws = root / "workspaces" / "tenant-t1" / "repo"
     (ws / "src").mkdir(parents=True)
     for i in range(20):
         body = "\n".join(f"def helper_{i}_{j}(x):\n    return x * {j}\n" for j in range(30))

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 async def test_mini_swe_agent_session_runs_its_commands_in_the_sandbox(tmp_path):
     recorded = load_session(REPO / "examples/sessions/sqlfluff__sqlfluff-2419.traj.json")
-    workspace = tmp_path / "workspaces" / "repo"  # under the harness's workspace root
+    workspace = tmp_path / "workspaces" / "tenant-t1" / "repo"  # under the harness's workspace root
     async with harness_env(tmp_path, shell_timeout=20, background_after=15) as h:
         start = harness_pb2.StartTask(task=recorded.task, instructions=recorded.instructions, workspace=str(workspace),
                                       replay=recorded.replay_script(run_tools=True))

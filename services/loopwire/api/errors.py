@@ -98,6 +98,10 @@ def from_stream_error(error: common_pb2.Error, previous_response_id: str = "") -
             return ApiError(429, message, type="rate_limit_exceeded", param=param, code="rate_limit_exceeded",
                             retry_after_ms=error.retry_after_ms)
         return ApiError(400, message, param=param, code="context_length_exceeded")
+    if code == Code.ERROR_CODE_NOT_FOUND:
+        return ApiError(404, message, param=param, code="not_found")
+    if code == Code.ERROR_CODE_ALREADY_EXISTS:
+        return ApiError(409, message, param=param, code="already_exists")
     if code == Code.ERROR_CODE_PERMISSION_DENIED:
         return ApiError(403, message, type="permission_error", param=param, code="permission_denied")
     if code == Code.ERROR_CODE_SAFETY_VIOLATION:

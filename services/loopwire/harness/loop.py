@@ -19,7 +19,7 @@ from pathlib import Path
 
 from loopwire.common import telemetry
 from loopwire.common.errors import Code
-from loopwire.harness import compaction, extensions, tools
+from loopwire.harness import compaction, extensions, session_ids, tools
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.approvals import Verdict
 from loopwire.harness.background import BackgroundTasks
@@ -64,7 +64,8 @@ class SessionRun:
                  emit: Emit, api_key: str = "", background: BackgroundTasks | None = None) -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
         self.stored = stored
-        self.session_id = stored.session.session_id
+        self.session_id = stored.session.session_id  # the store's key
+        self.public_id = session_ids.public(self.session_id)  # what the client knows it by
         self.start = stored.start
         self.items = list(stored.items)
         self.turn_count = stored.session.turn_count
@@ -89,7 +90,7 @@ class SessionRun:
         self._path_locks: dict[str, asyncio.Lock] = {}
 
     def emit(self, **event: object) -> None:
-        response = harness_pb2.RunResponse(session_id=self.session_id, **event)  # type: ignore[arg-type]
+        response = harness_pb2.RunResponse(session_id=self.public_id, **event)  # type: ignore[arg-type]
         harness_metrics.metrics().observe(response, self.start.model.model)
         self._emit(response)
 
@@ -107,7 +108,7 @@ class SessionRun:
     async def run(self, *, resumed: bool) -> None:
         telemetry.bind_log_ids(session_id=self.session_id)  # this run's task: its log lines name the session
         self.emit(started=harness_pb2.RunStarted(
-            session_id=self.session_id, resumed=resumed, items=len(self.items), workspace=str(self.workspace),
+            session_id=self.public_id, resumed=resumed, items=len(self.items), workspace=str(self.workspace),
             replay_source=self.start.replay.source if self.replay else ""))
         if self.sandbox.unavailable_reason and (not self.replay or self.replay.run_tools):
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="sandbox", message=self.sandbox.unavailable_reason))

@@ -22,7 +22,7 @@ import grpc
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
-from loopwire.harness import tools, validation, workspace_files
+from loopwire.harness import session_ids, tools, validation, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
 from loopwire.harness.loop import SessionRun, user_message
@@ -85,12 +85,15 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
     ) -> harness_pb2.GetSessionResponse:
         caller = await self._caller(context)
         assert caller is not None
-        if not request.session_id:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id: required")
-        stored = await asyncio.to_thread(self.store.load, request.session_id)
+        try:
+            sid = validation.session_id(request.session_id, "session_id")
+        except RequestError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, e.message)
+        stored = await asyncio.to_thread(self.store.load, session_ids.scoped(caller.tenant, sid))
         if stored is None or stored.tenant != caller.tenant:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"session_id: no session {request.session_id!r}")
         assert stored is not None
+        stored.session.session_id = sid
         return harness_pb2.GetSessionResponse(session=stored.session, instructions=stored.instructions,
                                               tools=stored.tools, items=stored.items, turns=stored.turns)
 
@@ -104,6 +107,8 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
             sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token, caller.tenant)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"page_token: {e}")
+        for session in sessions:
+            session.session_id = session_ids.public(session.session_id)
         return harness_pb2.ListSessionsResponse(sessions=sessions, next_page_token=token)
 
     def cancel(self, session_id: str, status: int) -> bool:
@@ -159,18 +164,23 @@ class RunStream:
             self.queue.put_nowait(_REQUESTS_DONE)
 
     def _emit(self, event: harness_pb2.RunResponse) -> None:
+        """Events carry the client's id; sequences count per stored session."""
         if event.session_id:
-            seq = self.service.sequences.get(event.session_id, 0) + 1
-            self.service.sequences[event.session_id] = seq
+            key = self._sid(event.session_id)
+            seq = self.service.sequences.get(key, 0) + 1
+            self.service.sequences[key] = seq
             event.sequence = seq
         self.queue.put_nowait(event)
+
+    def _sid(self, client_id: str) -> str:
+        return session_ids.scoped(self.caller.tenant, client_id)
 
     async def _handle(self, request: harness_pb2.RunRequest) -> None:
         kind = validation.action(request)
         if kind == "start":
             await self._start(request.start)
         elif kind == "resume":
-            sid = validation.session_id(request.resume.session_id, "resume.session_id")
+            sid = self._sid(validation.session_id(request.resume.session_id, "resume.session_id"))
             session = await self._load_idle(sid, "resume.session_id")
             if session.status not in _RESUMABLE:
                 raise invalid("resume.session_id", f"session is {Status.Name(session.status)}; "
@@ -180,7 +190,7 @@ class RunStream:
             await self._decide(request.approval)
         elif kind == "user_message":
             msg = request.user_message
-            sid = validation.session_id(msg.session_id, "user_message.session_id")
+            sid = self._sid(validation.session_id(msg.session_id, "user_message.session_id"))
             if not msg.text.strip():
                 raise invalid("user_message.text", "required")
             if sid in self.service.active and self.service.active[sid].run.stored.tenant == self.caller.tenant:
@@ -193,18 +203,19 @@ class RunStream:
                                     first_seq=session.item_count)
             await self._launch(sid, resumed=True)
         else:
-            sid = validation.session_id(request.cancel.session_id, "cancel.session_id")
-            active = self.service.active.get(sid)
-            if active is not None and active.run.stored.tenant != self.caller.tenant:
-                raise validation.not_found("cancel.session_id", f"session {sid!r}")
+            public = validation.session_id(request.cancel.session_id, "cancel.session_id")
+            sid = self._sid(public)
             if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED) and not await asyncio.to_thread(
                     self.service.store.request_cancel, sid, self.caller.tenant):  # running on another replica
+                stored = await asyncio.to_thread(self.service.store.load, sid)
+                if stored is None or stored.tenant != self.caller.tenant:
+                    raise validation.not_found("cancel.session_id", f"session {public!r}")
                 raise invalid("cancel.session_id", "no run of this session is in progress")
 
     async def _load_idle(self, sid: str, field: str) -> harness_pb2.Session:
         stored = await asyncio.to_thread(self.service.store.load, sid)
         if stored is None or stored.tenant != self.caller.tenant:
-            raise validation.not_found(field, f"session {sid!r}")
+            raise validation.not_found(field, f"session {session_ids.public(sid)!r}")
         if sid in self.service.active:
             raise invalid(field, "session is already running")
         return stored.session
@@ -212,12 +223,15 @@ class RunStream:
     async def _start(self, start: harness_pb2.StartTask) -> None:
         validation.start_task(start)
         config, store = self.service.config, self.service.store
-        sid = start.session_id or f"s_{uuid.uuid4().hex[:20]}"
+        public = start.session_id or f"s_{uuid.uuid4().hex[:20]}"
+        sid = self._sid(public)
         if await asyncio.to_thread(store.exists, sid):
-            raise invalid("start.session_id", f"session {sid!r} already exists")
+            raise validation.already_exists("start.session_id", f"session {public!r}")
         try:
-            workspace = await asyncio.to_thread(workspace_files.workspace_under_root, config.workspace_root,
-                                                start.workspace, sid)
+            workspace = await asyncio.to_thread(workspace_files.tenant_workspace, config.workspace_root,
+                                                self.caller.tenant, start.workspace, public)
+        except workspace_files.WorkspaceNotFound as e:
+            raise validation.not_found("start.workspace", str(e).removesuffix(" not found")) from None
         except workspace_files.ToolInputError as e:
             raise invalid("start.workspace", str(e)) from None
         except OSError as e:
@@ -237,7 +251,7 @@ class RunStream:
         sid = await asyncio.to_thread(store.session_of_approval, decision.approval_id)
         stored = await asyncio.to_thread(store.load, sid) if sid is not None else None
         if (sid is None or stored is None or stored.tenant != self.caller.tenant
-                or (decision.session_id and decision.session_id != sid)):
+                or (decision.session_id and self._sid(decision.session_id) != sid)):
             raise validation.not_found("approval.approval_id", "pending approval")
         pending = next(p for p in stored.pending if p.approval_id == decision.approval_id)
         if pending.decision != Decision.PENDING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from loopwire.common.errors import RequestError, invalid
+from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.v1 import harness_pb2
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -58,4 +58,8 @@ def action(request: harness_pb2.RunRequest) -> str:
 
 
 def not_found(field: str, what: str) -> RequestError:
-    return invalid(field, f"{what} not found")
+    return RequestError(Code.ERROR_CODE_NOT_FOUND, f"{field}: {what} not found", field)
+
+
+def already_exists(field: str, what: str) -> RequestError:
+    return RequestError(Code.ERROR_CODE_ALREADY_EXISTS, f"{field}: {what} already exists", field)

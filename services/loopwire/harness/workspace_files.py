@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
+import re
 import stat
 import time
 from collections.abc import Iterator
@@ -53,6 +55,10 @@ class ToolInputError(ValueError):
 
 class NoSuchFile(ToolInputError):
     """The path names nothing (inside the workspace)."""
+
+
+class OutsideWorkspace(ToolInputError):
+    """The path (or a link on it) leads out of the workspace."""
 
 
 # The host uid/gid that sandboxed commands run as (when the harness is root): what the harness's
@@ -119,32 +125,59 @@ def open_workspace(path: str | os.PathLike[str]) -> tuple[int, str]:
     return fd, norm
 
 
-def workspace_under_root(root: str | os.PathLike[str], requested: str, default_name: str) -> Path:
-    """Where a session's workspace lives: ``requested`` (relative, or absolute inside ``root``;
-    empty means ``default_name``) created under the configured workspace root. `/`, paths
-    outside the root, the root itself, `..` escapes and symlinks out are refused with
-    ToolInputError. Directories are created component by component without following links."""
+class WorkspaceNotFound(ToolInputError):
+    """A requested workspace outside the caller's own tree: one answer whether or not it exists."""
+
+
+_SAFE_TENANT = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def tenant_dir_name(tenant: str) -> str:
+    """The directory of a tenant's workspaces under the root: its name when that is a plain word,
+    a digest otherwise ('~' never occurs in a plain name, so the mapping is one to one)."""
+    if _SAFE_TENANT.match(tenant):
+        return f"tenant-{tenant}"
+    return "tenant~" + hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def tenant_workspace(root: str | os.PathLike[str], tenant: str, requested: str, default_name: str) -> Path:
+    """Where a session's workspace lives: ``requested`` (relative to the tenant's own tree, or
+    absolute inside it; empty means ``default_name``), created under ``<root>/<tenant dir>``.
+    Anything that would leave that tree -- another tenant's directory by absolute path, `..`,
+    a symlink out -- is WorkspaceNotFound, the same answer whether or not the target exists.
+    Directories are created component by component without following links out."""
     if "\0" in requested:
         raise ToolInputError("workspace contains a NUL byte")
     root_path = Path(root)
     root_path.mkdir(parents=True, exist_ok=True)
     root_real = os.path.realpath(root_path)
+    tenant_root = os.path.join(root_real, tenant_dir_name(tenant))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(tenant_root, 0o711)
+    if os.path.islink(tenant_root) or not os.path.isdir(tenant_root):
+        raise ToolInputError(f"the tenant's workspace tree {tenant_root!r} is not a directory")
     text = requested or default_name
+    missing = WorkspaceNotFound(f"workspace {requested!r} not found")
     if os.path.isabs(text):
         norm = os.path.normpath(text)
-        if norm != root_real and not norm.startswith(root_real.rstrip("/") + "/"):
-            raise ToolInputError(f"workspace {text!r} is outside the workspace root {root_real!r}")
-        text = os.path.relpath(norm, root_real)
+        if norm != tenant_root and not norm.startswith(tenant_root + "/"):
+            raise missing
+        text = os.path.relpath(norm, tenant_root)
     parts = [p for p in text.split("/") if p not in ("", ".")]
     if ".." in parts:
-        raise ToolInputError(f"workspace {requested!r} must not contain '..'")
+        raise missing
     if not parts:
-        raise ToolInputError(f"workspace {requested!r} is the workspace root itself; name a directory inside it")
-    root_fd, _ = open_workspace(root_real)
+        raise ToolInputError(f"workspace {requested!r} is the tenant's workspace root itself; name a directory in it")
+    root_fd, _ = open_workspace(tenant_root)
     try:
-        with _Walk(root_fd, root_real) as walk:
-            walk.descend(parts, make_dirs=True, what=f"workspace {requested!r}")
-            path = os.path.join(root_real, *walk.names)
+        with _Walk(root_fd, tenant_root) as walk:
+            try:
+                walk.descend(parts, make_dirs=True, what=f"workspace {requested!r}")
+            except OutsideWorkspace:
+                raise missing from None
+            if not walk.names:
+                raise ToolInputError(f"workspace {requested!r} is the tenant's workspace root itself")
+            path = os.path.join(tenant_root, *walk.names)
     finally:
         os.close(root_fd)
     check_workspace_path(path)
@@ -173,7 +206,7 @@ class _Walk:
         return self.stack[-1]
 
     def _outside(self, what: str) -> ToolInputError:
-        return ToolInputError(f"path {what!r} is outside the workspace")
+        return OutsideWorkspace(f"path {what!r} is outside the workspace")
 
     def _restart(self) -> None:
         for fd in self.stack[1:]:

@@ -96,6 +96,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """The request cannot be served as the system stands, e.g. the replica serves another
     model than the one the gateway tokenizes for.
     """
+    ERROR_CODE_NOT_FOUND: _ErrorCode.ValueType  # 12
+    """The named object does not exist for the caller: never there, or another tenant's (the
+    answer is the same, so a tenant cannot learn which of another's ids exist).
+    """
+    ERROR_CODE_ALREADY_EXISTS: _ErrorCode.ValueType  # 13
+    """The caller's own object of that name exists already."""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Machine-readable reason of an in-stream error."""
@@ -119,6 +125,12 @@ ERROR_CODE_FAILED_PRECONDITION: ErrorCode.ValueType  # 11
 """The request cannot be served as the system stands, e.g. the replica serves another
 model than the one the gateway tokenizes for.
 """
+ERROR_CODE_NOT_FOUND: ErrorCode.ValueType  # 12
+"""The named object does not exist for the caller: never there, or another tenant's (the
+answer is the same, so a tenant cannot learn which of another's ids exist).
+"""
+ERROR_CODE_ALREADY_EXISTS: ErrorCode.ValueType  # 13
+"""The caller's own object of that name exists already."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 @_typing.final

@@ -54,7 +54,7 @@ async def test_approval_suspends_then_resumes_on_a_new_stream(tmp_path):
         # The decision released the hold before the session went on.
         assert [(x.response_id, x.retention_seconds) for x in h.gateway.holds] == [
             (first_id, h.config.approval_retention), (first_id, 0)]
-        assert (h.tmp / "workspaces" / sid / "out.txt").read_text() == "approved\n"
+        assert (h.tmp / "workspaces" / "tenant-t1" / sid / "out.txt").read_text() == "approved\n"
         outputs = [i.function_call_output.call_id for i in h.gateway.requests[1].input]
         items = (await h.session(sid)).items
         assert outputs == [i.function_call.call_id for i in items if i.WhichOneof("item") == "function_call"]
@@ -118,7 +118,7 @@ async def test_cancel_kills_running_tools(tmp_path):
         sid = events[0].session_id
         assert (await h.session(sid)).session.status == harness_pb2.SESSION_STATUS_CANCELLED
         await asyncio.sleep(1.5)
-        assert not (h.tmp / "workspaces" / sid / "late.txt").exists()  # the process group died
+        assert not (h.tmp / "workspaces" / "tenant-t1" / sid / "late.txt").exists()  # the process group died
 
 
 async def test_cancel_stops_the_model_stream(tmp_path):

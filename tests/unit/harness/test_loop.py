@@ -50,7 +50,7 @@ async def test_stateful_loop_sends_deltas_on_one_stream_with_a_stable_prefix(tmp
         assert [t.full_request for t in stored.turns] == [True, False, False]
         assert stored.turns[1].bytes_sent < stored.turns[2].bytes_sent + stored.turns[0].bytes_sent
         assert stored.turns[0].tool_calls == 2 and stored.turns[0].usage.input_tokens == 10
-        assert (h.tmp / "workspaces" / sid / "a.txt").read_text() == "hello\n"
+        assert (h.tmp / "workspaces" / "tenant-t1" / sid / "a.txt").read_text() == "hello\n"
 
 
 async def test_stateless_mode_resends_everything_on_a_fresh_stream_each_turn(tmp_path):

@@ -147,24 +147,34 @@ async def test_a_system_directory_is_never_a_workspace(sandbox):
 # --- the workspace ---------------------------------------------------------------------------
 
 
-def test_start_task_workspaces_stay_under_the_workspace_root(tmp_path):
+def test_start_task_workspaces_stay_in_the_tenants_own_tree(tmp_path):
     root = tmp_path / "workspaces"
     outside = tmp_path / "outside"
     outside.mkdir()
-    under = workspace_files.workspace_under_root
-    assert under(root, "", "s_1") == (root / "s_1").resolve() and (root / "s_1").is_dir()
-    assert under(root, "a/b", "s_1") == (root / "a/b").resolve()
-    assert under(root, str(root / "c"), "s_1") == (root / "c").resolve()
-    os.symlink(outside, root / "out")
-    os.symlink("a", root / "in")
-    assert under(root, "in/b", "s_1") == (root / "a/b").resolve()  # a link that stays inside is fine
-    for bad, message in [("/", "outside the workspace root"), (str(outside), "outside the workspace root"),
-                         ("../outside", "'..'"), ("a/../../outside", "'..'"), (".", "workspace root itself"),
-                         (str(root), "workspace root itself"), ("out", "outside the workspace"),
-                         ("out/sub", "outside the workspace"), ("a\0b", "NUL")]:
+    under = workspace_files.tenant_workspace
+    mine = root / "tenant-alpha"
+    assert under(root, "alpha", "", "s_1") == (mine / "s_1").resolve() and (mine / "s_1").is_dir()
+    assert under(root, "alpha", "a/b", "s_1") == (mine / "a/b").resolve()
+    assert under(root, "alpha", str(mine / "c"), "s_1") == (mine / "c").resolve()
+    theirs = under(root, "beta", "", "s_2")  # another tenant's workspace, which exists
+    (theirs / "secret.txt").write_text("beta's")
+    os.symlink(outside, mine / "out")
+    os.symlink(theirs, mine / "theirs")
+    os.symlink("a", mine / "in")
+    assert under(root, "alpha", "in/b", "s_1") == (mine / "a/b").resolve()  # a link that stays inside is fine
+    # Every way out answers the same "not found", whether or not its target exists.
+    for bad in ("/", str(outside), str(theirs), str(root / "tenant-beta" / "nothing-here"), str(root),
+                "../tenant-beta/s_2", "../tenant-beta/missing", "a/../../tenant-beta", "out", "out/sub",
+                "theirs", "theirs/sub"):
+        with pytest.raises(workspace_files.WorkspaceNotFound, match=r"workspace .* not found$"):
+            under(root, "alpha", bad, "s_1")
+    for bad, message in [(".", "workspace root itself"), (str(mine), "workspace root itself"), ("a\0b", "NUL")]:
         with pytest.raises(ToolInputError, match=message):
-            under(root, bad, "s_1")
-    assert list(outside.iterdir()) == []
+            under(root, "alpha", bad, "s_1")
+    assert list(outside.iterdir()) == [] and sorted(p.name for p in theirs.iterdir()) == ["secret.txt"]
+    # Tenant names that are not plain words get a digest directory; none can reach another's.
+    odd = under(root, "../beta", "", "s_3")
+    assert odd.parent.parent == root.resolve() and odd.parent.name.startswith("tenant~")
 
 
 async def test_run_refuses_a_workspace_outside_the_root(tmp_path):
@@ -312,7 +322,7 @@ def open_workspace_root():
 async def test_a_root_harness_runs_commands_as_an_unprivileged_host_uid(open_workspace_root):
     box = Sandbox(output_limit=1 << 16, limits=SandboxLimits(processes=40))
     assert box.probe(open_workspace_root / ".probe") == "" and box.warning == "", box.warning
-    ws = workspace_files.workspace_under_root(open_workspace_root, "", "session")
+    ws = workspace_files.tenant_workspace(open_workspace_root, "t1", "", "session")
     ctx = tools.ToolContext(ws, box, BackgroundTasks(), shell_timeout=30, background_after=25)
     # The harness's own file tool writes a file; the command may change it afterwards.
     out = await call(ctx, "edit_file", path="notes.txt", search="", replace="from the harness\n")

@@ -52,7 +52,7 @@ from loopwire.common.recorded import RecordedSession, load_session, user_item  #
 from loopwire.gateway.disagg import DEFAULT_MAX_LOCAL_PREFILL_LENGTH, DEFAULT_MAX_PREFILL_QUEUE, DisaggPolicy  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
 from loopwire.gateway.safety import LexiconClassifier  # noqa: E402
-from loopwire.gateway.service import GatewayServicer  # noqa: E402
+from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
 
@@ -115,7 +115,7 @@ async def start(dep: Deployment, time_scale: float) -> tuple[gateway_pb2_grpc.Ga
     router = Router(addresses, "cache-aware", poll_interval_s=0.1, disagg=dep.policy)
     model = ModelDefinition.from_proto(await router.fetch_model())
     await router.start()
-    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
+    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
     port = server.add_insecure_port("127.0.0.1:0")

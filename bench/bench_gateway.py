@@ -122,7 +122,7 @@ async def start_mesh(
     await router.start()
     model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
     gateway = GatewayServicer(model, router, Authenticator.open(), classifier or LexiconClassifier(),
-                              config or GatewayConfig())
+                              config or GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -361,7 +361,7 @@ async def bench_protocol(sessions: list[RecordedSession], max_turns: int) -> dic
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("protocol: stateful vs stateless", total=total)
         for name, stateless in (("stateful", False), ("stateless", True)):
-            mesh = await start_process_mesh(GatewayConfig(stateless=stateless))
+            mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, stateless=stateless))
             try:
                 results[name] = [
                     await replay_session(mesh.stub, s, stateless=stateless, max_turns=max_turns,
@@ -436,7 +436,7 @@ async def bench_safety(sessions: list[RecordedSession], turns: int) -> dict[str,
             for name, serial in (("serial", True), ("concurrent", False)):
                 classifier = GuardModelClassifier(guard_addresses[0], max_tokens=2)
                 mesh = await start_mesh(time_scale=1.0, classifier=classifier, gpu="b200", params="70b",
-                                        config=GatewayConfig(safety_serial=serial))
+                                        config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, safety_serial=serial))
                 try:
                     ttfts[name] = []
                     for s in sessions:
@@ -631,7 +631,7 @@ async def bench_cpu(turns: int) -> dict[tuple[str, str], dict[int | str, list[Cp
         for spec, _ in CPU_MODELS:
             tokenizer = load_definition(spec).tokenizer
             for mode, incremental in CPU_MODES:
-                mesh = await start_process_mesh(GatewayConfig(incremental_render=incremental), model=spec)
+                mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, incremental_render=incremental), model=spec)
                 got: dict[int | str, list[CpuTurn]] = {}
                 results[(spec, mode)] = got
                 try:

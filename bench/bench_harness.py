@@ -78,7 +78,7 @@ class Mesh:
         router = Router([replica], "cache-aware", poll_interval_s=0.1)
         await router.start()
         model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig())
+        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
         self.gateway = await self._serve(lambda s: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, s))
         self.config = HarnessConfig(gateway=self.gateway, workspace_root=self.state / "workspaces",
                                     shell_timeout=30, background_after=30)

@@ -100,7 +100,8 @@ def _cmd_up(args: argparse.Namespace) -> int:
         extra["inference"] += ["--model", args.model]
     try:
         mesh = start_mesh(Path(args.state_dir), ports=ports, inference_replicas=args.replicas,
-                          extra_args=extra, log=sys.stdout, use_tls=args.tls, api=args.api_port > 0)
+                          extra_args=extra, log=sys.stdout, use_tls=args.tls, api=args.api_port > 0,
+                          allow_replay=args.allow_replay)
     except RuntimeError as e:
         console.print(f"[red]loopwire up failed:[/] {e} (its own message is above)")
         return 1
@@ -208,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="",
                    help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> | FILE.gguf | a Hugging Face "
                         "directory (default: the real model on reference, dummy:0 on simulated)")
+    p.add_argument("--allow-replay", action="store_true", default=_env("ALLOW_REPLAY", "") == "1",
+                   help="let the gateway accept recorded output to emit (`loopwire run --replay`); off by default")
     p.add_argument("--tls", action="store_true", default=_env("TLS", "") == "1",
                    help="mutual TLS on every hop: a development CA and certificates in --state-dir/tls; "
                         "`loopwire run` uses its client certificate (env LOOPWIRE_TLS=1)")

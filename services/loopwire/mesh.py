@@ -138,6 +138,7 @@ def start_mesh(
     env: dict[str, str] | None = None,
     use_tls: bool = False,
     api: bool = False,
+    allow_replay: bool = True,
 ) -> Mesh:
     """Start inference replica(s), gateway and harness; return when all are healthy.
 
@@ -145,6 +146,8 @@ def start_mesh(
     without it their output goes to files in ``state_dir/logs``. ``use_tls`` makes a
     development CA in ``state_dir/tls`` and runs every hop over mutual TLS; this process then
     speaks TLS too (with the client certificate), as `loopwire run` does when it finds one.
+    ``allow_replay`` lets the gateway accept recorded output (replays, tests, benchmarks);
+    `loopwire up` passes it only when asked.
     """
     from loopwire.common import tls
     from loopwire.common.auth import create_dev_config, write_private_file
@@ -176,7 +179,8 @@ def start_mesh(
                           *extra_args.get("inference", [])]
     commands["gateway"] = [
         "gateway", "--listen", gateway, "--inference", ",".join(inference_addrs),
-        "--auth-config", str(auth_path), "--service-token-file", str(token_path), *extra_args.get("gateway", []),
+        "--auth-config", str(auth_path), "--service-token-file", str(token_path),
+        *(["--allow-replay"] if allow_replay else []), *extra_args.get("gateway", []),
     ]
     commands["harness"] = [
         "harness", "--listen", harness, "--gateway", gateway, "--state-dir", str(state_dir),

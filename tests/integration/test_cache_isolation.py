@@ -48,7 +48,7 @@ async def test_a_tenant_gets_no_cache_hits_from_another_tenants_prompt(tmp_path)
     await router.start()
     gateway = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig()), gateway)
+        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF)), gateway)
     port = gateway.add_insecure_port("127.0.0.1:0")
     await gateway.start()
     try:

@@ -25,7 +25,7 @@ from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.discovery import DiscoveryError, DnsName, parse_inference
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayServicer
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.mesh import free_port
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -176,7 +176,7 @@ async def test_replicas_join_and_leave_by_dns_while_streams_run(dns):
                     drain_timeout_s=120)
     model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=20))
     await router.start()
-    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
+    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     gw_server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
     gw_port = gw_server.add_insecure_port("127.0.0.1:0")

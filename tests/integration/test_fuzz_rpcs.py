@@ -22,7 +22,7 @@ from loopwire.common.auth import Authenticator
 from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayServicer
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build as build_harness
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
@@ -92,7 +92,7 @@ class Mesh:
         await self.router.start()
         gateway = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-            GatewayServicer(model, self.router, Authenticator.open(), LexiconClassifier()), gateway)
+            GatewayServicer(model, self.router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True)), gateway)
         self.gateway = f"127.0.0.1:{gateway.add_insecure_port('127.0.0.1:0')}"
         await gateway.start()
         config = HarnessConfig(gateway=self.gateway, workspace_root=tmp / "workspaces", shell_timeout=5)

@@ -23,7 +23,7 @@ from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.disagg import DisaggPolicy
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayServicer
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -71,7 +71,7 @@ class Mesh:
         model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
         await router.start()
         self.stack.push_async_callback(router.close)
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
+        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
         server = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
         port = server.add_insecure_port("127.0.0.1:0")

@@ -19,7 +19,7 @@ from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayServicer
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.inference.service import InferenceServicer
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2_grpc
@@ -85,7 +85,7 @@ async def real_mesh():
         router = Router(addresses, routing, poll_interval_s=0.1)
         await router.start()
         model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))  # as the gateway server starts
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
+        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
         gw_server = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
         port = gw_server.add_insecure_port("127.0.0.1:0")

@@ -10,7 +10,7 @@ from loopwire.common.auth import Authenticator
 from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayServicer
+from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2, inference_pb2_grpc
 
@@ -47,7 +47,7 @@ async def _gateway(addresses: list[str]):
     router = Router(addresses, poll_interval_s=0.05)
     model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
     await router.start()
-    servicer = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier())
+    servicer = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
     server = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")

@@ -124,7 +124,7 @@ async def _cache_breaks(tmp_path, requests: list[gateway_pb2.CreateResponse]) ->
     await router.start()
     gateway = grpc_server.make_server()
     gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig()), gateway)
+        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF)), gateway)
     port = gateway.add_insecure_port("127.0.0.1:0")
     await gateway.start()
     breaks, cached = 0, []

@@ -7,7 +7,12 @@ token (``loopwire.common.service_auth``).
 Config file, JSON or TOML::
 
     {"tenants": {"dev": {"key_sha256": ["<hex>"], "requests_per_minute": 600,
-                         "tokens_per_minute": 2000000, "concurrent_streams": 32}}}
+                         "tokens_per_minute": 2000000, "concurrent_streams": 32,
+                         "safety_mode": "stream-then-cut", "max_priority": 0,
+                         "max_retention_seconds": 0}}}
+
+The policy fields are the operator's: a request may ask for a stricter safety mode, a lower
+priority or a shorter KV retention, never for more (``loopwire.gateway.policy``).
 
 A key listed under ``disabled_key_sha256`` authenticates but is refused
 (PERMISSION_DENIED), so a revoked key gets a clear answer.
@@ -21,7 +26,7 @@ import logging
 import os
 import secrets
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +81,33 @@ def write_private_file(path: str | Path, text: str) -> None:
     path.chmod(0o600)  # an existing file keeps its old mode through O_CREAT
 
 
+SAFETY_MODE_NAMES = ("stream-then-cut", "buffer-until-pass", "off")
+
+
+@dataclass
+class Policy:
+    """What the operator grants a tenant; '' safety mode means the gateway's --safety-mode."""
+
+    safety_mode: str = ""
+    max_priority: int = 0
+    max_retention_seconds: int = 0
+
+
 @dataclass
 class Tenant:
     name: str
     limits: Limits
+    policy: Policy = field(default_factory=Policy)
+
+
+def _policy(name: str, spec: dict[str, Any]) -> Policy:
+    mode = str(spec.get("safety_mode", ""))
+    if mode and mode not in SAFETY_MODE_NAMES:
+        raise ValueError(f"tenant {name!r}: safety_mode must be one of {', '.join(SAFETY_MODE_NAMES)}")
+    policy = Policy(mode, int(spec.get("max_priority", 0)), int(spec.get("max_retention_seconds", 0)))
+    if policy.max_retention_seconds < 0:
+        raise ValueError(f"tenant {name!r}: max_retention_seconds must be >= 0")
+    return policy
 
 
 class Authenticator:
@@ -113,6 +141,7 @@ class Authenticator:
                     tokens_per_minute=float(spec.get("tokens_per_minute", 0)),
                     concurrent_streams=int(spec.get("concurrent_streams", 0)),
                 ),
+                _policy(name, spec),
             )
             for digest in spec.get("key_sha256", []):
                 keys[digest.lower()] = name

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError, invalid
-from loopwire.gateway import validation
+from loopwire.gateway import policy, validation
 from loopwire.gateway.conversation import Conversation, Difference
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -54,6 +54,7 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
     cfg = gw.config
     received = validation.check_size(create, cfg.max_request_bytes)
     validation.check_header(create)
+    policy.check(create, session.tenant, cfg.safety_mode, cfg.allow_replay)
     difference: Difference | None = None
     reused = 0
     held: Conversation | None = None

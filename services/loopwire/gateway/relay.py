@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from loopwire.common import telemetry
 from loopwire.common.errors import RequestError
+from loopwire.gateway import policy
 from loopwire.gateway.events import CANCEL, event, failed, output_event, safety_event
 from loopwire.gateway.failover import Placement
 from loopwire.gateway.generate_link import GenerateLink, LinkDown
@@ -69,7 +70,8 @@ class ResponseRun:
             if create.HasField("replay")
             else []
         )
-        self.safety = SafetyGate(self.gw.classifier, create.safety_mode or self.gw.config.safety_mode, self.queue)
+        mode = policy.safety_mode(create, session.tenant, self.gw.config.safety_mode)
+        self.safety = SafetyGate(self.gw.classifier, mode, self.queue)
         self.place = Placement(session, prepared.conversation, watch, model)
         self.generated: list[int] = []
         self.remote_prefill = False  # the generation in flight pulls its prompt's KV from a prefill replica

@@ -17,19 +17,13 @@ from loopwire.common.service_flags import (
 )
 from loopwire.gateway.disagg import DEFAULT_MAX_LOCAL_PREFILL_LENGTH, DEFAULT_MAX_PREFILL_QUEUE, DisaggPolicy
 from loopwire.gateway.discovery import parse_inference
+from loopwire.gateway.policy import SAFETY_MODES
 from loopwire.gateway.router import DISCOVERY_INTERVAL_S, DRAIN_TIMEOUT_S, POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 
 log = logging.getLogger("loopwire.gateway")
-
-SAFETY_MODES = {
-    "stream-then-cut": gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT,
-    "buffer-until-pass": gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS,
-    "off": gateway_pb2.SAFETY_MODE_OFF,
-}
-
 
 
 
@@ -49,7 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--auth-config", default=_env("auth_config", ""),
                         help="JSON or TOML file of tenants, hashed keys and limits (required unless --insecure-dev)")
     add_service_token_arguments(parser, "sent to the inference replicas")
-    parser.add_argument("--safety-mode", choices=sorted(SAFETY_MODES), default=_env("safety_mode", "stream-then-cut"))
+    parser.add_argument("--safety-mode", choices=sorted(SAFETY_MODES), default=_env("safety_mode", "stream-then-cut"),
+                        help="the safety mode of tenants whose auth config names none")
+    parser.add_argument("--allow-replay", action="store_true", default=_env("allow_replay", "") == "1",
+                        help="accept recorded output to emit (CreateResponse.replay): for replays and benchmarks only")
     parser.add_argument("--safety-classifier", default=_env("safety_classifier", "lexicon"),
                         help="'lexicon' (offline rules) or 'guard:host:port' (a guard model on an inference service)")
     parser.add_argument("--safety-chunk-chars", type=int, default=_env_int("safety_chunk_chars", 256))
@@ -94,6 +91,7 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
         safety_chunk_chars=args.safety_chunk_chars,
         safety_overlap_chars=args.safety_overlap_chars,
         stateless=args.stateless,
+        allow_replay=args.allow_replay,
     )
     return GatewayServicer(model, router, authenticator, classifier, config)
 

@@ -52,6 +52,8 @@ class GatewayConfig:
     # False: render the whole conversation's template on every append (the old way, kept for
     # the benchmark); True renders only the new messages where the template allows it.
     incremental_render: bool = True
+    # Accept CreateResponse.replay (recorded output to emit): replays and benchmarks only.
+    allow_replay: bool = False
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):

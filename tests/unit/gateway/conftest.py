@@ -34,7 +34,7 @@ async def make_mesh():
         router = Router(addresses, routing, poll_interval_s=0.05)
         await router.start()
         servicer = GatewayServicer(
-            MODEL, router, auth or Authenticator.open(), classifier or LexiconClassifier(), config or GatewayConfig()
+            MODEL, router, auth or Authenticator.open(), classifier or LexiconClassifier(), config or GatewayConfig(allow_replay=True)
         )
         server = grpc_server.make_server()
         gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)

@@ -35,6 +35,7 @@ class Received:
     request_id: str
     kind: str  # "full" | "append"
     token_ids: list[int]
+    start: inference_pb2.GenerationStart | None = None  # the whole request, for policy checks
 
 
 @dataclass
@@ -70,7 +71,7 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
             kind = start.WhichOneof("prompt")
             if kind == "append":
                 a = start.append
-                self.received.append(Received(rid, "append", list(a.token_ids)))
+                self.received.append(Received(rid, "append", list(a.token_ids), start))
                 if self.lose_state_once or a.base_length != len(held) or a.base_hash != held_hash.value:
                     self.lose_state_once = False
                     held, held_hash = [], SequenceHash()
@@ -79,7 +80,7 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
                     return
                 prompt = held + list(a.token_ids)
             else:
-                self.received.append(Received(rid, "full", list(start.full.token_ids)))
+                self.received.append(Received(rid, "full", list(start.full.token_ids), start))
                 prompt = list(start.full.token_ids)
             t0 = time.perf_counter()
             await asyncio.sleep(self.prefill_s)

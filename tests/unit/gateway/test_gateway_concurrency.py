@@ -48,7 +48,7 @@ async def test_input_check_races_prefill(make_mesh):
 
 async def test_serial_safety_runs_the_classifier_before_prefill(make_mesh):
     classifier = SlowClassifier(0.05)
-    mesh = await make_mesh([FakeReplica(prefill_s=0.05)], classifier=classifier, config=GatewayConfig(safety_serial=True))
+    mesh = await make_mesh([FakeReplica(prefill_s=0.05)], classifier=classifier, config=GatewayConfig(allow_replay=True, safety_serial=True))
     await mesh.open().send(input=[user("hello")], replay=replay("hi"))
     (_, c1), (p0, _) = classifier.input_intervals[0], mesh.replicas[0].prefill_intervals[0]
     assert c1 <= p0
@@ -68,7 +68,7 @@ async def test_unsafe_input_fails_before_any_output(make_mesh):
 async def test_stream_mode_cuts_the_stream_on_a_violation(make_mesh):
     text = "safe words " * 30 + "FORBIDDEN " + "more words " * 200
     mesh = await make_mesh([FakeReplica(token_delay_s=0.002, batch=2)], classifier=SlowClassifier(0.0),
-                           config=GatewayConfig(safety_chunk_chars=32, safety_overlap_chars=16))
+                           config=GatewayConfig(allow_replay=True, safety_chunk_chars=32, safety_overlap_chars=16))
     conv = mesh.open()
     events = await conv.send(input=[user("q")], replay=replay(text))
     released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
@@ -89,7 +89,7 @@ async def test_buffer_mode_releases_only_checked_text(make_mesh):
     classifier = SlowClassifier(0.01)
     text = "ordinary text " * 20 + "padding " + "FORBIDDEN" + " tail" * 20  # the word starts a 16-char chunk
     mesh = await make_mesh([FakeReplica(batch=3)], classifier=classifier,
-                           config=GatewayConfig(safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS,
+                           config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS,
                                                 safety_chunk_chars=16, safety_overlap_chars=0))
     conv = mesh.open()
     await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
@@ -110,7 +110,7 @@ async def test_buffer_mode_releases_only_checked_text(make_mesh):
 
 async def test_buffer_mode_releases_everything_once_it_passes(make_mesh):
     text = "all good here. " * 10
-    mesh = await make_mesh(classifier=SlowClassifier(0.0), config=GatewayConfig(
+    mesh = await make_mesh(classifier=SlowClassifier(0.0), config=GatewayConfig(allow_replay=True,
         safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS, safety_chunk_chars=40))
     events = await mesh.open().send(input=[user("q")], replay=replay(text))
     assert "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta") == text
@@ -124,7 +124,8 @@ async def wait_for_tokens(replica: FakeReplica, n: int) -> None:
 
 async def test_failover_completes_the_response_on_another_replica(make_mesh):
     replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
-    mesh = await make_mesh(replicas, routing="round-robin")
+    mesh = await make_mesh(replicas, routing="round-robin",
+                           config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     conv = mesh.open()
     text = "one two three four five six seven eight nine ten " * 4
     await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
@@ -185,7 +186,7 @@ async def test_health_polls_take_a_replica_out_and_back(make_mesh):
 async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_mesh):
     """10 MB of instructions is tokenized off the event loop: a small request on another stream
     finishes first, and the huge one is refused over the session limit, not after blocking all."""
-    mesh = await make_mesh(config=GatewayConfig(safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     huge, small = mesh.open(), mesh.open()
     order: list[str] = []
 

@@ -88,7 +88,7 @@ async def test_unknown_previous_response_is_an_in_stream_error_and_the_stream_li
     ],
 )
 async def test_bad_input_names_the_field_and_the_stream_stays_usable(make_mesh, fields, field):
-    mesh = await make_mesh(config=GatewayConfig(max_request_bytes=4096))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, max_request_bytes=4096))
     conv = mesh.open()
     error = last(await conv.send(**fields), "failed").error
     assert error.code == common_pb2.ERROR_CODE_INVALID_ARGUMENT and error.field == field
@@ -179,7 +179,7 @@ async def test_cancel_response_stops_it_and_the_stream_goes_on(make_mesh):
 
 
 async def test_stateless_mode_retokenizes_and_forwards_everything(make_mesh):
-    mesh = await make_mesh(config=GatewayConfig(stateless=True))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, stateless=True))
     conv = mesh.open()
     items = [user("one")]
     first = await conv.send(instructions="sys", input=items, replay=replay("A"))
@@ -231,7 +231,7 @@ async def test_rate_limit_inside_a_stream_is_an_in_stream_error_with_retry(make_
 
 
 async def test_memory_bound_per_session(make_mesh):
-    mesh = await make_mesh(config=GatewayConfig(max_session_tokens=50))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, max_session_tokens=50))
     conv = mesh.open()
     error = last(await conv.send(input=[user("word " * 100)]), "failed").error
     assert error.code == common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED and error.field == "create_response.input"
@@ -239,7 +239,7 @@ async def test_memory_bound_per_session(make_mesh):
 
 
 async def test_evicted_conversation_answers_not_found_never_crashes(make_mesh):
-    mesh = await make_mesh(config=GatewayConfig(max_sessions=2))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, max_sessions=2))
     convs = [mesh.open() for _ in range(4)]
     rids = [(await c.send(input=[user(f"s{i}")]))[0].response_id for i, c in enumerate(convs)]
     error = last(await convs[0].send(previous_response_id=rids[0], input=[user("more")]), "failed").error

@@ -53,7 +53,7 @@ def replay(text: str) -> common_pb2.ReplayOutput:
 
 
 async def test_turns_cache_breaks_unknown_responses_and_resends_are_counted_live(make_mesh, scrape):
-    mesh = await make_mesh()
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, safety_mode=OFF))
     replica = mesh.replicas[0]
     conv = mesh.open()
     completed = []
@@ -111,8 +111,10 @@ async def test_rate_limited_streams_and_requests_are_counted(make_mesh, scrape, 
 async def test_safety_cuts_and_failovers_are_counted(make_mesh, scrape):
     replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
     mesh = await make_mesh(replicas, routing="round-robin", classifier=LexiconClassifier({"S1": ["FORBIDDEN"]}),
-                           config=GatewayConfig(safety_chunk_chars=32, safety_overlap_chars=16))
-    cut = await mesh.open().send(input=[user("q")], replay=replay("safe words " * 10 + "FORBIDDEN " + "tail " * 50))
+                           config=GatewayConfig(allow_replay=True, safety_mode=OFF, safety_chunk_chars=32,
+                                                safety_overlap_chars=16))
+    cut = await mesh.open().send(input=[user("q")], replay=replay("safe words " * 10 + "FORBIDDEN " + "tail " * 50),
+                                 safety_mode=gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT)  # stricter than the gateway's
     assert kinds(cut)[-2:] == ["safety", "failed"]
     assert counter(scrape(), "safety_cuts") == 1
 

@@ -169,7 +169,7 @@ async def test_buffer_mode_sends_each_released_burst_as_one_message(make_mesh):
     body = "all good here. " * 10
     chunk = 40
     replica = FakeReplica(batch=1)
-    mesh = await make_mesh([replica], classifier=SlowClassifier(0.02), config=GatewayConfig(
+    mesh = await make_mesh([replica], classifier=SlowClassifier(0.02), config=GatewayConfig(allow_replay=True,
         safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS, safety_chunk_chars=chunk, safety_overlap_chars=0))
     events = await mesh.open().send(input=[user("q")], replay=replay(body))
     deltas = [e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta"]

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError, invalid
-from loopwire.gateway import policy, validation
+from loopwire.gateway import policy, tool_grammar, validation
 from loopwire.gateway.conversation import Conversation, Difference
-from loopwire.v1 import common_pb2, gateway_pb2
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 if TYPE_CHECKING:
     from loopwire.gateway.session import ConverseSession
@@ -39,6 +39,8 @@ class Prepared:
     reused_tokens: int
     # The naive way for this request: forward the full prompt (stateless gateway or client).
     naive: bool
+    # What the output must match (tool choice, text format); None: free text.
+    constraint: inference_pb2.Constraint | None = None
 
 
 async def prepare(session: ConverseSession, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
@@ -88,6 +90,8 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
     # huge prompt never stalls the other streams on this event loop.
     work = await asyncio.to_thread(tokenize) if received > OFFLOAD_TOKENIZE_BYTES else tokenize()
     conversation, new_items, tokenized, broke, tokenize_ns = work
+    # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
+    constraint = None if create.HasField("replay") else tool_grammar.constraint(create, gw.model, conversation.tools)
     if broke and difference is None:
         difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
     if len(conversation) > cfg.max_session_tokens:
@@ -109,7 +113,8 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
         )
     gw.metrics.add("tokens_tokenized", model, tokenized)
     naive = cfg.stateless or (create.no_store and not create.previous_response_id)
-    return Prepared(conversation, new_items, received, tokenized, tokenize_ns // 1000, difference, reused, naive)
+    return Prepared(conversation, new_items, received, tokenized, tokenize_ns // 1000, difference, reused, naive,
+                    constraint)
 
 
 def check_delta_header(create: gateway_pb2.CreateResponse, conversation: Conversation) -> None:

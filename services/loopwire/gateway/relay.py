@@ -206,6 +206,9 @@ class ResponseRun:
                 priority=self.create.priority,
                 cache_salt=self.s.tenant.name,
             )
+            if self.p.constraint is not None:
+                start.constraint.CopyFrom(self.p.constraint)
+                start.constraint.generated_token_ids.extend(self.generated)
             telemetry.inject(start.trace_context)  # the generation joins this response's (turn's) trace
             held = link.held_length
             base_hash = conversation.hash_at(held) if held and not resend_full and not self.p.naive else None

@@ -50,6 +50,9 @@ class Engine(Protocol):
     vocab_size: int
     # Whether export_kv/import_kv work (Prefill/PullKv through this service).
     supports_kv_transfer: bool
+    # Whether GenerationStart.constraint is honoured (masks on logits; the simulated engine has
+    # none, so its synthetic tokens are not constrained).
+    supports_constraints: bool
 
     async def start(self) -> None: ...
 
@@ -89,6 +92,7 @@ class AsyncEngine:
     """
 
     supports_kv_transfer = True
+    supports_constraints = True
 
     def __init__(
         self,

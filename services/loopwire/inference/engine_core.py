@@ -18,10 +18,11 @@ import numpy as np
 
 from loopwire.inference.clock import Clock
 from loopwire.inference.config import EngineConfig
+from loopwire.inference.constraint import batch_masks
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
-from loopwire.inference.sampling import verify, verify_oracle
+from loopwire.inference.sampling import NoAllowedToken, verify, verify_masked, verify_oracle
 from loopwire.inference.scheduler import ScheduledSeq, Scheduler
 from loopwire.inference.sequence import (
     Finished,
@@ -134,6 +135,7 @@ class EngineCore:
         results = self.executor.execute(batch)
         self.steps += 1
         now = self.clock.now()
+        masks = self._first_masks(batch, results)
         prefill_tokens = decode_tokens = 0
         for item, logits in zip(batch, results, strict=True):
             seq = item.seq
@@ -151,7 +153,12 @@ class EngineCore:
                 self._commit(seq)
                 self._finish(seq, FinishReason.PREFILLED, retain=True)
                 continue
-            new = self._pick(item, logits)
+            try:
+                new = self._pick(item, logits, masks.get(seq.request_id))
+            except NoAllowedToken as e:
+                self._commit(seq)
+                self._finish(seq, FinishReason.CONSTRAINT_FAILED, retain=False, error=str(e))
+                continue
             accepted = len(new) - 1
             if item.draft.token_ids:
                 seq.usage.draft_tokens_proposed += len(item.draft.token_ids)
@@ -172,12 +179,25 @@ class EngineCore:
         self._done = []
         return outputs
 
-    def _pick(self, item: ScheduledSeq, logits: np.ndarray | None) -> list[int]:
+    def _first_masks(self, batch: list[ScheduledSeq], results: list[np.ndarray | None]) -> dict[str, np.ndarray]:
+        """The grammar masks of this step's first sampled position, for every constrained
+        sequence together (llguidance computes them in parallel)."""
+        todo = [(item.seq, logits) for item, logits in zip(batch, results, strict=True)
+                if item.sample and logits is not None and item.seq.matcher is not None
+                and item.seq.req.oracle is None and not item.seq.req.prefill_only]
+        if not todo:
+            return {}
+        masks = batch_masks([seq.matcher for seq, _ in todo], todo[0][1].shape[-1])  # type: ignore[misc]
+        return {seq.request_id: mask for (seq, _), mask in zip(todo, masks, strict=True)}
+
+    def _pick(self, item: ScheduledSeq, logits: np.ndarray | None, mask: np.ndarray | None = None) -> list[int]:
         seq = item.seq
         drafts = item.draft.token_ids
         oracle = seq.req.oracle
         if oracle is not None:
             return verify_oracle(drafts, oracle[seq.num_output : seq.num_output + len(drafts) + 1])
+        if logits is not None and mask is not None and seq.matcher is not None:
+            return verify_masked(logits, item.draft, seq.req.sampling, seq.rng, mask, seq.matcher)
         if logits is not None:
             return verify(logits, item.draft, seq.req.sampling, seq.rng)
         base = len(seq.tokens)
@@ -227,7 +247,7 @@ class EngineCore:
             self.blocks.release(seq.block_ids[keep:])
             del seq.block_ids[keep:]
 
-    def _finish(self, seq: Sequence, reason: FinishReason, *, retain: bool) -> None:
+    def _finish(self, seq: Sequence, reason: FinishReason, *, retain: bool, error: str = "") -> None:
         now = self.clock.now()
         if seq in self.scheduler.running:
             self.scheduler.running.remove(seq)
@@ -249,7 +269,7 @@ class EngineCore:
             ttft_us=_us(first_token - seq.arrival),
             decode_us=_us(now - first_token),
         )
-        finished = Finished(reason, seq.usage, timings, list(seq.tokens), hashes)
+        finished = Finished(reason, seq.usage, timings, list(seq.tokens), hashes, error=error)
         self._done.append(RequestOutput(seq.request_id, [], finished))
 
     # -- status -----------------------------------------------------------------------

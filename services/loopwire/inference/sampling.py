@@ -12,10 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from loopwire.inference.drafter import Draft
+
+
+class TokenGrammar(Protocol):
+    """A sequence's place in its grammar (``constraint.TokenMatcher``)."""
+
+    def mask(self, n_logits: int) -> np.ndarray: ...
+
+    def consume(self, token: int) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -90,4 +99,57 @@ def verify_oracle(drafts: Sequence[int], oracle_next: Sequence[int]) -> list[int
         out.append(d)
     if len(out) < len(oracle_next):
         out.append(int(oracle_next[len(out)]))
+    return out
+
+
+class NoAllowedToken(Exception):
+    """The grammar allows no token at this position: the constraint cannot be satisfied."""
+
+
+def verify_masked(
+    logits: np.ndarray,
+    draft: Draft,
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+    first_mask: np.ndarray,
+    matcher: TokenGrammar,
+) -> list[int]:
+    """``verify`` under a grammar: row i is masked by what the grammar allows after the tokens
+    accepted before it, so a draft the grammar forbids has probability 0 and is rejected, and
+    the output is what non-speculative constrained decoding gives (greedy: exactly; sampled: in
+    distribution). Every chosen token is consumed by ``matcher``."""
+    drafts = draft.token_ids
+    out: list[int] = []
+    mask = first_mask
+    for i in range(len(drafts) + 1):
+        if not mask.any():
+            raise NoAllowedToken(f"no token is allowed at output position {len(out)}")
+        row = np.where(mask, logits[i], -np.inf)
+        d = drafts[i] if i < len(drafts) else None
+        if settings.temperature <= 0.0:
+            token = int(np.argmax(row))
+            accepted = token == d
+        else:
+            p = target_probs(row[None, :], settings)[0]
+            if d is None:
+                token, accepted = int(rng.choice(p.shape[-1], p=p)), False
+            else:
+                q = None if draft.probs is None else draft.probs[i]
+                q_d = 1.0 if q is None else float(q[d])
+                accepted = bool(rng.random() < min(1.0, p[d] / max(q_d, 1e-30)))
+                token = d
+                if not accepted:
+                    residual = p.copy()
+                    if q is None:
+                        residual[d] = 0.0
+                    else:
+                        residual = np.maximum(residual - np.where(mask, q, 0.0), 0.0)
+                    total = residual.sum()
+                    token = int(rng.choice(len(residual), p=residual / total)) if total > 0 else int(np.argmax(p))
+        matcher.consume(token)
+        out.append(token)
+        if not accepted:
+            break
+        if i < len(drafts):
+            mask = matcher.mask(logits.shape[-1])
     return out

@@ -9,6 +9,7 @@ from enum import Enum
 import numpy as np
 
 from loopwire.common.hashing import salted_root
+from loopwire.inference.constraint import Grammar
 from loopwire.inference.drafter import DraftContext
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY
 from loopwire.inference.sampling import SamplingSettings
@@ -22,6 +23,7 @@ class FinishReason(Enum):
     CANCELLED = "cancelled"
     PREFILLED = "prefilled"  # a prefill-only request: its KV is ready to pull
     TIMEOUT = "timeout"  # the engine gave up on it (TensorRT-LLM's request timeout)
+    CONSTRAINT_FAILED = "constraint_failed"  # its grammar allowed no next token (Finished.error says where)
     NOT_FINISHED = "not_finished"  # the engine ended the stream without a reason
 
 
@@ -81,6 +83,8 @@ class GenerationRequest:
     # Decode a prompt another replica prefilled: that engine's transfer state (trtllm:
     # DisaggregatedParams of the context-only request, see trtllm_engine.encode_disagg_state).
     disagg_state: bytes = b""
+    # The grammar the output must match (constraint.Grammar; None: free text).
+    grammar: Grammar | None = None
 
 
 @dataclass
@@ -112,6 +116,7 @@ class Finished:
     block_hashes: list[int]
     # A prefill on an engine with its own KV transport: what the decode replica needs (trtllm).
     disagg_state: bytes = b""
+    error: str = ""  # why a CONSTRAINT_FAILED generation ended
 
 
 @dataclass
@@ -150,6 +155,7 @@ class Sequence:
         self.first_scheduled: float | None = None
         self.prefill_done: float | None = None
         self.first_token: float | None = None
+        self.matcher = req.grammar.matcher() if req.grammar is not None else None
 
     @property
     def num_output(self) -> int:

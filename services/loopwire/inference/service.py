@@ -17,7 +17,9 @@ import numpy as np
 
 from loopwire.common import grpc_server, telemetry
 from loopwire.common.errors import Code, RequestError, invalid
+from loopwire.common.grammar import ConstraintError, check_grammar, grammar_text
 from loopwire.common.hashing import SequenceHash
+from loopwire.inference.constraint import Grammar, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.sampling import SamplingSettings
@@ -41,6 +43,7 @@ _FINISH = {
     FinishReason.PREFILLED: common_pb2.FINISH_REASON_STOP,
     FinishReason.TIMEOUT: common_pb2.FINISH_REASON_ERROR,
     FinishReason.NOT_FINISHED: common_pb2.FINISH_REASON_ERROR,
+    FinishReason.CONSTRAINT_FAILED: common_pb2.FINISH_REASON_ERROR,
 }
 _CACHE_EVENT = {
     CacheEventKind.STORED: inference_pb2.CACHE_EVENT_TYPE_STORED,
@@ -191,6 +194,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             if start.kv_handle and start.kv_source not in self.peers:
                 raise invalid("start.kv_source", f"{start.kv_source!r} is not a configured peer of this replica "
                               "(--peers): KV is imported only from replicas it trusts")
+            grammar = self._grammar(start)
         except RequestError as e:
             state.outbox.put(_error(rid, e))
             return
@@ -208,10 +212,33 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             session_id=start.session_id,
             retention_seconds=float(start.retention_seconds),
             cache_salt=start.cache_salt,
+            grammar=grammar,
         )
         task = asyncio.create_task(self._generate(rid, req, start, prompt_hash, state))
         state.active[rid] = task
         task.add_done_callback(lambda _t: state.active.pop(rid, None))
+
+    def _grammar(self, start: inference_pb2.GenerationStart) -> Grammar | None:
+        """The request's constraint compiled against this model's tokenizer (INVALID_ARGUMENT
+        naming llguidance's reason when it does not compile)."""
+        if not start.HasField("constraint"):
+            return None
+        if not self.engine.supports_constraints:
+            raise RequestError(Code.ERROR_CODE_FAILED_PRECONDITION,
+                               f"start.constraint: the {self.engine.name} engine does not constrain decoding",
+                               "start.constraint")
+        definition = self.engine.definition
+        try:
+            text = grammar_text(start.constraint)
+            if not text:
+                raise ConstraintError("set lark, json_schema or regex")
+            tokenizer = ll_tokenizer(definition.tokenizer, (list(start.params.stop_token_ids) or self._stop_ids)[0])
+            check_grammar(text, tokenizer)
+        except (ConstraintError, ValueError) as e:
+            raise invalid("start.constraint", str(e)[:500]) from None
+        kind = start.constraint.WhichOneof("grammar") or ""
+        return Grammar(text, tokenizer, kind, getattr(start.constraint, kind),
+                       tuple(start.constraint.generated_token_ids))
 
     async def _generate(
         self,
@@ -232,6 +259,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     if out.token_ids:
                         span.first_chunk()
                     state.outbox.tokens(rid, out.token_ids)
+                    if out.finished is not None and out.finished.reason is FinishReason.CONSTRAINT_FAILED:
+                        raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT,
+                                           f"start.constraint: the grammar cannot be satisfied: {out.finished.error}",
+                                           "start.constraint")
                     if out.finished is not None:
                         response = self._finished(rid, req, out.finished, prompt_hash, state)
                         fin = response.finished

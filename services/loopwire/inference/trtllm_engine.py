@@ -16,6 +16,8 @@ work on machines without it. What maps to what:
   latter two with ``--draft-model``. The per-request switch cannot turn it off on this engine.
   Acceptance comes from the request's perf metrics (``return_perf_metrics``).
 * replay oracle → a logits processor that masks every token but the recorded next one.
+* constraint → ``SamplingParams(guided_decoding=GuidedDecodingParams(grammar|json|regex))`` with
+  the LLM built with ``guided_decoding_backend="llguidance"`` (a Lark grammar is llguidance's).
 * retention → ``KvCacheRetentionConfig``: a request's ``RetentionPolicy`` token ranges and
   decode priority one to one; a retention hint as priority 100 with its duration.
 * roles → ``DisaggregatedParams``: a prefill-only request runs ``request_type="context_only"``
@@ -56,6 +58,7 @@ from typing import TYPE_CHECKING, Any
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
 from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.config import EngineConfig, model_preset
+from loopwire.inference.constraint import Grammar
 from loopwire.inference.engine_core import EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
 from loopwire.inference.sequence import (
@@ -82,7 +85,7 @@ _RATE_WINDOW_S = 10.0
 API_NAMES = {
     "tensorrt_llm": ["LLM", "SamplingParams"],
     "tensorrt_llm.llmapi": ["KvCacheConfig", "KvCacheRetentionConfig", "DisaggregatedParams", "NGramDecodingConfig",
-                            "DraftTargetDecodingConfig", "EagleDecodingConfig"],
+                            "DraftTargetDecodingConfig", "EagleDecodingConfig", "GuidedDecodingParams"],
 }
 # Name -> keyword arguments this engine passes to it.
 API_KWARGS = {
@@ -92,8 +95,10 @@ API_KWARGS = {
     "DraftTargetDecodingConfig": ["max_draft_len"],
     "EagleDecodingConfig": ["max_draft_len", "eagle3_one_model"],
     "SamplingParams": ["max_tokens", "temperature", "top_p", "seed", "stop_token_ids", "return_perf_metrics",
-                       "logits_processor"],
-    "LLM": ["model", "kv_cache_config", "speculative_config", "skip_tokenizer_init", "max_num_tokens"],
+                       "logits_processor", "guided_decoding"],
+    "GuidedDecodingParams": ["grammar", "json", "regex"],
+    "LLM": ["model", "kv_cache_config", "speculative_config", "skip_tokenizer_init", "max_num_tokens",
+            "guided_decoding_backend"],
 }
 # The draft checkpoint's keyword: ``speculative_model`` in current releases, ``speculative_model_dir`` before.
 DRAFT_MODEL_KWARGS = ("speculative_model", "speculative_model_dir")
@@ -179,6 +184,14 @@ def generation_params(api: Any, state: bytes) -> Any:
         opaque_state=base64.b64decode(opaque) if opaque is not None else None)
 
 
+def guided_decoding(api: Any, grammar: Grammar) -> Any:
+    """A request's constraint as TensorRT-LLM guided decoding (its llguidance backend)."""
+    field = {"lark": "grammar", "json_schema": "json", "regex": "regex"}.get(grammar.kind)
+    if field is None:
+        raise ValueError(f"constraint form {grammar.kind!r} has no TensorRT-LLM guided decoding")
+    return api.GuidedDecodingParams(**{field: grammar.source})
+
+
 class OracleLogitsProcessor:
     """Forces the recorded tokens: every logit but the oracle's next token becomes -inf."""
 
@@ -200,6 +213,7 @@ class OracleLogitsProcessor:
 class TrtLlmEngine:
     name = "trtllm"
     supports_kv_transfer = False
+    supports_constraints = True
 
     def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition, api: Any = None) -> None:
         self.llm = llm
@@ -248,7 +262,7 @@ class TrtLlmEngine:
         )
         spec = speculative_config(api, options.drafter, options.num_draft_tokens, options.draft_model)
         llm = api.LLM(model=definition.source, kv_cache_config=kv, speculative_config=spec, skip_tokenizer_init=True,
-                      max_num_tokens=options.max_batch_tokens or 8192)
+                      max_num_tokens=options.max_batch_tokens or 8192, guided_decoding_backend="llguidance")
         config = EngineConfig(
             model=model_preset(options.model_params), replica_id=options.replica_id,
             block_size=options.block_size, num_kv_blocks=options.kv_blocks or 1,
@@ -285,6 +299,7 @@ class TrtLlmEngine:
             stop_token_ids=list(req.stop_token_ids),
             return_perf_metrics=True,
             logits_processor=OracleLogitsProcessor(oracle, len(req.prompt)) if oracle else None,
+            guided_decoding=guided_decoding(api, req.grammar) if req.grammar is not None and not oracle else None,
         )
         retention = retention_config(api, req)
         arrival = time.monotonic()

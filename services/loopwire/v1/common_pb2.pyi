@@ -45,6 +45,37 @@ ROLE_USER: Role.ValueType  # 3
 ROLE_ASSISTANT: Role.ValueType  # 4
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
+class _ToolChoiceMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ToolChoiceModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolChoiceMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOOL_CHOICE_MODE_UNSPECIFIED: _ToolChoiceMode.ValueType  # 0
+    """Auto: free text, and a call once the model opens one; an opened call always has
+    schema-valid arguments.
+    """
+    TOOL_CHOICE_MODE_NONE: _ToolChoiceMode.ValueType  # 1
+    """Text only: no tool call."""
+    TOOL_CHOICE_MODE_REQUIRED: _ToolChoiceMode.ValueType  # 2
+    """At least one tool call, nothing else."""
+    TOOL_CHOICE_MODE_FUNCTION: _ToolChoiceMode.ValueType  # 3
+    """Exactly the function named in ToolChoice.function_name."""
+
+class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper): ...
+
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.ValueType  # 0
+"""Auto: free text, and a call once the model opens one; an opened call always has
+schema-valid arguments.
+"""
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode.ValueType  # 1
+"""Text only: no tool call."""
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode.ValueType  # 2
+"""At least one tool call, nothing else."""
+TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode.ValueType  # 3
+"""Exactly the function named in ToolChoice.function_name."""
+Global___ToolChoiceMode: _TypeAlias = ToolChoiceMode  # noqa: Y015
+
 class _FinishReason:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -351,6 +382,33 @@ class Tool(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Tool: _TypeAlias = Tool  # noqa: Y015
+
+@_typing.final
+class ToolChoice(_message.Message):
+    """Whether and which tools the model must call; the gateway turns it into a Constraint built
+    from the tools' schemas (made strict) and the model's tool-call format.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    FUNCTION_NAME_FIELD_NUMBER: _builtins.int
+    mode: Global___ToolChoiceMode.ValueType
+    function_name: _builtins.str
+    """For TOOL_CHOICE_MODE_FUNCTION: one of the request's tools."""
+    def __init__(
+        self,
+        *,
+        mode: Global___ToolChoiceMode.ValueType = ...,
+        function_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_name", b"function_name", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolChoice: _TypeAlias = ToolChoice  # noqa: Y015
 
 @_typing.final
 class SamplingParams(_message.Message):

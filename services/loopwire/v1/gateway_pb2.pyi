@@ -103,6 +103,9 @@ class CreateResponse(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     NO_STORE_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
+    TEXT_FORMAT_FIELD_NUMBER: _builtins.int
     previous_response_id: _builtins.str
     """Empty for a full request."""
     model: _builtins.str
@@ -113,6 +116,8 @@ class CreateResponse(_message.Message):
     priority: _builtins.int
     no_store: _builtins.bool
     """Do not keep this response for a later previous_response_id (stateless clients)."""
+    parallel_tool_calls: _builtins.bool
+    """False: at most one tool call per response (absent: true, OpenAI's default)."""
     @_builtins.property
     def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]: ...
     @_builtins.property
@@ -133,6 +138,14 @@ class CreateResponse(_message.Message):
         so each turn is one trace across the services although the stream outlives it.
         """
 
+    @_builtins.property
+    def tool_choice(self) -> _common_pb2.ToolChoice:
+        """How the model must use the tools (absent: auto)."""
+
+    @_builtins.property
+    def text_format(self) -> Global___TextFormat:
+        """The shape of the output text (absent: free text)."""
+
     def __init__(
         self,
         *,
@@ -148,14 +161,49 @@ class CreateResponse(_message.Message):
         priority: _builtins.int = ...,
         no_store: _builtins.bool = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        tool_choice: _common_pb2.ToolChoice | None = ...,
+        parallel_tool_calls: _builtins.bool | None = ...,
+        text_format: Global___TextFormat | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["replay", b"replay", "sampling", b"sampling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls", "parallel_tool_calls", b"parallel_tool_calls", "replay", b"replay", "sampling", b"sampling", "text_format", b"text_format", "tool_choice", b"tool_choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "instructions", b"instructions", "model", b"model", "no_store", b"no_store", "previous_response_id", b"previous_response_id", "priority", b"priority", "replay", b"replay", "retention_seconds", b"retention_seconds", "safety_mode", b"safety_mode", "sampling", b"sampling", "tools", b"tools", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls", "input", b"input", "instructions", b"instructions", "model", b"model", "no_store", b"no_store", "parallel_tool_calls", b"parallel_tool_calls", "previous_response_id", b"previous_response_id", "priority", b"priority", "replay", b"replay", "retention_seconds", b"retention_seconds", "safety_mode", b"safety_mode", "sampling", b"sampling", "text_format", b"text_format", "tool_choice", b"tool_choice", "tools", b"tools", "trace_context", b"trace_context"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__parallel_tool_calls: _TypeAlias = _typing.Literal["parallel_tool_calls"]  # noqa: Y015
+    _WhichOneofArgType__parallel_tool_calls: _TypeAlias = _typing.Literal["_parallel_tool_calls", b"_parallel_tool_calls"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parallel_tool_calls) -> _WhichOneofReturnType__parallel_tool_calls | None: ...
+
+Global___CreateResponse: _TypeAlias = CreateResponse  # noqa: Y015
+
+@_typing.final
+class TextFormat(_message.Message):
+    """Structured output: the whole text is one JSON value its schema accepts."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    JSON_SCHEMA_FIELD_NUMBER: _builtins.int
+    STRICT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A name for the format (OpenAI's json_schema.name); informational."""
+    json_schema: _builtins.str
+    """A JSON Schema document; empty: any JSON object (json_object mode)."""
+    strict: _builtins.bool
+    """Strict: objects get additionalProperties false where the schema leaves it open."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        json_schema: _builtins.str = ...,
+        strict: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["json_schema", b"json_schema", "name", b"name", "strict", b"strict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___CreateResponse: _TypeAlias = CreateResponse  # noqa: Y015
+Global___TextFormat: _TypeAlias = TextFormat  # noqa: Y015
 
 @_typing.final
 class CancelResponse(_message.Message):

@@ -197,6 +197,7 @@ class GenerationStart(_message.Message):
     KV_SOURCE_FIELD_NUMBER: _builtins.int
     TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     CACHE_SALT_FIELD_NUMBER: _builtins.int
+    CONSTRAINT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Chosen by the caller; echoed on every response of this generation."""
     session_id: _builtins.str
@@ -227,6 +228,12 @@ class GenerationStart(_message.Message):
     def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """W3C trace context of the response this generation serves (one trace per agent turn)."""
 
+    @_builtins.property
+    def constraint(self) -> Global___Constraint:
+        """What the output must match (absent: free text). The engine masks every token that would
+        leave the grammar; a generation whose grammar allows no token ends with an error.
+        """
+
     def __init__(
         self,
         *,
@@ -242,16 +249,59 @@ class GenerationStart(_message.Message):
         kv_source: _builtins.str = ...,
         trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         cache_salt: _builtins.str = ...,
+        constraint: Global___Constraint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "full", b"full", "params", b"params", "prompt", b"prompt"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "constraint", b"constraint", "full", b"full", "params", b"params", "prompt", b"prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "cache_salt", b"cache_salt", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id", "trace_context", b"trace_context"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["append", b"append", "cache_salt", b"cache_salt", "constraint", b"constraint", "full", b"full", "kv_handle", b"kv_handle", "kv_source", b"kv_source", "oracle_token_ids", b"oracle_token_ids", "params", b"params", "priority", b"priority", "prompt", b"prompt", "request_id", b"request_id", "retention_seconds", b"retention_seconds", "session_id", b"session_id", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_prompt: _TypeAlias = _typing.Literal["full", "append"]  # noqa: Y015
     _WhichOneofArgType_prompt: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_prompt) -> _WhichOneofReturnType_prompt | None: ...
 
 Global___GenerationStart: _TypeAlias = GenerationStart  # noqa: Y015
+
+@_typing.final
+class Constraint(_message.Message):
+    """A grammar the output must match, in one of the forms llguidance compiles; TensorRT-LLM maps
+    it to its guided decoding.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LARK_FIELD_NUMBER: _builtins.int
+    JSON_SCHEMA_FIELD_NUMBER: _builtins.int
+    REGEX_FIELD_NUMBER: _builtins.int
+    GENERATED_TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    lark: _builtins.str
+    """A Lark grammar (llguidance's dialect: %json {...} embeds a JSON Schema, lazy lexemes)."""
+    json_schema: _builtins.str
+    """A JSON Schema document: the output is one JSON value it accepts."""
+    regex: _builtins.str
+    """A regular expression (Rust regex syntax) the whole output matches."""
+    @_builtins.property
+    def generated_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Output already generated under this grammar, at the end of the prompt (a generation that
+        failed over to this replica): the grammar goes on from after it.
+        """
+
+    def __init__(
+        self,
+        *,
+        lark: _builtins.str = ...,
+        json_schema: _builtins.str = ...,
+        regex: _builtins.str = ...,
+        generated_token_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["grammar", b"grammar", "json_schema", b"json_schema", "lark", b"lark", "regex", b"regex"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["generated_token_ids", b"generated_token_ids", "grammar", b"grammar", "json_schema", b"json_schema", "lark", b"lark", "regex", b"regex"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_grammar: _TypeAlias = _typing.Literal["lark", "json_schema", "regex"]  # noqa: Y015
+    _WhichOneofArgType_grammar: _TypeAlias = _typing.Literal["grammar", b"grammar"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_grammar) -> _WhichOneofReturnType_grammar | None: ...
+
+Global___Constraint: _TypeAlias = Constraint  # noqa: Y015
 
 @_typing.final
 class GenerationCancel(_message.Message):

@@ -1,0 +1,175 @@
+"""The constraint of a response: its tool choice and text format as one grammar.
+
+The gateway knows the tools, the model's tool-call format and what the client asked for, so
+it builds the grammar and the engine only applies it. For the Hermes format a call is
+``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` and the grammar covers all of
+it: ``name`` is one of the tools, ``arguments`` that tool's schema made strict (objects get
+``additionalProperties: false`` where the schema leaves them open, as OpenAI's strict mode does,
+so a small model cannot pour other JSON into them).
+
+* auto: free text, and once the text reaches ``<tool_call>`` the call is forced to the end (a
+  lazy lexeme: the opener is the trigger), so an opened call always has valid arguments;
+* required: calls only (one, or several separated by newlines with parallel tool calls);
+* a named function: that one call;
+* none: text that never opens a call;
+* a text format (JSON Schema): the whole text is one such JSON value.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from loopwire.common.errors import Code, RequestError, invalid
+from loopwire.common.grammar import ConstraintError, check_constraint
+from loopwire.common.model_def import ModelDefinition
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
+
+Mode = common_pb2.ToolChoiceMode
+_FIELD = "create_response.tool_choice"
+# Compact JSON: separators as the Hermes examples write them, no runs of whitespace for a
+# small model to loop in.
+_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+class Formats:
+    """Call syntax of a tool-call format: opener, closer, separator between parallel calls."""
+
+    def __init__(self, opener: str, closer: str, separator: str) -> None:
+        self.opener, self.closer, self.separator = opener, closer, separator
+
+
+FORMATS = {"hermes": Formats("<tool_call>\n", "\n</tool_call>", "\n")}
+
+
+def strict_schema(schema: Any) -> Any:
+    """A copy with ``additionalProperties: false`` on every object schema that leaves it open."""
+    if isinstance(schema, list):
+        return [strict_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict_schema(v) if k in ("properties", "items", "anyOf", "oneOf", "allOf", "prefixItems",
+                                        "$defs", "definitions", "not", "if", "then", "else") else copy.deepcopy(v)
+           for k, v in schema.items()}
+    for key in ("properties", "$defs", "definitions"):
+        if isinstance(out.get(key), dict):
+            out[key] = {name: strict_schema(s) for name, s in schema[key].items()}
+    kinds = out.get("type")
+    is_object = kinds == "object" or (isinstance(kinds, list) and "object" in kinds) or "properties" in out
+    if is_object and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def _call_schema(tool: common_pb2.Tool) -> dict[str, Any]:
+    params = json.loads(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": strict_schema(params)},
+            "required": ["name", "arguments"], "additionalProperties": False}
+
+
+def _json(schema: dict[str, Any]) -> str:
+    return "%json " + json.dumps({**schema, "x-guidance": _JSON_OPTIONS}, ensure_ascii=False)
+
+
+def _avoiding(word: str) -> str:
+    """A regex of every text that does not contain ``word`` (whose first character occurs only
+    first in it): runs of the first character, each followed by a wrong continuation, or at the end
+    a proper prefix."""
+    head, rest = word[0], word[1:]
+    assert head not in rest
+    esc = ("\\" + head) if head in _REGEX_META else head
+
+    def lit(s: str) -> str:
+        return "".join("\\" + c if c in _REGEX_META else ("\\n" if c == "\n" else c) for c in s)
+
+    def cls(c: str) -> str:
+        return "\\" + c if c in _REGEX_META or c == "]" else ("\\n" if c == "\n" else c)
+
+    wrong = "|".join(f"{lit(rest[:k])}[^{cls(rest[k])}{cls(head)}]" for k in range(len(rest)))
+    tail = "|".join(lit(rest[:k]) for k in range(1, len(rest)))
+    return f"([^{cls(head)}]|{esc}+({wrong}))*({esc}+({tail})?)?"
+
+
+def constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
+               tools: Sequence[common_pb2.Tool]) -> inference_pb2.Constraint | None:
+    """The Constraint of this request (None: free text) over the conversation's ``tools``, or an
+    in-stream error naming the field; the grammar is checked by llguidance before anything runs."""
+    built = _constraint(create, model, list(tools))
+    if built is not None:
+        try:
+            check_constraint(built)
+        except ConstraintError as e:
+            field = "create_response.text_format" if create.HasField("text_format") else "create_response.tools"
+            raise invalid(field, f"the constraint does not compile: {e}"[:800]) from None
+    return built
+
+
+def _constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
+                tools: list[common_pb2.Tool]) -> inference_pb2.Constraint | None:
+    choice = create.tool_choice
+    mode = choice.mode
+    if mode not in Mode.values():
+        raise invalid(f"{_FIELD}.mode", f"unknown value {mode}")
+    if mode == Mode.TOOL_CHOICE_MODE_FUNCTION:
+        if not choice.function_name:
+            raise invalid(f"{_FIELD}.function_name", "required with a named function")
+        tools = [t for t in tools if t.name == choice.function_name]
+        if not tools:
+            raise invalid(f"{_FIELD}.function_name", f"{choice.function_name!r} is not among the request's tools")
+    elif choice.function_name:
+        raise invalid(f"{_FIELD}.function_name", "only with TOOL_CHOICE_MODE_FUNCTION")
+    if mode == Mode.TOOL_CHOICE_MODE_REQUIRED and not tools:
+        raise invalid(_FIELD, "required needs at least one tool")
+    text = _text_rule(create)
+    if not tools or mode == Mode.TOOL_CHOICE_MODE_NONE:
+        if text is not None:
+            return inference_pb2.Constraint(lark=f"start: {text}\n")
+        if mode == Mode.TOOL_CHOICE_MODE_NONE and tools:
+            return inference_pb2.Constraint(lark=_none_grammar(model))
+        return None
+    fmt = FORMATS.get(model.tool_call_format)
+    if fmt is None:
+        raise RequestError(Code.ERROR_CODE_FAILED_PRECONDITION,
+                           f"{_FIELD}: model {model.name!r} has no tool-call format loopwire can constrain "
+                           f"({model.tool_call_format or 'none'!r})", _FIELD)
+    parallel = create.parallel_tool_calls if create.HasField("parallel_tool_calls") else True
+    body = _json({"anyOf": [_call_schema(t) for t in tools]})
+    more = f' ({json.dumps(fmt.separator)} call)*' if parallel else ""
+    rules = [f"call: {json.dumps(fmt.opener)} body {json.dumps(fmt.closer)}", f"body: {body}"]
+    if mode == Mode.TOOL_CHOICE_MODE_UNSPECIFIED:  # auto
+        opener, after = fmt.opener.rstrip(), fmt.opener[len(fmt.opener.rstrip()):]
+        rules += [f"first: opened {json.dumps(after)} body {json.dumps(fmt.closer)}" if after
+                  else f"first: opened body {json.dumps(fmt.closer)}",
+                  f"opened[lazy]: TEXT {json.dumps(opener)}",
+                  "TEXT: /(.|\\n)*/"]
+        free = text if text is not None else "TEXT"
+        start = f"start: {free} | first{more}"
+    else:
+        start = f"start: call{more}"
+    return inference_pb2.Constraint(lark="\n".join(["%llguidance {}", start, *rules]) + "\n")
+
+
+def _text_rule(create: gateway_pb2.CreateResponse) -> str | None:
+    """The text format as a grammar expression (None: free text)."""
+    if not create.HasField("text_format"):
+        return None
+    fmt = create.text_format
+    field = "create_response.text_format.json_schema"
+    if not fmt.json_schema:
+        return _json({"type": "object"})
+    try:
+        schema = json.loads(fmt.json_schema)
+    except ValueError as e:
+        raise invalid(field, f"not valid JSON: {e}") from None
+    if not isinstance(schema, dict):
+        raise invalid(field, "a JSON Schema must be an object")
+    return _json(strict_schema(schema) if fmt.strict else schema)
+
+
+def _none_grammar(model: ModelDefinition) -> str:
+    fmt = FORMATS.get(model.tool_call_format)
+    opener = fmt.opener.strip() if fmt else "<tool_call>"
+    return f"start: TEXT\nTEXT: /{_avoiding(opener)}/\n"

@@ -80,8 +80,13 @@ def _cmd_service(args: argparse.Namespace) -> int:
 def _cmd_up(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from loopwire.mesh import start_mesh
+    from loopwire.mesh import StateDirBusy, lock_state_dir, start_mesh
 
+    try:  # first: nothing in the state dir may change under a mesh that runs on it
+        lock = lock_state_dir(args.state_dir)  # noqa: F841 - held until this process exits
+    except StateDirBusy as e:
+        print(f"loopwire up: {e}", file=sys.stderr)
+        return 1
     console = Console()
     # Before anything starts: a signal that comes while the mesh starts or the banner prints
     # still stops everything cleanly (the default handler would kill this process and orphan it).

@@ -7,6 +7,7 @@ is what runs in production; the mesh waits until every one answers its health ch
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -34,6 +35,34 @@ DEV_KEY_FILE = "dev-api-key"
 
 # The development CA and certificates of `loopwire up --tls`, under the state directory.
 TLS_DIR = "tls"
+
+# Held (flock) by the `loopwire up` that owns a state directory, for as long as it runs.
+LOCK_FILE = "mesh.lock"
+
+
+class StateDirBusy(Exception):
+    """Another `loopwire up` holds the state directory."""
+
+
+def lock_state_dir(state_dir: str | Path) -> IO[str]:
+    """Hold ``<state_dir>/mesh.lock`` exclusively while the returned file stays open (the lock
+    goes with the process): a second `loopwire up` on the same directory would otherwise rewrite
+    the key, auth file and service token the running mesh uses, locking its clients out."""
+    path = Path(state_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    lock = open(path / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 - held by the caller
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip()
+        lock.close()
+        raise StateDirBusy(f"{path} is in use by a running `loopwire up`" + (f" (pid {holder})" if holder else "")
+                           + "; stop it first or pass another --state-dir") from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def use_client_certificate(state_dir: str | Path) -> bool:

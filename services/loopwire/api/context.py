@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 
 from loopwire.api.errors import ApiError
@@ -66,16 +66,21 @@ def error_response(e: ApiError) -> JSONResponse:
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 past ``limit`` bytes (before reading it all when the length is declared)."""
+    """The body, refused with 413 past ``limit`` bytes (before reading it all when the length is declared).
+    A client gone mid-body (or cut off by the body deadline) is a 499 that no one reads, not a bug."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(int(declared), limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(size, limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ApiError(499, "The client closed the connection before its body arrived.", type="cancelled",
+                       code="cancelled") from None
     return b"".join(chunks)
 
 

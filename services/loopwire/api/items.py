@@ -7,6 +7,8 @@ the gateway's. Every rejection names the request path of the offending value.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Collection
 from typing import Any
 
 from loopwire.api.errors import ApiError, bad_request, invalid_type, unknown_parameter, unsupported
@@ -37,6 +39,11 @@ def want(value: Any, kind: type | tuple[type, ...], path: str, expected: str) ->
     return value
 
 
+def _known(value: Any, names: Collection[str]) -> bool:
+    """Whether a JSON value is one of ``names`` (an array or object never is, nor can it be hashed)."""
+    return isinstance(value, str) and value in names
+
+
 def text_item(role: int, text: str) -> common_pb2.Item:
     return common_pb2.Item(message=common_pb2.Message(role=role, content=[common_pb2.ContentPart(text=text)]))  # type: ignore[arg-type]
 
@@ -50,7 +57,7 @@ def _content_text(content: Any, path: str) -> list[common_pb2.ContentPart]:
         p = f"{path}[{j}]"
         want(part, dict, p, "an object")
         kind = part.get("type")
-        if kind not in _TEXT_PARTS:
+        if not _known(kind, _TEXT_PARTS):
             raise unsupported(f"{p}.type", f"content part type {kind!r} (only text)")
         text = part.get("refusal") if kind == "refusal" else part.get("text")
         parts.append(common_pb2.ContentPart(text=want(text, str, f"{p}.text", "a string")))
@@ -74,12 +81,12 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
         want(raw, dict, p, "an object")
         kind = raw.get("type", "message")
         if kind == "message":
-            role = ROLES.get(raw.get("role", ""))
-            if role is None:
-                raise bad_request(f"Invalid value for '{p}.role': {raw.get('role')!r}.", f"{p}.role", "invalid_value")
+            role = raw.get("role", "")
+            if not _known(role, ROLES):
+                raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
             check_keys(raw, {"type", "role", "content", "id", "status"}, p)
             parts = _content_text(raw.get("content", ""), f"{p}.content")
-            items.append(common_pb2.Item(message=common_pb2.Message(role=role, content=parts)))  # type: ignore[arg-type]
+            items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[role], content=parts)))  # type: ignore[arg-type]
         elif kind == "function_call":
             check_keys(raw, {"type", "call_id", "name", "arguments", "id", "status"}, p)
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
@@ -93,7 +100,7 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
                 call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
                 output=_tool_output_text(raw.get("output", ""), f"{p}.output"),
             )))
-        elif kind in _DROPPED_ITEMS:
+        elif _known(kind, _DROPPED_ITEMS):
             continue
         else:
             raise unsupported(f"{p}.type", f"input item type {kind!r}")
@@ -115,7 +122,7 @@ def response_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
     for i, raw in enumerate(value):
         p = f"{path}[{i}]"
         want(raw, dict, p, "an object")
-        if raw.get("type") in DROPPED_TOOL_TYPES:
+        if _known(raw.get("type"), DROPPED_TOOL_TYPES):
             continue
         if raw.get("type") != "function":
             raise unsupported(f"{p}.type", f"tool type {raw.get('type')!r} (only function tools)")
@@ -168,14 +175,14 @@ def chat_messages(value: Any, path: str = "messages") -> list[common_pb2.Item]:
                 output=_tool_output_text(raw.get("content") or "", f"{p}.content"),
             )))
             continue
-        if role not in ROLES:
+        if not _known(role, ROLES):
             raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
         check_keys(raw, {"role", "content", "name", "tool_calls", "refusal"}, p)
         content = raw.get("content")
         if content is not None and content != "" or not raw.get("tool_calls"):
             items.append(common_pb2.Item(message=common_pb2.Message(
                 role=ROLES[role], content=_content_text(content or "", f"{p}.content"))))  # type: ignore[arg-type]
-        for j, call in enumerate(raw.get("tool_calls") or []):
+        for j, call in enumerate(want(raw.get("tool_calls") or [], list, f"{p}.tool_calls", "an array")):
             cp = f"{p}.tool_calls[{j}]"
             want(call, dict, cp, "an object")
             fn = want(call.get("function"), dict, f"{cp}.function", "an object")
@@ -254,12 +261,61 @@ def loopwire_stats(timings: common_pb2.Timings, replica: str) -> dict[str, Any]:
     }
 
 
+MAX_JSON_DEPTH = 64
+MAX_JSON_INT = 2**64
+
+
 def json_object(body: bytes) -> dict[str, Any]:
-    """A request body that must be one JSON object."""
+    """A request body that must be one JSON object, whose every value the rest of the api (and
+    protobuf) can hold: nesting is bounded, strings are Unicode text (no lone surrogates),
+    numbers are finite doubles or integers within 64 bits."""
     try:
-        value = json.loads(body)
+        value = json.loads(body, parse_constant=_no_constant)
+    except RecursionError:
+        raise _invalid_json(f"nested deeper than {MAX_JSON_DEPTH} levels", None) from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise ApiError(400, f"We could not parse the JSON body of your request: {e}", code="invalid_json") from None
+        raise _invalid_json(f"We could not parse the JSON body of your request: {e}", None) from None
     if not isinstance(value, dict):
-        raise ApiError(400, "The request body must be a JSON object.", code="invalid_json")
+        raise _invalid_json("The request body must be a JSON object.", None)
+    _check_values(value)
     return value
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _invalid_json(problem: str, path: str | None) -> ApiError:
+    where = f"'{path}': " if path else ""
+    return ApiError(400, where + problem, param=path, code="invalid_json")
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_values(body: dict[str, Any]) -> None:
+    """Walks the parsed body without recursion (a deep body must not exhaust the stack here)."""
+    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            raise _invalid_json(f"nested deeper than {MAX_JSON_DEPTH} levels", path or None)
+        if isinstance(value, str) and not _is_text(value):
+            raise _invalid_json("not valid Unicode text (a lone surrogate escape)", path or None)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise bad_request(f"'{path}': number out of range.", path or None, "invalid_value")
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INT:
+            raise bad_request(f"'{path}': integer out of range (at most 2^64 in magnitude).", path or None,
+                              "invalid_value")
+        elif isinstance(value, dict):
+            for key, v in value.items():
+                if not _is_text(key):  # checked before it becomes part of a path (and of a message)
+                    raise _invalid_json("a key is not valid Unicode text (a lone surrogate escape)", path or None)
+                stack.append((v, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))

@@ -8,16 +8,22 @@ alone (this process holds no conversation) and the HTTP stack scales and restart
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import h11
 import uvicorn
 from google.protobuf import json_format
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from loopwire.api.app import build_app
 from loopwire.api.context import ApiContext
+from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import GatewayClient
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
@@ -49,6 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ws-ping-s", type=float, default=float(_env("ws_ping_s", "20")),
                         help="WebSocket mode: a protocol ping this often (a client that does not answer within the "
                              "same time is dropped); 0: never (env LOOPWIRE_WS_PING_S)")
+    parser.add_argument("--header-timeout-s", type=float, default=float(_env("header_timeout_s", "10")),
+                        help="seconds a connection (or a kept-alive one, from its last response) has to send a "
+                             "request's line and headers; later is 408 and closed (env LOOPWIRE_HEADER_TIMEOUT_S)")
+    parser.add_argument("--body-timeout-s", type=float, default=float(_env("body_timeout_s", "60")),
+                        help="seconds a request has to send its body once its headers are in; later is 408 and "
+                             "closed (env LOOPWIRE_BODY_TIMEOUT_S)")
+    parser.add_argument("--keep-alive-s", type=int, default=_env_int("keep_alive_s", 5),
+                        help="seconds an idle kept-alive connection stays open (env LOOPWIRE_KEEP_ALIVE_S)")
     add_insecure_dev_argument(parser)
 
 
@@ -64,6 +78,8 @@ def build_context(args: argparse.Namespace) -> ApiContext:
         log.warning("replay: responses replay the %d recorded turns of %s", len(turns), args.replay)
     if args.sse_keepalive_s < 0 or args.ws_ping_s < 0:
         raise SystemExit("api: --sse-keepalive-s and --ws-ping-s must be 0 (off) or positive")
+    if args.header_timeout_s <= 0 or args.body_timeout_s <= 0 or args.keep_alive_s <= 0:
+        raise SystemExit("api: --header-timeout-s, --body-timeout-s and --keep-alive-s must be positive")
     return ApiContext(GatewayClient(args.gateway), models, args.max_body_bytes, authenticator, turns,
                       sse_keepalive_s=args.sse_keepalive_s)
 
@@ -79,11 +95,14 @@ def load_replay(path: str) -> list[common_pb2.ReplayOutput]:
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     ctx = build_context(args)
     host, _, port = args.listen.rpartition(":")
+    protocol = functools.partial(TimedH11Protocol, header_timeout_s=args.header_timeout_s,
+                                 body_timeout_s=args.body_timeout_s)
     config = uvicorn.Config(
-        build_app(ctx), host=host.strip("[]") or "127.0.0.1", port=int(port), ws="websockets-sansio",
-        ws_max_size=args.max_body_bytes + 64 * 1024, ws_ping_interval=args.ws_ping_s or None,
+        build_app(ctx), host=host.strip("[]") or "127.0.0.1", port=int(port), http=protocol,  # type: ignore[arg-type]
+        ws="websockets-sansio", ws_max_size=args.max_body_bytes + 64 * 1024, ws_ping_interval=args.ws_ping_s or None,
         ws_ping_timeout=args.ws_ping_s or None, log_level="warning", access_log=False, lifespan="off",
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=10, timeout_keep_alive=args.keep_alive_s,
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     server = uvicorn.Server(config)
     log.info("api on http://%s (gateway %s, models %s)", args.listen, args.gateway, ", ".join(ctx.models))
@@ -91,3 +110,73 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         await server.serve()
     finally:
         await ctx.gateway.close()
+
+
+MAX_HEADER_BYTES = 16 * 1024  # request line + headers; more is a 400 (h11's limit, said explicitly)
+_TIMEOUT_BODY = json.dumps(ApiError(408, "The request was not received in time.", code="request_timeout").body(),
+                           separators=(",", ":")).encode()
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with deadlines for receiving a request: uvicorn has none (a slowloris
+    client that never finishes its headers, or its body, holds the connection forever). Headers
+    must be in ``header_timeout_s`` after the connection opens or its last response completes, the
+    body ``body_timeout_s`` after the headers; past that a started request gets a 408 and the
+    connection closes. A WebSocket upgrade leaves these deadlines behind (its pings time it out)."""
+
+    def __init__(self, *args: Any, header_timeout_s: float, body_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timeouts = {h11.IDLE: header_timeout_s, h11.SEND_BODY: body_timeout_s}
+        self._waiting_for: object = None  # the client's h11 state whose deadline runs
+        self._started = False  # bytes of the awaited request arrived (else a timeout closes silently)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._upgraded = False
+
+    def _watch(self) -> None:
+        """(Re)arm the deadline when the client's side of the connection enters a new phase."""
+        state = self.conn.their_state
+        phase = state if state in self._timeouts and not self._upgraded and not self.transport.is_closing() else None
+        if phase is self._waiting_for:
+            return  # same phase: its deadline still runs from when it began
+        self._cancel()
+        self._waiting_for, self._started = phase, False
+        if phase is not None:
+            self._deadline = self.loop.call_later(self._timeouts[phase], self._timed_out)
+
+    def _cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _timed_out(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        started = self._started or self._waiting_for is h11.SEND_BODY
+        if started and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # no response begun yet
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+        self.transport.close()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._watch()
+
+    def data_received(self, data: bytes) -> None:
+        self._started = True
+        super().data_received(data)
+        self._watch()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._upgraded = True
+        self._cancel()
+        super().handle_websocket_upgrade(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        super().connection_lost(exc)

@@ -102,6 +102,8 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
     ) -> harness_pb2.ListSessionsResponse:
         caller = await self._caller(context)
         assert caller is not None
+        if request.page_size < 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_size: must be >= 0 (0: the default, 50)")
         page_size = min(request.page_size or 50, 1000)
         try:
             sessions, token = await asyncio.to_thread(self.store.list, page_size, request.page_token, caller.tenant)

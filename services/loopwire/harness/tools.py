@@ -109,11 +109,33 @@ class ToolContext:
 def _args(call: common_pb2.FunctionCall) -> dict:
     try:
         args = json.loads(call.arguments) if call.arguments.strip() else {}
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise ToolInputError(f"arguments are not valid JSON: {e}") from None
     if not isinstance(args, dict):
         raise ToolInputError("arguments must be a JSON object")
+    for key, value in args.items():
+        if not _is_unicode(key) or not _is_unicode(value):
+            raise ToolInputError(f"{to_text(key)} is not valid Unicode text (it holds a lone surrogate)")
     return args
+
+
+def _is_unicode(value: object) -> bool:
+    """Whether every string in a parsed JSON value encodes to UTF-8: JSON's "\\ud800" escapes
+    decode to lone surrogates, which no file name, file body or command can hold."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return True
 
 
 _MISSING = object()

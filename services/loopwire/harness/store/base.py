@@ -33,6 +33,13 @@ Statement = tuple[str, tuple]
 # A session whose owner has not written a heartbeat for this long may be taken over.
 DEFAULT_LEASE_S = 15.0
 
+# ListSessions pages stay far below gRPC's default 4 MiB client limit whatever the tasks hold:
+# a summary carries the task's first LIST_TASK_CHARS characters (GetSession has it whole), and
+# a page ends early (with a next token) once its sessions reach LIST_PAGE_BYTES.
+LIST_TASK_CHARS = 1000
+LIST_PAGE_BYTES = 1024 * 1024
+TRUNCATED = "…"
+
 # The columns every engine has; `?` placeholders (an engine rewrites them if it must).
 SESSION_COLUMNS = (
     "session_id", "status", "task", "workspace", "instructions", "tools", "start", "replay_source",
@@ -339,9 +346,10 @@ class SessionStore(ABC):
         )
 
     def list(self, page_size: int, page_token: str, tenant: str = "") -> tuple[list[harness_pb2.Session], str]:
-        """The tenant's sessions, newest first; the token is an opaque cursor (created_at_ms, session_id)."""
-        sql = ("SELECT session_id, status, task, workspace, item_count, turn_count, created_at_ms, updated_at_ms,"
-               " replay_source FROM sessions WHERE tenant = ?")
+        """The tenant's sessions, newest first, at most ``page_size`` (fewer past LIST_PAGE_BYTES),
+        tasks cut to LIST_TASK_CHARS; the token is an opaque cursor (created_at_ms, session_id)."""
+        sql = (f"SELECT session_id, status, substr(task, 1, {LIST_TASK_CHARS + 1}), workspace, item_count,"
+               " turn_count, created_at_ms, updated_at_ms, replay_source FROM sessions WHERE tenant = ?")
         params: tuple = (tenant,)
         if page_token:
             created, sid = decode_page_token(page_token)
@@ -349,21 +357,34 @@ class SessionStore(ABC):
             params = (tenant, created, sid)
         sql += " ORDER BY created_at_ms DESC, session_id DESC LIMIT ?"
         rows = self._query(sql, (*params, page_size + 1))
-        sessions = [_session(r) for r in rows[:page_size]]
+        sessions: list[harness_pb2.Session] = []
+        size = 0
+        for row in rows[:page_size]:
+            session = _session(row)
+            if len(session.task) > LIST_TASK_CHARS:
+                session.task = session.task[:LIST_TASK_CHARS] + TRUNCATED
+            size += session.ByteSize()
+            if sessions and size > LIST_PAGE_BYTES:
+                break
+            sessions.append(session)
         next_token = ""
-        if len(rows) > page_size:
+        if len(rows) > len(sessions):
             last = sessions[-1]
             next_token = base64.urlsafe_b64encode(f"{last.created_at_ms}:{last.session_id}".encode()).decode()
         return sessions, next_token
 
 
 def decode_page_token(token: str) -> tuple[int, str]:
-    """ValueError for anything that is not a token this store made."""
+    """ValueError for anything that is not a token this store made (a creation time out of the
+    databases' 64-bit range included: the engines would overflow binding it)."""
     try:
         created, sid = base64.urlsafe_b64decode(token.encode("ascii")).decode().split(":", 1)
-        return int(created), sid
+        value = int(created)
     except (ValueError, UnicodeError) as e:
         raise ValueError("not a page token from ListSessions") from e
+    if not 0 <= value < 2**63:
+        raise ValueError("not a page token from ListSessions (its time is out of range)")
+    return value, sid
 
 
 def _session(row: tuple) -> harness_pb2.Session:

@@ -3,7 +3,8 @@
 Same environment (sandboxed, ``trim_blocks``, ``lstrip_blocks``, loop controls), same
 helpers (``raise_exception``, ``tojson`` without ASCII escaping, ``strftime_now``) and the
 same variables (``messages``, ``tools``, ``add_generation_prompt``, ``bos_token``,
-``eos_token``), so a template behaves here as it does in the ecosystem it came from.
+``eos_token``), and the same ``{% generation %}`` tag, so a template behaves here as it does
+in the ecosystem it came from.
 """
 
 from __future__ import annotations
@@ -13,11 +14,30 @@ from datetime import datetime
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
 class ChatTemplateError(ValueError):
     """The template does not compile, or raised while rendering (names the cause)."""
+
+
+class GenerationTag(Extension):
+    """``{% generation %}...{% endgeneration %}``, which training templates wrap around the
+    assistant's turns so transformers can build an assistant-token mask. Rendering is not
+    affected: the body renders unchanged, in its own scope, as transformers' call block does."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.CallBlock(self.call_method("_render_body"), [], [], body).set_lineno(lineno)
+
+    @staticmethod
+    def _render_body(caller: Any) -> str:
+        return str(caller())
 
 
 def _raise_exception(message: str) -> None:
@@ -36,7 +56,7 @@ def _strftime_now(fmt: str) -> str:
 class ChatTemplate:
     def __init__(self, source: str, bos_token: str = "", eos_token: str = "") -> None:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+                                            extensions=["jinja2.ext.loopcontrols", GenerationTag])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now

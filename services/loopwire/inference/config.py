@@ -1,6 +1,8 @@
 """Model shapes and engine settings, one place for every engine.
 
-Model presets are Llama-architecture shapes. ``tiny`` is the default of the reference
+The architectures are Llama and its two close relatives, Qwen2 (biases on the q/k/v
+projections) and Qwen3 (per-head RMSNorm of q and k before RoPE, a head size of its own);
+the presets are Llama shapes. ``tiny`` is the default of the reference
 engine: small enough that a 48-turn replayed session (~14k-token context, ~7k output
 tokens) runs in seconds on two CPU cores; the named sizes (``1b``, ``3b``, ``8b``, ``70b``)
 are the real Llama 3 shapes the simulated engine prices.
@@ -14,10 +16,14 @@ from pathlib import Path
 
 from loopwire.common.model_def import dummy_definition
 
+# The architectures the numpy model runs, with what sets them apart from Llama by default:
+# (q/k/v projection biases, q/k RMSNorm). Names as GGUF's general.architecture and HF's model_type.
+ARCHITECTURES: dict[str, tuple[bool, bool]] = {"llama": (False, False), "qwen2": (True, False), "qwen3": (False, True)}
+
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A Llama-architecture shape (the fields of a Hugging Face ``config.json``)."""
+    """A model's shape (the fields of a Hugging Face ``config.json``)."""
 
     vocab_size: int
     hidden_size: int
@@ -31,21 +37,32 @@ class ModelConfig:
     name: str = "custom"
     # Positions the model was trained for (``max_position_embeddings``; 0 = unknown).
     context_length: int = 0
+    architecture: str = "llama"
+    # Biases on the q, k and v projections (Qwen2).
+    attention_bias: bool = False
+    # RMSNorm of each head's query and key before RoPE (Qwen3).
+    qk_norm: bool = False
+    # The head size when it is not hidden_size / num_attention_heads (Qwen3); 0 = that quotient.
+    head_dim_override: int = 0
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.head_dim_override or self.hidden_size // self.num_attention_heads
 
     @property
     def num_params(self) -> int:
         h, i, layers = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        q = self.num_attention_heads * self.head_dim
         kv = self.num_key_value_heads * self.head_dim
-        per_layer = h * h * 2 + h * kv * 2 + 3 * h * i + 2 * h
+        per_layer = h * q * 2 + h * kv * 2 + 3 * h * i + 2 * h
+        per_layer += (q + 2 * kv) * self.attention_bias + 2 * self.head_dim * self.qk_norm
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return layers * per_layer + embeddings + h
 
     def validate(self) -> None:
-        if self.hidden_size % self.num_attention_heads:
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"architecture {self.architecture!r} is not supported; supported: {', '.join(ARCHITECTURES)}")
+        if not self.head_dim_override and self.hidden_size % self.num_attention_heads:
             raise ValueError("hidden_size must be a multiple of num_attention_heads")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
@@ -55,9 +72,21 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, data: dict, name: str = "checkpoint") -> ModelConfig:
         heads = int(data["num_attention_heads"])
+        # Qwen2 and Qwen3 by model_type; anything else is read as Llama, as before.
+        arch = str(data.get("model_type"))
+        arch = arch if arch in ("qwen2", "qwen3") else "llama"
         head_dim = data.get("head_dim")
+        override = 0
         if head_dim is not None and int(head_dim) != int(data["hidden_size"]) // heads:
-            raise ValueError(f"head_dim {head_dim} != hidden_size / num_attention_heads: not supported")
+            if arch != "qwen3":
+                raise ValueError(f"head_dim {head_dim} != hidden_size / num_attention_heads: not supported for {arch}")
+            override = int(head_dim)
+        default_bias, qk_norm = ARCHITECTURES[arch]
+        bias = bool(data.get("attention_bias", default_bias))
+        if bias and arch != "qwen2":  # Llama and Qwen3 then bias o_proj too
+            raise ValueError(f"attention_bias is not supported for {arch}")
+        if data.get("use_sliding_window"):
+            raise ValueError("sliding-window attention (use_sliding_window) is not supported")
         return cls(
             vocab_size=int(data["vocab_size"]),
             hidden_size=int(data["hidden_size"]),
@@ -70,12 +99,17 @@ class ModelConfig:
             tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
             name=name,
             context_length=int(data.get("max_position_embeddings") or 0),
+            architecture=arch,
+            attention_bias=bias,
+            qk_norm=qk_norm,
+            head_dim_override=override,
         )
 
     def to_hf(self) -> dict:
+        cls_name = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
         return {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
+            "architectures": [cls_name[self.architecture]],
+            "model_type": self.architecture,
             "vocab_size": self.vocab_size,
             "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size,
@@ -86,6 +120,8 @@ class ModelConfig:
             "rope_theta": self.rope_theta,
             "tie_word_embeddings": self.tie_word_embeddings,
             **({"max_position_embeddings": self.context_length} if self.context_length else {}),
+            **({"head_dim": self.head_dim_override} if self.head_dim_override else {}),
+            **({"attention_bias": self.attention_bias} if self.architecture != "llama" else {}),
         }
 
 

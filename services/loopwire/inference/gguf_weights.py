@@ -1,5 +1,5 @@
-"""Llama weights from a GGUF file (llama.cpp's format), dequantized to float32 with the
-Hugging Face tensor names ``LlamaModel`` reads.
+"""Llama, Qwen2 and Qwen3 weights from a GGUF file (llama.cpp's format), dequantized to
+float32 with the Hugging Face tensor names ``LlamaModel`` reads.
 
 Two things differ from a Hugging Face checkpoint besides the names:
 
@@ -9,9 +9,11 @@ Two things differ from a Hugging Face checkpoint besides the names:
   reorders the rows of each head's query and key projection so llama.cpp's *interleaved*
   RoPE (rotating pairs ``(2j, 2j+1)``) computes what Hugging Face's ``rotate_half`` RoPE
   (rotating pairs ``(j, j + d/2)``) does. ``LlamaModel`` uses ``rotate_half``, so the rows
-  are put back here (``unpermute_qk``).
+  are put back here (``unpermute_qk``). Qwen2 and Qwen3 are converted without the permutation:
+  llama.cpp runs them with its NEOX RoPE, which is ``rotate_half``.
 
-Only the ``llama`` architecture with plain RoPE is read; anything else is refused by name.
+Qwen2 adds ``attn_{q,k,v}.bias``, Qwen3 ``attn_{q,k}_norm.weight`` and its own head size
+(``attention.key_length``). Plain RoPE only; any other architecture is refused by name.
 The default model (``loopwire.common.model_def.default_model_path``) is SmolLM2-135M-Instruct (Q4_1).
 """
 
@@ -25,7 +27,9 @@ import numpy as np
 from loopwire.common.model_def import open_gguf
 from loopwire.inference.config import ModelConfig
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
+# Architectures whose GGUF Q/K rows llama.cpp's converter permuted (its "normal" RoPE).
+_PERMUTED_QK = ("llama",)
 
 # GGUF tensor name (per layer: without the ``blk.{i}.`` prefix) -> Hugging Face name.
 _GLOBAL_NAMES = {
@@ -40,6 +44,11 @@ _LAYER_NAMES = {
     "attn_k.weight": "self_attn.k_proj.weight",
     "attn_v.weight": "self_attn.v_proj.weight",
     "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
     "ffn_gate.weight": "mlp.gate_proj.weight",
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
@@ -71,7 +80,7 @@ def _field(reader: Any, key: str, default: Any = None, *, required: bool = True)
 
 
 def read_gguf_config(reader: Any, name: str = "gguf") -> ModelConfig:
-    """The ``ModelConfig`` of an opened ``gguf.GGUFReader`` (llama architecture only)."""
+    """The ``ModelConfig`` of an opened ``gguf.GGUFReader`` (a supported architecture)."""
     arch = _field(reader, "general.architecture", "")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise ValueError(f"GGUF architecture {arch or '(none)'!r} is not supported; "
@@ -81,9 +90,13 @@ def read_gguf_config(reader: Any, name: str = "gguf") -> ModelConfig:
         raise ValueError(f"GGUF rope scaling {scaling!r} is not supported (plain RoPE only)")
     heads = int(_field(reader, f"{arch}.attention.head_count"))
     hidden = int(_field(reader, f"{arch}.embedding_length"))
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads, required=False))
+    value_dim = int(_field(reader, f"{arch}.attention.value_length", head_dim, required=False))
+    if value_dim != head_dim:
+        raise ValueError(f"GGUF key and value head sizes differ ({head_dim}, {value_dim}): not supported")
     rope_dim = _field(reader, f"{arch}.rope.dimension_count", 0, required=False)
-    if rope_dim and int(rope_dim) != hidden // heads:
-        raise ValueError(f"GGUF partial RoPE ({rope_dim} of {hidden // heads} dims) is not supported")
+    if rope_dim and int(rope_dim) != head_dim:
+        raise ValueError(f"GGUF partial RoPE ({rope_dim} of {head_dim} dims) is not supported")
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     vocab = len(tokens.data) if tokens is not None else _field(reader, f"{arch}.vocab_size")
     names = {t.name for t in reader.tensors}
@@ -99,6 +112,11 @@ def read_gguf_config(reader: Any, name: str = "gguf") -> ModelConfig:
         tie_word_embeddings="output.weight" not in names,
         name=name,
         context_length=int(_field(reader, f"{arch}.context_length", 0, required=False)),
+        architecture=arch,
+        # llama.cpp loads q/k/v biases wherever the file has them (Qwen2 always does).
+        attention_bias="blk.0.attn_q.bias" in names,
+        qk_norm=arch == "qwen3",
+        head_dim_override=head_dim if head_dim != hidden // heads else 0,
     )
 
 
@@ -113,7 +131,7 @@ def _hf_name(gguf_name: str) -> str | None:
 
 
 def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """Read a llama GGUF file: its shape and every tensor as float32 under the HF name."""
+    """Read a GGUF file: its shape and every tensor as float32 under the HF name."""
     import gguf
 
     from loopwire.inference.weights import tensor_names, tensor_shape
@@ -126,7 +144,7 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     for t in reader.tensors:
         name = _hf_name(t.name)
         if name is None:
-            raise ValueError(f"{path}: unexpected tensor {t.name!r} for a plain llama model")
+            raise ValueError(f"{path}: unexpected tensor {t.name!r} for a plain {config.architecture} model")
         try:
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as e:
@@ -139,9 +157,9 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
                 raise ValueError(f"{path}: tensor {t.name!r} is truncated ({w.size} values, "
                                  f"{int(np.prod(expected))} expected)")
             w = w.reshape(expected)
-        if name.endswith("q_proj.weight"):
+        if config.architecture in _PERMUTED_QK and name.endswith(("q_proj.weight", "q_proj.bias")):
             w = unpermute_qk(w, config.num_attention_heads)
-        elif name.endswith("k_proj.weight"):
+        elif config.architecture in _PERMUTED_QK and name.endswith(("k_proj.weight", "k_proj.bias")):
             w = unpermute_qk(w, config.num_key_value_heads)
         weights[name] = np.ascontiguousarray(w)
     for name in tensor_names(config):

@@ -1,7 +1,8 @@
 """A Llama-architecture transformer in numpy float32 that reads and writes a paged KV cache.
 
 RMSNorm, rotary embeddings (the Hugging Face ``rotate_half`` layout), SwiGLU and grouped-query
-attention. One ``forward`` runs a whole scheduler step: prefill chunks and decode/verify rows
+attention; with Qwen2's q/k/v projection biases and Qwen3's per-head q/k RMSNorm (applied
+before RoPE, as llama.cpp and transformers do) when the config asks for them. One ``forward`` runs a whole scheduler step: prefill chunks and decode/verify rows
 of many sequences in one pass; the linear layers see all rows at once.
 
 It is *batch invariant* in practice: a row's result does not depend on which other rows
@@ -65,7 +66,14 @@ class LlamaModel:
                 "input_layernorm.weight", "post_attention_layernorm.weight",
                 "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
                 "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")}
+            extra = {}
+            if config.attention_bias:
+                extra["qkv_bias"] = np.concatenate([weights[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
+            if config.qk_norm:
+                extra["q_norm"] = weights[p + "self_attn.q_norm.weight"]
+                extra["k_norm"] = weights[p + "self_attn.k_norm.weight"]
             self.layers.append({
+                **extra,
                 "attn_norm": w["input_layernorm.weight"],
                 "mlp_norm": w["post_attention_layernorm.weight"],
                 "qkv": np.ascontiguousarray(np.concatenate(
@@ -121,9 +129,15 @@ class LlamaModel:
         for layer, w in enumerate(self.layers):
             h = _rms_norm(x, w["attn_norm"], c.rms_norm_eps)
             qkv = _mm(h, w["qkv"])
-            q = self._rope(qkv[:, : nh * hd].reshape(-1, nh, hd), positions)
-            k = self._rope(qkv[:, nh * hd : (nh + kvh) * hd].reshape(-1, kvh, hd), positions)
+            if "qkv_bias" in w:
+                qkv = qkv + w["qkv_bias"]
+            q = qkv[:, : nh * hd].reshape(-1, nh, hd)
+            k = qkv[:, nh * hd : (nh + kvh) * hd].reshape(-1, kvh, hd)
             v = qkv[:, (nh + kvh) * hd :].reshape(-1, kvh, hd)
+            if "q_norm" in w:
+                q = _rms_norm(q, w["q_norm"], c.rms_norm_eps)
+                k = _rms_norm(k, w["k_norm"], c.rms_norm_eps)
+            q, k = self._rope(q, positions), self._rope(k, positions)
             keys, values = store.keys[layer], store.values[layer]
             flat_k = keys.reshape(kvh, -1, hd)
             flat_v = values.reshape(kvh, -1, hd)

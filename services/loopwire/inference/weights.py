@@ -1,6 +1,6 @@
-"""Model weights: ``dummy:<seed>`` (random, reproducible), a Hugging Face Llama checkpoint
-directory (``config.json`` + ``*.safetensors`` with the usual tensor names, float32, float16
-or bfloat16), or a llama GGUF file (``*.gguf``, see ``gguf_weights``)."""
+"""Model weights: ``dummy:<seed>`` (random, reproducible), a Hugging Face Llama, Qwen2 or
+Qwen3 checkpoint directory (``config.json`` + ``*.safetensors`` with the usual tensor names,
+float32, float16 or bfloat16), or a GGUF file (``*.gguf``, see ``gguf_weights``)."""
 
 from __future__ import annotations
 
@@ -29,19 +29,27 @@ def tensor_names(config: ModelConfig) -> list[str]:
             *(p + f"self_attn.{n}_proj.weight" for n in "qkvo"),
             *(p + f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")),
         ]
+        if config.attention_bias:
+            names += [p + f"self_attn.{n}_proj.bias" for n in "qkv"]
+        if config.qk_norm:
+            names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
     return names
 
 
 def tensor_shape(config: ModelConfig, name: str) -> tuple[int, ...]:
     h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    q = config.num_attention_heads * config.head_dim
     kv = config.num_key_value_heads * config.head_dim
+    if name.endswith(("q_norm.weight", "k_norm.weight")):
+        return (config.head_dim,)
     if name.endswith("norm.weight"):
         return (h,)
     if name in ("model.embed_tokens.weight", "lm_head.weight"):
         return (v, h)
-    shapes = {"q_proj": (h, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, h),
+    shapes = {"q_proj": (q, h), "k_proj": (kv, h), "v_proj": (kv, h), "o_proj": (h, q),
               "gate_proj": (i, h), "up_proj": (i, h), "down_proj": (h, i)}
-    return shapes[name.split(".")[-2]]
+    shape = shapes[name.split(".")[-2]]
+    return shape[:1] if name.endswith(".bias") else shape
 
 
 def dummy_weights(config: ModelConfig, seed: int) -> dict[str, np.ndarray]:
@@ -50,8 +58,8 @@ def dummy_weights(config: ModelConfig, seed: int) -> dict[str, np.ndarray]:
     out = {}
     for name in tensor_names(config):
         shape = tensor_shape(config, name)
-        if name.endswith("norm.weight"):
-            out[name] = np.ones(shape, np.float32)
+        if name.endswith(("norm.weight", ".bias")):
+            out[name] = (np.ones if name.endswith("weight") else np.zeros)(shape, np.float32)
             continue
         std = 1.0 if name == "model.embed_tokens.weight" else 1.0 / np.sqrt(shape[1])
         if name == "lm_head.weight":

@@ -146,12 +146,12 @@ def test_gguf_without_a_supported_tokenizer(tmp_path):
 
     path = tmp_path / "odd.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_tokenizer_model("llama")  # SentencePiece: not supported
+    writer.add_tokenizer_model("bert")  # WordPiece: not supported
     writer.add_chat_template("{{ messages }}")
     writer.add_token_list(["a", "b"])
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    with pytest.raises(ModelError, match="tokenizer model 'llama' is not supported"):
+    with pytest.raises(ModelError, match="tokenizer model 'bert' is not supported"):
         load_definition(str(path))

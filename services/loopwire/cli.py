@@ -141,10 +141,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     from loopwire.client import run_task
     from loopwire.console import EventPrinter, turn_table
-    from loopwire.v1 import harness_pb2
+    from loopwire.v1 import common_pb2, harness_pb2
 
     console = Console()
     start = harness_pb2.StartTask(task=args.task, workspace=args.workspace or "")
+    if args.continue_session:
+        if not args.task or args.replay or args.workspace:
+            console.print("[red]--continue:[/] give the follow-up message as the task, without --replay or --workspace")
+            return 2
+    elif not args.task and not args.replay:
+        console.print("[red]loopwire run:[/] say what the agent should do (or give --replay FILE)")
+        return 2
+    if args.tool_choice:
+        start.model.tool_choice.SetInParent()  # chosen, even as auto: the harness default does not apply
+        start.model.tool_choice.mode = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED,
+                                        "required": common_pb2.TOOL_CHOICE_MODE_REQUIRED,
+                                        "none": common_pb2.TOOL_CHOICE_MODE_NONE}[args.tool_choice]
+    if args.max_output_tokens:
+        start.model.sampling.max_output_tokens = args.max_output_tokens
     if args.replay:
         from loopwire.common.recorded import load_session
 
@@ -166,7 +180,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         console.print(f"[red]no API key:[/] pass --api-key or LOOPWIRE_API_KEY, or start the mesh with "
                       f"`loopwire up` (it leaves a development key in {args.state_dir}/)")
         return 2
-    result = asyncio.run(run_task(args.harness, start, EventPrinter(console), api_key=key))
+    request: harness_pb2.StartTask | harness_pb2.AddUserMessage = start
+    if args.continue_session:
+        request = harness_pb2.AddUserMessage(session_id=args.continue_session, text=args.task)
+    result = asyncio.run(run_task(args.harness, request, EventPrinter(console), api_key=key))
+    if result.session_id:
+        console.print(f"[dim]session {result.session_id}: continue it with "
+                      f"loopwire run --continue {result.session_id} \"...\"[/]")
     if result.turns:
         console.print(turn_table(result.turns))
     if result.error:
@@ -232,6 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "replay run really only when it is given (default: a fresh directory per session)")
     p.add_argument("--replay", default="", help="replay this recorded session instead of asking the model")
     p.add_argument("--max-turns", type=int, default=0, help="stop after this many model turns (0: the harness's limit)")
+    p.add_argument("--max-output-tokens", type=int, default=0,
+                   help="longest model reply per turn in tokens (0: the gateway's default, 1024)")
+    p.add_argument("--tool-choice", choices=["auto", "required", "none"], default="",
+                   help="auto: the model may answer or call a tool (an opened call is always valid); required: a "
+                        "tool call every turn until it calls finish (best for small models); none: text only "
+                        "(default: the harness's --tool-choice)")
+    p.add_argument("--continue", dest="continue_session", default="", metavar="SESSION",
+                   help="send the task as a follow-up message to this existing session instead of starting one")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("replay", help="replay recorded sessions through the mesh, three ways side by side",

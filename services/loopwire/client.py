@@ -27,18 +27,21 @@ class RunResult:
 
 async def run_task(
     harness: str,
-    start: harness_pb2.StartTask,
+    start: harness_pb2.StartTask | harness_pb2.AddUserMessage,
     on_event: Callable[[harness_pb2.RunResponse], None] | None = None,
     timeout: float | None = None,
     api_key: str = "",
 ) -> RunResult:
-    """Start a task and stream its events until the run completes or fails."""
+    """Start a task (or continue a session with a user message) and stream its events until the
+    run completes or fails."""
     result = RunResult()
     t0 = time.perf_counter()
     async with insecure_channel(harness) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
-        call = stub.Run(iter([harness_pb2.RunRequest(start=start)]), timeout=timeout, metadata=metadata)
+        request = (harness_pb2.RunRequest(start=start) if isinstance(start, harness_pb2.StartTask)
+                   else harness_pb2.RunRequest(user_message=start))
+        call = stub.Run(iter([request]), timeout=timeout, metadata=metadata)
         try:
             async for event in call:
                 result.events += 1

@@ -12,6 +12,7 @@ so a small model cannot pour other JSON into them).
 * required: calls only (one, or several separated by newlines with parallel tool calls);
 * a named function: that one call;
 * none: text that never opens a call;
+* allowed_tools: any of the above over a subset of the tools (the prompt keeps them all);
 * a text format (JSON Schema): the whole text is one such JSON value.
 """
 
@@ -57,6 +58,13 @@ def strict_schema(schema: Any) -> Any:
     for key in ("properties", "$defs", "definitions"):
         if isinstance(out.get(key), dict):
             out[key] = {name: strict_schema(s) for name, s in schema[key].items()}
+    required = out.get("required")
+    if isinstance(out.get("properties"), dict) and isinstance(required, list):
+        # Required properties first (the grammar writes them in this order): a small model fills
+        # what the call needs before it can wander into optional fields, and may stop after them.
+        props = out["properties"]
+        out["properties"] = {**{k: props[k] for k in required if k in props},
+                             **{k: v for k, v in props.items() if k not in required}}
     kinds = out.get("type")
     is_object = kinds == "object" or (isinstance(kinds, list) and "object" in kinds) or "properties" in out
     if is_object and "additionalProperties" not in out:
@@ -121,6 +129,11 @@ def _constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
             raise invalid(f"{_FIELD}.function_name", f"{choice.function_name!r} is not among the request's tools")
     elif choice.function_name:
         raise invalid(f"{_FIELD}.function_name", "only with TOOL_CHOICE_MODE_FUNCTION")
+    if choice.allowed_tools:
+        unknown = sorted(set(choice.allowed_tools) - {t.name for t in tools})
+        if unknown:
+            raise invalid(f"{_FIELD}.allowed_tools", f"{', '.join(map(repr, unknown))} not among the request's tools")
+        tools = [t for t in tools if t.name in set(choice.allowed_tools)]
     if mode == Mode.TOOL_CHOICE_MODE_REQUIRED and not tools:
         raise invalid(_FIELD, "required needs at least one tool")
     text = _text_rule(create)

@@ -21,6 +21,9 @@ class HarnessConfig:
     # Seconds the KV of a session waiting for approval is held (HoldKv; released on the decision).
     approval_retention: int = 900
     max_turns: int = 200
+    # How turns use the tools when a StartTask does not say: "auto" (calls when the model opens
+    # one, always schema-valid) or "required" (a call every turn, until `finish`).
+    tool_choice: str = "auto"
     # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this
     # process, and MCP servers (`mcp_client.McpServer`) whose tools join the catalog.
     deferred_tools: list[Callable[[], Any]] = field(default_factory=list)
@@ -46,4 +49,17 @@ DEFAULT_INSTRUCTIONS = (
     "Prefer precise commands (grep, read_file with offsets) over dumping large outputs. "
     "When a command runs long it returns a handle: its result arrives by itself, or call wait; "
     "never poll with sleep. When the task is done, answer with a short summary and no tool call."
+)
+
+# With tool choice "required" every turn is one tool call, so the end is a call too; one worked
+# example of the call syntax-free shape (the grammar enforces the syntax) helps small models
+# pick the right tool.
+REQUIRED_TOOLS_INSTRUCTIONS = (
+    "You are a coding agent working in a sandboxed workspace. Every reply is exactly one tool call. "
+    "Use shell to run commands (for example `ls`, `cat FILE`, `echo TEXT > FILE`), read_file to read a "
+    "file, edit_file to change one. When the task is done, call finish with a short answer for the user.\n"
+    "Example. Task: create notes.txt containing hello, then show it.\n"
+    "1. shell {\"command\": \"echo hello > notes.txt\"}\n"
+    "2. shell {\"command\": \"cat notes.txt\"}\n"
+    "3. finish {\"answer\": \"notes.txt contains: hello\"}"
 )

@@ -118,7 +118,7 @@ class Extensions:
             return Result("error: `code` must be a non-empty string of JavaScript", True)
         from loopwire.harness import tools
 
-        names = sorted(tools.TOOLS) + sorted(self.found) + list(_NOT_FROM_JS)  # the last two say why not
+        names = sorted(n for n in tools.TOOLS if n != tools.FINISH) + sorted(self.found) + list(_NOT_FROM_JS)  # the last two say why not
 
         async def call_tool(name: str, call_args: dict) -> Result:
             if name in _NOT_FROM_JS:

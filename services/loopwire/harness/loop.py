@@ -218,7 +218,11 @@ class SessionRun:
         """No KV retention hint here: the KV is held only once the session waits (_hold_kv)."""
         opts = self.start.model
         request = gateway_pb2.CreateResponse(
-            model=opts.model, instructions=self.stored.instructions, tools=self.stored.tools, sampling=opts.sampling)
+            model=opts.model, instructions=self.stored.instructions, tools=self.stored.tools, sampling=opts.sampling,
+            tool_choice=opts.tool_choice)
+        if tools.requires_tools(self.start) and not any(i.WhichOneof("item") == "function_call" for i in self.items):
+            # One action before the answer: the first call of a session cannot be `finish`.
+            request.tool_choice.allowed_tools.extend(t.name for t in self.stored.tools if t.name != tools.FINISH)
         if self.replay:
             request.replay.CopyFrom(self.replay.turns[self.turn_count].output)
         return request
@@ -265,6 +269,9 @@ class SessionRun:
         step = Step.FINAL
         if calls:
             step = await running.finish(calls)
+            finish = next((c for c in calls if c.name == tools.FINISH), None)
+            if finish is not None and step is Step.CONTINUE and tools.requires_tools(self.start):
+                self.final_text, step = tools.finish_answer(finish) or model.text, Step.FINAL
         else:
             self.final_text = model.text
         profile = harness_pb2.TurnProfile(

@@ -24,7 +24,7 @@ from loopwire.common.auth import Authenticator, AuthError, authorization_header,
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import session_ids, tools, validation, workspace_files
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.config import DEFAULT_INSTRUCTIONS, HarnessConfig
+from loopwire.harness.config import DEFAULT_INSTRUCTIONS, REQUIRED_TOOLS_INSTRUCTIONS, HarnessConfig
 from loopwire.harness.loop import SessionRun, user_message
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.store import Decision, SessionStore, Status
@@ -225,6 +225,8 @@ class RunStream:
     async def _start(self, start: harness_pb2.StartTask) -> None:
         validation.start_task(start)
         config, store = self.service.config, self.service.store
+        if not start.model.HasField("tool_choice") and config.tool_choice == "required":
+            start.model.tool_choice.mode = common_pb2.TOOL_CHOICE_MODE_REQUIRED  # the session keeps it
         public = start.session_id or f"s_{uuid.uuid4().hex[:20]}"
         sid = self._sid(public)
         if await asyncio.to_thread(store.exists, sid):
@@ -240,7 +242,8 @@ class RunStream:
             raise invalid("start.workspace", f"cannot create it: {e}") from None
         replay = start.HasField("replay")
         session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list(config, start)
-        await asyncio.to_thread(store.create, sid, start, start.instructions or DEFAULT_INSTRUCTIONS,
+        default_instructions = REQUIRED_TOOLS_INSTRUCTIONS if tools.requires_tools(start) else DEFAULT_INSTRUCTIONS
+        await asyncio.to_thread(store.create, sid, start, start.instructions or default_instructions,
                                 session_tools, str(workspace),
                                 start.replay.source or "recorded session" if replay else "", self.caller.tenant)
         await asyncio.to_thread(store.append, sid, [user_message(start.task)], first_seq=0)

@@ -30,6 +30,8 @@ def _schema(properties: dict, required: list[str]) -> str:
 
 
 _STR = {"type": "string"}
+# The tool that ends a session whose every turn must call a tool (tool choice "required").
+FINISH = "finish"
 _INT = {"type": "integer"}
 TOOLS = {
     t.name: t
@@ -64,6 +66,12 @@ TOOLS = {
             parameters=_schema({"pattern": _STR, "path": _STR, "glob": _STR}, ["pattern"]),
         ),
         common_pb2.Tool(
+            name=FINISH,
+            description="Call this when the task is done: `answer` is what the user reads (the result, or "
+            "why it cannot be done). The session ends here.",
+            parameters=_schema({"answer": _STR}, ["answer"]),
+        ),
+        common_pb2.Tool(
             name="wait",
             description="Block until a background command (by handle) finishes or the timeout passes.",
             parameters=_schema({"handle": _STR, "timeout_seconds": {"type": "number"}}, ["handle"]),
@@ -83,7 +91,24 @@ def tool_list(config: HarnessConfig | None = None, start: object = None) -> list
 
         extra = extensions.core_tools(config, start)  # type: ignore[arg-type]
     by_name = {**TOOLS, **{t.name: t for t in extra}}
+    if not requires_tools(start):
+        del by_name[FINISH]
     return [by_name[name] for name in sorted(by_name)]
+
+
+def requires_tools(start: object) -> bool:
+    """Whether the session calls a tool every turn (and so has `finish`)."""
+    model = getattr(start, "model", None)
+    return model is not None and model.tool_choice.mode == common_pb2.TOOL_CHOICE_MODE_REQUIRED
+
+
+def finish_answer(call: common_pb2.FunctionCall) -> str:
+    """The answer of a `finish` call ('' when its arguments do not hold one)."""
+    try:
+        args = json.loads(call.arguments or "{}")
+    except ValueError:
+        return ""
+    return str(args.get("answer", "")) if isinstance(args, dict) else ""
 
 
 @dataclass
@@ -179,6 +204,8 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
             return await _shell(args, ctx)
         if call.name == "wait":
             return await _wait(args, ctx)
+        if call.name == FINISH:
+            return ToolOutcome("finished: the session ends with this answer")
         ws = ctx.workspace
         if call.name == "read_file":
             text = await asyncio.to_thread(workspace_files.read_file, ws, _str(args, "path"),

@@ -6,7 +6,7 @@ import math
 import re
 
 from loopwire.common.errors import Code, RequestError, invalid
-from loopwire.v1 import harness_pb2
+from loopwire.v1 import common_pb2, harness_pb2
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_TURNS_LIMIT = 100_000
@@ -31,6 +31,12 @@ def start_task(start: harness_pb2.StartTask) -> None:
         raise invalid("start.max_turns", f"at most {MAX_TURNS_LIMIT}")
     if start.model.conversation_mode not in harness_pb2.ConversationMode.values():
         raise invalid("start.model.conversation_mode", f"unknown value {start.model.conversation_mode}")
+    choice = start.model.tool_choice
+    if choice.mode not in common_pb2.ToolChoiceMode.values():
+        raise invalid("start.model.tool_choice.mode", f"unknown value {choice.mode}")
+    if choice.mode == common_pb2.TOOL_CHOICE_MODE_FUNCTION or choice.function_name:
+        raise invalid("start.model.tool_choice", "a session chooses auto, required or none; a named function is "
+                                                 "for single responses (the gateway's Converse)")
     sampling = start.model.sampling
     if not math.isfinite(sampling.temperature) or sampling.temperature < 0:
         raise invalid("start.model.sampling.temperature", "must be a finite number >= 0")

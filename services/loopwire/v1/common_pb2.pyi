@@ -393,18 +393,26 @@ class ToolChoice(_message.Message):
 
     MODE_FIELD_NUMBER: _builtins.int
     FUNCTION_NAME_FIELD_NUMBER: _builtins.int
+    ALLOWED_TOOLS_FIELD_NUMBER: _builtins.int
     mode: Global___ToolChoiceMode.ValueType
     function_name: _builtins.str
     """For TOOL_CHOICE_MODE_FUNCTION: one of the request's tools."""
+    @_builtins.property
+    def allowed_tools(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Calls may name only these tools (OpenAI's allowed_tools); empty: every tool. The tool list,
+        and so the prompt and its cached prefix, stays the same.
+        """
+
     def __init__(
         self,
         *,
         mode: Global___ToolChoiceMode.ValueType = ...,
         function_name: _builtins.str = ...,
+        allowed_tools: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["function_name", b"function_name", "mode", b"mode"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_tools", b"allowed_tools", "function_name", b"function_name", "mode", b"mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

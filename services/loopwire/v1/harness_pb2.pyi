@@ -142,20 +142,29 @@ class ModelOptions(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     SAMPLING_FIELD_NUMBER: _builtins.int
     CONVERSATION_MODE_FIELD_NUMBER: _builtins.int
+    TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
     conversation_mode: Global___ConversationMode.ValueType
     @_builtins.property
     def sampling(self) -> _common_pb2.SamplingParams: ...
+    @_builtins.property
+    def tool_choice(self) -> _common_pb2.ToolChoice:
+        """How every turn uses the tools (absent: the harness's --tool-choice). REQUIRED: each turn
+        calls a tool, and the session ends when the model calls `finish` with its answer (one action
+        per turn, the discipline small models need).
+        """
+
     def __init__(
         self,
         *,
         model: _builtins.str = ...,
         sampling: _common_pb2.SamplingParams | None = ...,
         conversation_mode: Global___ConversationMode.ValueType = ...,
+        tool_choice: _common_pb2.ToolChoice | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sampling", b"sampling"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sampling", b"sampling", "tool_choice", b"tool_choice"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_mode", b"conversation_mode", "model", b"model", "sampling", b"sampling"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_mode", b"conversation_mode", "model", b"model", "sampling", b"sampling", "tool_choice", b"tool_choice"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -14,7 +14,7 @@ from loopwire.harness import tools
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.file_edit import apply_diff
 from loopwire.harness.sandbox import Sandbox
-from loopwire.v1 import common_pb2
+from loopwire.v1 import common_pb2, harness_pb2
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,8 +31,11 @@ async def run(ctx, name: str, **args: object) -> tools.ToolOutcome:
 
 
 def test_tool_list_is_sorted_and_fixed():
-    assert [t.name for t in tools.tool_list()] == sorted(tools.TOOLS)
+    assert [t.name for t in tools.tool_list()] == sorted(set(tools.TOOLS) - {tools.FINISH})
     assert tools.tool_list() == tools.tool_list()
+    required = harness_pb2.StartTask(model=harness_pb2.ModelOptions(
+        tool_choice=common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_REQUIRED)))
+    assert [t.name for t in tools.tool_list(None, required)] == sorted(tools.TOOLS)  # finish ends such a session
     for t in tools.tool_list():
         assert json.loads(t.parameters)["type"] == "object"
 

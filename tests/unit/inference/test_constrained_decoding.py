@@ -38,9 +38,9 @@ def bfcl_tools() -> list[common_pb2.Tool]:
     return [common_pb2.Tool(name=d.name, description=d.description, parameters=d.parameters) for d in docs]
 
 
-def grammar_for(tools: list[common_pb2.Tool], mode: int = gateway_pb2.TOOL_CHOICE_MODE_REQUIRED,
+def grammar_for(tools: list[common_pb2.Tool], mode: int = common_pb2.TOOL_CHOICE_MODE_REQUIRED,
                 parallel: bool = False) -> Grammar:
-    create = gateway_pb2.CreateResponse(tools=tools, tool_choice=gateway_pb2.ToolChoice(mode=mode),
+    create = gateway_pb2.CreateResponse(tools=tools, tool_choice=common_pb2.ToolChoice(mode=mode),
                                         parallel_tool_calls=parallel)
     constraint = tool_grammar.constraint(create, DEFINITION, tools)
     assert constraint is not None
@@ -125,7 +125,7 @@ def test_a_batch_mixes_constrained_and_free_sequences(tiny_model, bfcl_tools):
 
 def test_auto_leaves_text_free_until_the_model_opens_a_call(tiny_model, bfcl_tools):
     tools = bfcl_tools[:2]
-    grammar = grammar_for(tools, mode=gateway_pb2.TOOL_CHOICE_MODE_UNSPECIFIED)
+    grammar = grammar_for(tools, mode=common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED)
     m = grammar.matcher()
     vocab = DEFINITION.vocab_size
     assert m.mask(vocab).sum() > vocab // 2  # free text: nearly everything allowed

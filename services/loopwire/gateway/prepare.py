@@ -94,6 +94,15 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
     constraint = None if create.HasField("replay") else tool_grammar.constraint(create, gw.model, conversation.tools)
     if broke and difference is None:
         difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
+    window = gw.model.context_length
+    if window and len(conversation) >= window:
+        raise RequestError(
+            Code.ERROR_CODE_RESOURCE_EXHAUSTED,
+            f"context_length_exceeded: the prompt is {len(conversation)} tokens and model {gw.model.name!r} has a "
+            f"{window}-token context window (the reply needs at least one token of it): shorten or compact the "
+            "conversation",
+            "create_response.input",
+        )
     if len(conversation) > cfg.max_session_tokens:
         raise RequestError(
             Code.ERROR_CODE_RESOURCE_EXHAUSTED,

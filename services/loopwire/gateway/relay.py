@@ -255,6 +255,11 @@ class ResponseRun:
             max_tokens = min(len(self.oracle), limit or len(self.oracle))
         else:
             max_tokens = min(self.gw.config.default_max_output_tokens, limit or self.gw.config.default_max_output_tokens)
+        if limit:
+            max_tokens = min(max_tokens, limit)  # the replica's cap, never an error about a field nobody sent
+        window = self.gw.model.context_length
+        if window:  # the reply fits the context window after the prompt (prepare refused a prompt that fills it)
+            max_tokens = min(max_tokens, window - len(self.p.conversation))
         params = inference_pb2.GenerationParams(
             temperature=s.temperature,
             top_p=s.top_p,

@@ -76,3 +76,20 @@ def test_strict_schemas_close_objects_and_put_required_first():
     nested = tool_grammar.strict_schema({"type": "object", "properties": {"o": {"type": "object"}},
                                          "additionalProperties": True})
     assert nested["additionalProperties"] is True and nested["properties"]["o"]["additionalProperties"] is False
+
+
+async def test_the_context_window_is_enforced_and_named(make_mesh, monkeypatch):
+    from .gateway_fakes import MODEL
+
+    monkeypatch.setattr(MODEL, "context_length", 60)
+    replica = FakeReplica()
+    mesh = await make_mesh([replica])
+    conv = mesh.open()
+    error = last(await conv.send(input=[user("word " * 80)]), "failed").error
+    assert error.code == common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED and error.field == "create_response.input"
+    assert "context_length_exceeded" in error.message and "60-token context window" in error.message
+    assert replica.received == []
+    events = await conv.send(input=[user("hi")], sampling=common_pb2.SamplingParams(max_output_tokens=5000))
+    assert kinds(events)[-1] == "completed"
+    start = replica.received[-1].start
+    assert start.params.max_tokens == 60 - len(start.full.token_ids)  # the reply fits what the prompt leaves

@@ -83,6 +83,18 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
             limiter = self._limiters[tenant.name] = TenantLimiter(tenant.limits)
         return limiter
 
+    async def GetModel(  # noqa: N802 - gRPC method name
+        self, request: gateway_pb2.GetModelRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.GetModelResponse:
+        try:
+            self.auth.authenticate(context.invocation_metadata())
+        except AuthError as e:
+            await context.abort(e.status_code, f"authorization: {e}")
+        m = self.model
+        return gateway_pb2.GetModelResponse(name=m.name, context_length=m.context_length,
+                                            tool_call_format=m.tool_call_format,
+                                            template_lays_out_tools=m.template.handles_tools)
+
     async def Converse(
         self, request_iterator: AsyncIterator[gateway_pb2.ConverseRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[gateway_pb2.ConverseResponse]:

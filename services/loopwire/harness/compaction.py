@@ -129,8 +129,17 @@ async def summarize(config: HarnessConfig, metadata: tuple, model: str, items: S
     return turn.text.strip(), turn.usage
 
 
-def threshold(config: HarnessConfig) -> int:
-    return int(config.context_window * config.compact_at) if config.context_window > 0 else 0
+@dataclass(frozen=True)
+class PromptCount:
+    """A prompt and its reply as the served model counted them (the gateway's usage), and how many
+    log items they covered."""
+
+    tokens: int = 0
+    items: int = 0
+
+
+def threshold(config: HarnessConfig, window: int) -> int:
+    return int(window * config.compact_at) if window > 0 else 0
 
 
 def prompt_estimate(last_prompt_tokens: int, new_items: Sequence[common_pb2.Item]) -> int:
@@ -143,8 +152,8 @@ async def compact(run: Any, prompt_tokens: int) -> Outcome:
     config: HarnessConfig = run.config
     items = view(run.items)
     event = harness_pb2.CompactionCompleted(turn=run.turn_count + 1, prompt_tokens_before=prompt_tokens,
-                                            threshold_tokens=threshold(config))
-    cut = cut_point(items, int(config.context_window * config.compact_keep))
+                                            threshold_tokens=threshold(config, run.context_window))
+    cut = cut_point(items, int(run.context_window * config.compact_keep))
     if cut == 0:
         event.error.CopyFrom(common_pb2.Error(code=common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED,
                                               message="nothing to compact: the recent turns alone fill the budget"))
@@ -183,9 +192,14 @@ _STATES: weakref.WeakKeyDictionary[Any, _State] = weakref.WeakKeyDictionary()
 
 
 def estimate(run: Any) -> int:
-    """cl100k estimate of the next prompt: instructions, tools and the view (counted incrementally)."""
+    """The next prompt's size: the last prompt and reply as the served model counted them (the
+    gateway's usage) plus a cl100k estimate of what was added since; before the first turn, or
+    after a compaction, a cl100k estimate of instructions, tools and the view."""
     state = _STATES.setdefault(run, _State())
     items = run.items
+    counted_at = run.last_prompt.items
+    if run.last_prompt.tokens and not any(_kind(i) == "compaction_summary" for i in items[counted_at:]):
+        return prompt_estimate(run.last_prompt.tokens, items[counted_at:])
     if state.counted < 0 or any(_kind(i) == "compaction_summary" for i in items[state.counted:]):
         enc = _encoding()
         state.fixed = len(enc.encode(run.stored.instructions, disallowed_special=())) + sum(
@@ -200,7 +214,7 @@ def estimate(run: Any) -> int:
 async def maybe_compact(run: Any) -> None:
     """Before a model call: compact when the prompt passed the threshold (and a failed attempt
     is retried only after the prompt grew by another 5% of the window)."""
-    limit = threshold(run.config)
+    limit = threshold(run.config, run.context_window)
     if not limit:
         return
     tokens = estimate(run)
@@ -216,5 +230,5 @@ async def maybe_compact(run: Any) -> None:
         await run.append([outcome.summary])
         state.retry_at = 0
     else:
-        state.retry_at = tokens + max(1, run.config.context_window // 20)
+        state.retry_at = tokens + max(1, run.context_window // 20)
     run.emit(compaction=outcome.event)

@@ -9,6 +9,7 @@ one full resend. Stateless: the naive way, kept to measure against: the whole tr
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,9 @@ BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 HOLD_TIMEOUT_S = 15.0  # a KV hold is a hint: the harness never waits long for one
 _TRANSIENT = (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_RESOURCE_EXHAUSTED)
+# The context window each gateway reported (one model per gateway; asked once per process).
+_WINDOWS: dict[str, int] = {}
+log = logging.getLogger("loopwire.harness")
 
 
 def protocol_bytes(message: gateway_pb2.ConverseRequest) -> int:
@@ -92,6 +96,20 @@ class Conversation:
         self.held_items = held_items if stateful else 0
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
+
+    async def context_window(self) -> int:
+        """The served model's context window, asked once per gateway (0 when it does not say)."""
+        key = self.target
+        if key not in _WINDOWS:
+            try:
+                async with insecure_channel(self.target) as channel:
+                    info = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
+                        gateway_pb2.GetModelRequest(), metadata=self.metadata, timeout=10)
+                _WINDOWS[key] = info.context_length
+            except grpc.aio.AioRpcError as e:
+                log.warning("gateway %s did not tell its model's context window: %s", self.target, e.details())
+                return 0
+        return _WINDOWS[key]
 
     async def respond(self, base: gateway_pb2.CreateResponse, transcript: Sequence[common_pb2.Item],
                       on_event: EventHandler) -> ModelTurn:

@@ -82,6 +82,10 @@ class SessionRun:
             stateful=self.start.model.conversation_mode != harness_pb2.CONVERSATION_MODE_STATELESS,
             last_response_id=stored.last_response_id, held_items=stored.held_items)
         self.inbox: list[str] = []
+        # The served model's window (the gateway tells it when no --context-window is set) and the
+        # last prompt's size as the model counted it: what compaction measures against.
+        self.context_window = config.context_window
+        self.last_prompt = compaction.PromptCount()
         self.usage = common_pb2.Usage()
         self.final_text = ""
         self.cancel_status: int = Status.SESSION_STATUS_CANCELLED
@@ -113,6 +117,8 @@ class SessionRun:
         if self.sandbox.unavailable_reason and (not self.replay or self.replay.run_tools):
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="sandbox", message=self.sandbox.unavailable_reason))
         try:
+            if not self.context_window and self.config.compact_at > 0:
+                self.context_window = await self.conversation.context_window()
             await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_RUNNING)
             if await self._settle_open_turn() is Step.SUSPENDED or await self._loop() is Step.SUSPENDED:
                 self.suspended = True
@@ -259,6 +265,7 @@ class SessionRun:
         for note in model.diagnostics:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=note))
         await self.append(model.output, new_turn=True)
+        self.last_prompt = compaction.PromptCount(model.usage.input_tokens + model.usage.output_tokens, len(self.items))
         if running.journaled:  # the calls are in the transcript now
             await self._store(self.store.clear_started_calls, self.session_id)
         self.turn_count += 1

@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="offer exec_js: scripts call the tools from an isolated V8 context")
     parser.add_argument("--context-window", type=int, default=int(_env("context-window", "0")),
                         help="the model's context window in tokens; past --compact-at of it older turns are "
-                             "summarized (0: never)")
+                             "summarized (0: the window the gateway reports for its model; --compact-at 0 turns "
+                             "compaction off)")
     parser.add_argument("--compact-at", type=float, default=float(_env("compact-at", "0.9")),
                         help="share of the context window at which compaction runs")
 

@@ -63,6 +63,55 @@ SAFETY_STAGE_OUTPUT: SafetyStage.ValueType  # 2
 Global___SafetyStage: _TypeAlias = SafetyStage  # noqa: Y015
 
 @_typing.final
+class GetModelRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelRequest: _TypeAlias = GetModelRequest  # noqa: Y015
+
+@_typing.final
+class GetModelResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_FORMAT_FIELD_NUMBER: _builtins.int
+    TEMPLATE_LAYS_OUT_TOOLS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The served model's name (what `model` in a request may say)."""
+    context_length: _builtins.int
+    """Tokens a prompt and its reply may take together; 0: not known."""
+    tool_call_format: _builtins.str
+    """How the model writes tool calls ("hermes"); tool_choice constrains calls in this format."""
+    template_lays_out_tools: _builtins.bool
+    """Whether the model's own chat template lays out tools; false: the gateway puts them into the
+    system message in the Hermes layout.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        context_length: _builtins.int = ...,
+        tool_call_format: _builtins.str = ...,
+        template_lays_out_tools: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_length", b"context_length", "name", b"name", "template_lays_out_tools", b"template_lays_out_tools", "tool_call_format", b"tool_call_format"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelResponse: _TypeAlias = GetModelResponse  # noqa: Y015
+
+@_typing.final
 class CreateResponse(_message.Message):
     """Ask for one model response. After the first, send only the new `input` items
     with `previous_response_id`; every other field must then equal the previous

@@ -38,6 +38,10 @@ class GatewayServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> GatewayServiceAsyncStub: ...
     Converse: _grpc.StreamStreamMultiCallable[_gateway_pb2.ConverseRequest, _gateway_pb2.ConverseResponse]
+    GetModel: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetModelRequest, _gateway_pb2.GetModelResponse]
+    """The model this gateway serves, as a client plans with it: its context window (so a
+    harness compacts before it is full) and how it calls tools.
+    """
 
 @_typing.type_check_only
 class GatewayServiceAsyncStub(GatewayServiceStub):
@@ -49,6 +53,10 @@ class GatewayServiceAsyncStub(GatewayServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Converse: _aio.StreamStreamMultiCallable[_gateway_pb2.ConverseRequest, _gateway_pb2.ConverseResponse]  # type: ignore[assignment]
+    GetModel: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetModelRequest, _gateway_pb2.GetModelResponse]  # type: ignore[assignment]
+    """The model this gateway serves, as a client plans with it: its context window (so a
+    harness compacts before it is full) and how it calls tools.
+    """
 
 class GatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     """The front door for harnesses: authenticates (`authorization: Bearer <key>`
@@ -63,5 +71,15 @@ class GatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_gateway_pb2.ConverseRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ConverseResponse], _abc.AsyncIterator[_gateway_pb2.ConverseResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetModel(
+        self,
+        request: _gateway_pb2.GetModelRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.GetModelResponse, _abc.Awaitable[_gateway_pb2.GetModelResponse]]:
+        """The model this gateway serves, as a client plans with it: its context window (so a
+        harness compacts before it is full) and how it calls tools.
+        """
 
 def add_GatewayServiceServicer_to_server(servicer: GatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,11 +54,17 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.call_gap_s = 0.0  # generation time between two tool calls of one response
         self.first_token_delay_s = 0.0
         self.unsafe_output = False  # cut every response with a safety verdict
+        # Tokens the "model" counts per prompt item (the usage it reports); None: 10 per item.
+        self.item_tokens: Callable[[common_pb2.Item], int] | None = None
+        self.context_length = 0  # what GetModel tells
         self.transcripts: dict[str, list[common_pb2.Item]] = {}
         self.last_transcript: list[common_pb2.Item] = []
         self.call_done_us: dict[str, int] = {}
         self.completed_us: list[int] = []
         self._responses = 0
+
+    async def GetModel(self, request, context):  # noqa: N802, ANN001, ANN201
+        return gateway_pb2.GetModelResponse(name="fake", context_length=self.context_length, tool_call_format="hermes")
 
     async def Converse(self, request_iterator, context):  # noqa: N802
         self.streams += 1
@@ -128,7 +134,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.completed_us.append(time.time_ns() // 1000)
         yield gateway_pb2.ConverseResponse(response_id=rid, completed=gateway_pb2.ResponseCompleted(
             finish_reason=common_pb2.FINISH_REASON_TOOL_CALLS if out.function_calls else common_pb2.FINISH_REASON_STOP,
-            usage=common_pb2.Usage(input_tokens=10 * len(transcript), cached_input_tokens=10 * len(held),
+            usage=common_pb2.Usage(input_tokens=sum(map(self.item_tokens, transcript)) if self.item_tokens
+                                   else 10 * len(transcript), cached_input_tokens=10 * len(held),
                                    output_tokens=len(out.text) + 1),
             timings=common_pb2.Timings(ttft_us=100, tokens_tokenized=10 * len(req.input)),
             output=output))

@@ -58,6 +58,7 @@ def _summaries(h, fail: bool = False) -> list[gateway_pb2.CreateResponse]:  # no
     """Makes the fake gateway answer summary requests (recognised by their instructions) itself."""
     seen: list[gateway_pb2.CreateResponse] = []
     respond = h.gateway._respond
+    h.gateway.item_tokens = compaction.item_tokens  # the served model counts what cl100k does here
 
     async def patched(req):  # noqa: ANN001, ANN202
         if req.instructions == SUMMARY_INSTRUCTIONS:
@@ -115,3 +116,19 @@ async def test_a_failed_summary_call_is_reported_and_the_session_goes_on(tmp_pat
         assert len(seen) == len(failed) < 12
         assert all(r.input[0].WhichOneof("item") == "message" for r in h.gateway.requests if r.input and
                    r.instructions != SUMMARY_INSTRUCTIONS and not r.previous_response_id)
+
+
+async def test_the_window_comes_from_the_gateway_when_no_flag_sets_it(tmp_path):
+    from loopwire.harness import conversation
+
+    conversation._WINDOWS.clear()
+    async with harness_env(tmp_path, compact_at=0.9, compact_keep=0.25) as h:
+        assert h.config.context_window == 0
+        h.gateway.context_length = 12_000
+        _summaries(h)
+        h.gateway.script = long_script(14)
+        events = await h.start("count lines for a while")
+        assert kinds(events)[-1] == "completed"
+        compactions = of(events, "compaction")
+        assert compactions and compactions[0].threshold_tokens == 10_800
+    conversation._WINDOWS.clear()

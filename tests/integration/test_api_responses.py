@@ -174,8 +174,8 @@ def test_rate_limited_tenant_gets_429_with_retry_after(api):
      "input[0].type"),
     (json.dumps({"model": "loopwire", "input": "hi", "tools": [{"type": "frobnicator"}]}), 400,
      "unsupported_parameter", "tools[0].type"),
-    (json.dumps({"model": "loopwire", "input": "hi", "tool_choice": "required"}), 400, "unsupported_parameter",
-     "tool_choice"),
+    (json.dumps({"model": "loopwire", "input": "hi", "tool_choice": "required"}), 400, "invalid_value",
+     "tool_choice"),  # the gateway's verdict: required needs a tool
     (json.dumps({"model": "gpt-9", "input": "hi"}), 404, "model_not_found", "model"),
     (json.dumps({"input": "hi"}), 400, "missing_required_parameter", "model"),
     (json.dumps({"model": "loopwire", "input": "x" * (MAX_BODY + 10)}), 413, "request_too_large", None),

@@ -27,7 +27,7 @@ from loopwire.api.context import (
     request_span,
     with_keepalive,
 )
-from loopwire.api.create import replay_output
+from loopwire.api.create import output_format, replay_output, request_param, tool_choice
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -40,6 +40,9 @@ ALLOWED = {
     "reasoning_effort", "response_format",
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
+# The gateway's names of the fields parse_chat fills, as this request's.
+GATEWAY_PARAMS = {"tool_choice": "tool_choice", "text_format.json_schema": "response_format.json_schema.schema",
+                  "text_format": "response_format"}
 FINISH = {
     common_pb2.FINISH_REASON_STOP: "stop",
     common_pb2.FINISH_REASON_LENGTH: "length",
@@ -58,13 +61,18 @@ def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.Cre
     create.input.extend(items.chat_messages(body.get("messages")))
     if body.get("tools"):
         create.tools.extend(items.chat_tools(body["tools"]))
-    if body.get("tool_choice") not in (None, "auto"):
-        raise unsupported("tool_choice", "a tool_choice other than 'auto'")
+    choice, _ = tool_choice(body.get("tool_choice"), [t.name for t in create.tools])
+    if choice is not None:
+        create.tool_choice.CopyFrom(choice)
+    if body.get("parallel_tool_calls") is not None:
+        create.parallel_tool_calls = items.want(body["parallel_tool_calls"], bool, "parallel_tool_calls",
+                                                "a boolean")
+    if body.get("response_format") is not None:
+        text_format = output_format(body["response_format"], "response_format", nested=True)
+        if text_format is not None:
+            create.text_format.CopyFrom(text_format)
     if body.get("n", 1) != 1:
         raise unsupported("n", "more than one choice")
-    fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") != "text"):
-        raise unsupported("response_format", "structured output")
     for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = body.get(name)
         if value is not None:
@@ -119,7 +127,7 @@ class ChatBuilder:
             self.replica = event.created.replica_id
             return [self._chunk({"role": "assistant", "content": ""})]
         if kind == "failed":
-            error = from_stream_error(event.failed.error)
+            error = request_param(from_stream_error(event.failed.error), GATEWAY_PARAMS)
             if not self.id or error.code != "content_filter":
                 raise error
             self.done, self.finish = True, "content_filter"

@@ -7,9 +7,12 @@ unknown field is a 400 ``unknown_parameter``, as OpenAI answers it.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+import jsonschema
 
 from loopwire.api import items
 from loopwire.api.errors import ApiError, bad_request, invalid_type, unsupported
@@ -17,13 +20,13 @@ from loopwire.v1 import common_pb2, gateway_pb2
 
 IMPLEMENTED = {
     "model", "input", "instructions", "previous_response_id", "store", "stream", "tools", "tool_choice",
-    "max_output_tokens", "temperature", "top_p", "metadata", "parallel_tool_calls",
+    "max_output_tokens", "temperature", "top_p", "metadata", "parallel_tool_calls", "text",
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
 # Accepted so that real clients (Codex, the Agents SDK) work; they change nothing here.
 IGNORED = {
     "user", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier", "stream_options",
-    "include", "reasoning", "text", "truncation", "store_options", "client_metadata", "top_logprobs",
+    "include", "reasoning", "truncation", "store_options", "client_metadata", "top_logprobs",
 }
 WEBSOCKET_ONLY = {"type", "generate"}
 
@@ -37,6 +40,9 @@ class ParsedCreate:
     metadata: dict[str, str] = field(default_factory=dict)
     parallel_tool_calls: bool = True
     tools_json: list[dict[str, Any]] = field(default_factory=list)
+    # Echoed in the Response object as the client sent them (OpenAI's shapes).
+    tool_choice: str | dict[str, str] = "auto"
+    text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False) -> ParsedCreate:
@@ -60,7 +66,11 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     create.input.extend(items.response_input(body.get("input", [])))
     create.tools.extend(items.response_tools(body.get("tools") or []))
     tools_json = [t for t in body.get("tools") or [] if t.get("type") == "function"]
-    _tool_choice(body.get("tool_choice"))
+    # A delta without tools inherits the conversation's: only the gateway knows them then.
+    known = [t.name for t in create.tools] if create.tools or not previous else None
+    choice, choice_json = tool_choice(body.get("tool_choice"), known)
+    if choice is not None:
+        create.tool_choice.CopyFrom(choice)
     _sampling(body, create.sampling)
     store = body.get("store", True)
     items.want(store, bool, "store", "a boolean")
@@ -73,25 +83,109 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     items.want(metadata, dict, "metadata", "an object of strings")
     if any(not isinstance(v, str) for v in metadata.values()):
         raise invalid_type("metadata", "an object of strings")
-    parallel = body.get("parallel_tool_calls", True)
-    items.want(parallel, bool, "parallel_tool_calls", "a boolean")
-    if body.get("text") is not None:
-        fmt = (items.want(body["text"], dict, "text", "an object").get("format") or {"type": "text"})
-        if items.want(fmt, dict, "text.format", "an object").get("type", "text") != "text":
-            raise unsupported("text.format.type", f"output format {fmt.get('type')!r} (only text)")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None:
+        create.parallel_tool_calls = items.want(parallel, bool, "parallel_tool_calls", "a boolean")
+    text = {} if body.get("text") is None else items.want(body["text"], dict, "text", "an object")
+    items.check_keys(text, {"format", "verbosity"}, "text")  # verbosity: accepted, ignored
+    fmt = {"type": "text"} if text.get("format") is None else text["format"]
+    text_format = output_format(fmt, "text.format", nested=False)
+    if text_format is not None:
+        create.text_format.CopyFrom(text_format)
     if body.get("loopwire_replay") is not None:
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
-    return ParsedCreate(create, stream, store, generate, metadata, parallel, list(tools_json))
+    return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, list(tools_json),
+                        choice_json, {**text, "format": fmt})
 
 
-def _tool_choice(value: Any) -> None:
-    """Only 'auto' (and 'none' / 'required' are not faked): the gateway does not constrain decoding."""
-    if value is None or value == "auto":
-        return
-    if isinstance(value, str | dict):
-        shown = value if isinstance(value, str) else value.get("type")
-        raise unsupported("tool_choice", f"tool_choice {shown!r} (only 'auto': decoding is not constrained)")
-    raise invalid_type("tool_choice", "a string or an object")
+_MODES = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED, "none": common_pb2.TOOL_CHOICE_MODE_NONE,
+          "required": common_pb2.TOOL_CHOICE_MODE_REQUIRED}
+
+
+def tool_choice(value: Any, tools: list[str] | None) -> tuple[common_pb2.ToolChoice | None, str | dict[str, str]]:
+    """``tool_choice`` as the gateway's ToolChoice (None: auto, the gateway's default) and as the
+    Responses API echoes it.
+
+    A named function takes the Responses shape ``{"type": "function", "name"}`` or the Chat
+    Completions one ``{"type": "function", "function": {"name"}}``. It is checked against
+    ``tools`` here (when they are known) so the error names the request's field; the gateway,
+    which builds the grammar, checks again.
+    """
+    if value is None:
+        return None, "auto"
+    if isinstance(value, str):
+        if value not in _MODES:
+            raise bad_request(f"Invalid value for 'tool_choice': {value!r} (expected 'auto', 'none', 'required' or "
+                              "a function).", "tool_choice", "invalid_value")
+        return (common_pb2.ToolChoice(mode=_MODES[value]) if value != "auto" else None), value
+    items.want(value, dict, "tool_choice", "a string or an object")
+    if value.get("type") != "function":
+        raise unsupported("tool_choice.type", f"tool_choice type {value.get('type')!r} (only function)")
+    if "function" in value:
+        items.check_keys(value, {"type", "function"}, "tool_choice")
+        fn = items.want(value["function"], dict, "tool_choice.function", "an object")
+        items.check_keys(fn, {"name"}, "tool_choice.function")
+        name = items.want(fn.get("name"), str, "tool_choice.function.name", "a string")
+    else:
+        items.check_keys(value, {"type", "name"}, "tool_choice")
+        name = items.want(value.get("name"), str, "tool_choice.name", "a string")
+    if tools is not None and name not in tools:
+        offered = ", ".join(repr(t) for t in tools) or "none"
+        raise bad_request(f"Invalid value for 'tool_choice': function {name!r} is not among the request's tools "
+                          f"({offered}).", "tool_choice", "invalid_value")
+    return (common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_FUNCTION, function_name=name),
+            {"type": "function", "name": name})
+
+
+def output_format(value: Any, path: str, *, nested: bool) -> gateway_pb2.TextFormat | None:
+    """``text.format`` (Responses) or ``response_format`` (Chat Completions, ``nested``: the schema
+    under ``json_schema``) as the gateway's TextFormat; None for free text.
+
+    The schema is checked against the JSON Schema meta-schema here, so a typo is a 400 that
+    points into it; the gateway then compiles it into the grammar (and refuses what it cannot).
+    """
+    items.want(value, dict, path, "an object")
+    kind = value.get("type")
+    if kind in ("text", "json_object"):
+        items.check_keys(value, {"type"}, path)
+        return None if kind == "text" else gateway_pb2.TextFormat()
+    if kind != "json_schema":
+        raise bad_request(f"Invalid value for '{path}.type': {kind!r} (expected 'text', 'json_object' or "
+                          "'json_schema').", f"{path}.type", "invalid_value")
+    spec, p = value, path
+    if nested:
+        items.check_keys(value, {"type", "json_schema"}, path)
+        spec, p = items.want(value.get("json_schema"), dict, f"{path}.json_schema", "an object"), f"{path}.json_schema"
+    items.check_keys(spec, {"name", "schema", "description", "strict"} | (set() if nested else {"type"}), p)
+    for key in ("name", "schema"):
+        if spec.get(key) is None:
+            raise bad_request(f"Missing required parameter: '{p}.{key}'.", f"{p}.{key}", "missing_required_parameter")
+    name = items.want(spec["name"], str, f"{p}.name", "a string")
+    schema = items.want(spec["schema"], dict, f"{p}.schema", "a JSON Schema object")
+    items.want(spec.get("description") or "", str, f"{p}.description", "a string")
+    strict = spec.get("strict")
+    strict = strict is not None and items.want(strict, bool, f"{p}.strict", "a boolean")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        where = f"{p}.schema{e.json_path[1:]}"
+        raise bad_request(f"Invalid JSON Schema in '{where}': {e.message}.", f"{p}.schema", "invalid_value") from None
+    return gateway_pb2.TextFormat(name=name, json_schema=json.dumps(schema), strict=strict)
+
+
+# The gateway's names of the fields filled above, as the request's (the first that prefixes it).
+GATEWAY_PARAMS = {"tool_choice": "tool_choice", "text_format.json_schema": "text.format.schema",
+                  "text_format": "text.format"}
+
+
+def request_param(error: ApiError, names: dict[str, str]) -> ApiError:
+    """``error`` with its param in the request's terms (the gateway names proto fields)."""
+    param = error.param or ""
+    for gateway_name, name in names.items():
+        if param == gateway_name or param.startswith(gateway_name + "."):
+            error.param = name
+            break
+    return error
 
 
 def _sampling(body: dict[str, Any], sampling: common_pb2.SamplingParams) -> None:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from loopwire.api import items
-from loopwire.api.create import ParsedCreate
+from loopwire.api.create import GATEWAY_PARAMS, ParsedCreate, request_param
 from loopwire.api.errors import ApiError, from_stream_error
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -58,8 +58,8 @@ class ResponseBuilder:
             "reasoning": {"effort": None, "summary": None},
             "store": self.parsed.store,
             "temperature": c.sampling.temperature,
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "auto",
+            "text": self.parsed.text,
+            "tool_choice": self.parsed.tool_choice,
             "tools": self.parsed.tools_json,
             "top_p": c.sampling.top_p or 1.0,
             "truncation": "disabled",
@@ -89,7 +89,8 @@ class ResponseBuilder:
             return []
         if kind == "failed":
             if not self.id:
-                raise from_stream_error(event.failed.error, self.parsed.create.previous_response_id)
+                raise request_param(from_stream_error(event.failed.error, self.parsed.create.previous_response_id),
+                                    GATEWAY_PARAMS)
             return self._failed(event.failed.error)
         if kind == "text_delta":
             return self._text(event.text_delta.text)
@@ -178,7 +179,7 @@ class ResponseBuilder:
             self.status = "incomplete"
             self.incomplete = {"reason": "content_filter"}
             return [*out, self._event("response.incomplete", response=self.response())]
-        api = self.api_error = from_stream_error(error)
+        api = self.api_error = request_param(from_stream_error(error), GATEWAY_PARAMS)
         self.status = "failed"
         self.error = {"code": api.code or "server_error", "message": api.message}
         return [*out, self._event("response.failed", response=self.response())]

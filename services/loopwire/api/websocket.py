@@ -28,6 +28,7 @@ from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, bad_request
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.gateway_client import ConverseStream
+from loopwire.v1 import gateway_pb2
 
 log = logging.getLogger("loopwire.api")
 
@@ -158,11 +159,11 @@ class Connection:
             return parsed
         _, held = self.held
         self.held = None
-        create = held.create.__class__()
-        create.CopyFrom(held.create)
+        # What to generate, and how, is the new request's; the rest is the held one's.
+        own = {"sampling", "no_store", "tool_choice", "parallel_tool_calls", "text_format"}
+        create = gateway_pb2.CreateResponse(**{f.name: v for f, v in held.create.ListFields() if f.name not in own},
+                                            **{f.name: v for f, v in parsed.create.ListFields() if f.name in own})
         create.input.extend(parsed.create.input)
-        create.sampling.CopyFrom(parsed.create.sampling)
-        create.no_store = parsed.create.no_store
         if parsed.create.HasField("replay"):
             create.replay.CopyFrom(parsed.create.replay)
         parsed.create = create

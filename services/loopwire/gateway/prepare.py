@@ -91,7 +91,8 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
     work = await asyncio.to_thread(tokenize) if received > OFFLOAD_TOKENIZE_BYTES else tokenize()
     conversation, new_items, tokenized, broke, tokenize_ns = work
     # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
-    constraint = None if create.HasField("replay") else tool_grammar.constraint(create, gw.model, conversation.tools)
+    constraint = None if create.HasField("replay") or cfg.unconstrained else tool_grammar.constraint(
+        create, gw.model, conversation.tools)
     if broke and difference is None:
         difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
     window = gw.model.context_length

@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prefill-queue", type=int,
                         default=_env_int("max_prefill_queue", DEFAULT_MAX_PREFILL_QUEUE),
                         help="prefill remotely only while some prefill replica has fewer requests queued than this")
+    parser.add_argument("--unconstrained", action="store_true", default=_env("unconstrained", "") == "1",
+                        help="decode freely: no grammar from tool_choice or text formats (the naive way, for comparison)")
     parser.add_argument("--stateless", action="store_true", default=_env("stateless", "") == "1",
                         help="re-tokenize and forward every request in full (the naive way, for comparison)")
 
@@ -92,6 +94,7 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
         safety_overlap_chars=args.safety_overlap_chars,
         stateless=args.stateless,
         allow_replay=args.allow_replay,
+        unconstrained=args.unconstrained,
     )
     return GatewayServicer(model, router, authenticator, classifier, config)
 

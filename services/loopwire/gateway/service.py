@@ -54,6 +54,8 @@ class GatewayConfig:
     incremental_render: bool = True
     # Accept CreateResponse.replay (recorded output to emit): replays and benchmarks only.
     allow_replay: bool = False
+    # The naive way, for the task benchmark: no grammar from tools or formats (free decoding).
+    unconstrained: bool = False
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):

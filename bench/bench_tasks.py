@@ -1,0 +1,381 @@
+"""Small agent tasks through the whole mesh with the model we ship: does the loop finish them?
+
+Each task lays out a workspace, asks the agent (`loopwire up`'s harness, gateway and reference
+engine serving SmolLM2-135M-Instruct, commands in the real sandbox) to do one thing, and a
+script checks the end state (a file's content, the answer's words). Three ways, side by side,
+each on a mesh of its own:
+
+* ``unconstrained``: free decoding (gateway ``--unconstrained``), tool calls only when the model
+  happens to write the Hermes syntax (the way before constrained decoding);
+* ``auto``: the lazy grammar: free text, and an opened call always has schema-valid arguments;
+* ``required``: a tool call every turn (the first never ``finish``), the session ends at ``finish``.
+
+Per way: task pass rate, turns with a parseable tool call, calls whose arguments validate against
+the tool's schema (``jsonschema``), turns and wall time per task. A second table prices the
+grammar's token mask per decode step against the numpy model's decode step at batch 1 and 16.
+
+    .venv/bin/python bench/bench_tasks.py [--tasks 20] [--max-turns 6] [--quick] [--out DIR]
+
+Writes tasks.md and tasks.png into ``--out`` (default .state/bench/). ``--quick``: 5 tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from loopwire.client import run_task
+from loopwire.gateway.tool_grammar import strict_schema
+from loopwire.harness import tools as harness_tools
+from loopwire.harness.workspace_files import tenant_dir_name
+from loopwire.v1 import common_pb2, harness_pb2
+
+import interrupts
+import provenance
+
+console = Console()
+MODES = ("unconstrained", "auto", "required")
+COLOURS = {"unconstrained": "tab:gray", "auto": "tab:blue", "required": "tab:green"}
+Check = Callable[[Path, str], bool]
+
+
+@dataclass
+class Task:
+    name: str
+    prompt: str
+    files: dict[str, str]
+    check: Check
+
+
+def _text(ws: Path, name: str) -> str | None:
+    path = ws / name
+    return path.read_text(errors="replace") if path.is_file() else None
+
+
+def _parses(ws: Path, name: str) -> bool:
+    text = _text(ws, name)
+    if text is None:
+        return False
+    try:
+        ast.parse(text)
+    except SyntaxError:
+        return False
+    return 'print("ok")' in text
+
+
+def _json_name(ws: Path) -> bool:
+    try:
+        return json.loads(_text(ws, "data.json") or "null").get("name") == "loopwire"
+    except (ValueError, AttributeError):
+        return False
+
+
+TASKS = [
+    Task("create", "Create a file hello.txt containing the word hi.", {},
+         lambda ws, _: (_text(ws, "hello.txt") or "").strip() == "hi"),
+    Task("count", "How many files are in the current directory? Answer with the number.",
+         {"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"}, lambda _, answer: "3" in answer),
+    Task("symbol", "Which file defines the function parse_args? Answer with the file name.",
+         {"main.py": "import cli\n\ncli.parse_args()\n", "cli.py": "def parse_args():\n    return 1\n",
+          "util.py": "def helper():\n    pass\n"}, lambda _, answer: "cli.py" in answer),
+    Task("syntax", "script.py has a syntax error. Fix it so the script runs.",
+         {"script.py": 'print("ok"\n'}, lambda ws, _: _parses(ws, "script.py")),
+    Task("rename", "Rename old.txt to new.txt.", {"old.txt": "keep me\n"},
+         lambda ws, _: _text(ws, "new.txt") == "keep me\n" and not (ws / "old.txt").exists()),
+    Task("append", "Append a line with the word world to notes.txt.", {"notes.txt": "hello\n"},
+         lambda ws, _: (_text(ws, "notes.txt") or "").split() == ["hello", "world"]),
+    Task("delete", "Delete the file tmp.log.", {"tmp.log": "noise\n", "keep.txt": "x\n"},
+         lambda ws, _: not (ws / "tmp.log").exists() and (ws / "keep.txt").exists()),
+    Task("mkdir", "Create a directory named src.", {}, lambda ws, _: (ws / "src").is_dir()),
+    Task("write-number", "Write the number 42 into answer.txt.", {},
+         lambda ws, _: (_text(ws, "answer.txt") or "").strip() == "42"),
+    Task("copy", "Copy a.txt to backup.txt.", {"a.txt": "precious\n"},
+         lambda ws, _: _text(ws, "backup.txt") == "precious\n" and _text(ws, "a.txt") == "precious\n"),
+    Task("read", "What animal is mentioned in README.md? Answer with the animal.",
+         {"README.md": "# Project\n\nThe mascot of this project is a walrus.\n"},
+         lambda _, answer: "walrus" in answer.lower()),
+    Task("replace", "In config.txt, replace foo with bar.", {"config.txt": "mode=foo\n"},
+         lambda ws, _: (_text(ws, "config.txt") or "").strip() == "mode=bar"),
+    Task("count-lines", "How many lines does data.txt have? Answer with the number.",
+         {"data.txt": "1\n2\n3\n4\n5\n"}, lambda _, answer: "5" in answer),
+    Task("nested", "Create an empty file .gitkeep inside a new directory logs.", {},
+         lambda ws, _: (ws / "logs" / ".gitkeep").is_file()),
+    Task("script", "Create a shell script hello.sh that prints hello.", {},
+         lambda ws, _: "hello" in (_text(ws, "hello.sh") or "") and "echo" in (_text(ws, "hello.sh") or "")),
+    Task("list-py", "List the Python files here. Answer with their names.",
+         {"one.py": "", "two.py": "", "notes.md": ""}, lambda _, answer: "one.py" in answer and "two.py" in answer),
+    Task("search", "Which file contains the word banana? Answer with the file name.",
+         {"fruit.txt": "apple\nbanana\n", "veg.txt": "carrot\n"}, lambda _, answer: "fruit.txt" in answer),
+    Task("todo", "Create todo.md with the line: - buy milk", {},
+         lambda ws, _: "- buy milk" in (_text(ws, "todo.md") or "")),
+    Task("concat", "Combine a.txt and b.txt, in that order, into combined.txt.", {"a.txt": "first\n", "b.txt": "second\n"},
+         lambda ws, _: (_text(ws, "combined.txt") or "").split() == ["first", "second"]),
+    Task("json", 'Create data.json holding a JSON object whose key "name" is "loopwire".', {},
+         lambda ws, _: _json_name(ws)),
+]
+
+
+@dataclass
+class Outcome:
+    mode: str
+    task: str
+    passed: bool
+    turns: int
+    turns_with_call: int
+    calls: int
+    valid_calls: int
+    wall_s: float
+    error: str = ""
+    calls_seen: list[str] = field(default_factory=list)
+
+
+SCHEMAS = {t.name: strict_schema(json.loads(t.parameters)) for t in harness_tools.TOOLS.values()}
+
+
+def valid_arguments(call: common_pb2.FunctionCall) -> bool:
+    schema = SCHEMAS.get(call.name)
+    if schema is None:
+        return False
+    try:
+        jsonschema.validate(json.loads(call.arguments or "{}"), schema)
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+async def run_one(harness: str, key: str, workspaces: Path, mode: str, n: int, task: Task, max_turns: int,
+                  max_output_tokens: int) -> Outcome:
+    name = f"{mode}-{n:02d}-{task.name}"
+    ws = workspaces / name
+    ws.mkdir(parents=True)
+    for rel, text in task.files.items():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text(text)
+    for path in [ws, *ws.rglob("*")]:  # the sandbox's uid works on the files the benchmark laid out
+        path.chmod(0o777 if path.is_dir() else 0o666)
+    start = harness_pb2.StartTask(task=task.prompt, workspace=name, max_turns=max_turns)
+    start.model.sampling.max_output_tokens = max_output_tokens
+    start.model.tool_choice.SetInParent()
+    if mode == "required":
+        start.model.tool_choice.mode = common_pb2.TOOL_CHOICE_MODE_REQUIRED
+    calls: list[common_pb2.FunctionCall] = []
+
+    def on_event(event: harness_pb2.RunResponse) -> None:
+        if event.WhichOneof("event") == "tool_call_began":
+            calls.append(event.tool_call_began.call)
+
+    result = await run_task(harness, start, on_event, timeout=900, api_key=key)
+    answer = result.final_text
+    return Outcome(
+        mode, task.name, passed=not result.error and task.check(ws, answer), turns=len(result.turns),
+        turns_with_call=sum(1 for t in result.turns if t.tool_calls), calls=len(calls),
+        valid_calls=sum(1 for c in calls if valid_arguments(c)), wall_s=result.wall_s, error=result.error,
+        calls_seen=[f"{c.name} {c.arguments}"[:120] for c in calls])
+
+
+def run_mode(mode: str, tasks: list[Task], args: argparse.Namespace, progress: Progress) -> list[Outcome]:
+    bar = progress.add_task(f"{mode:>13}", total=len(tasks))
+    gateway_args = ["--unconstrained"] if mode == "unconstrained" else []
+    with tempfile.TemporaryDirectory(prefix=f"loopwire-bench-tasks-{mode}-") as state:
+        mesh = interrupts.start_mesh(Path(state), extra_args={"inference": ["--model", "default"],
+                                                              "gateway": gateway_args})
+        try:
+            workspaces = Path(state) / "workspaces" / tenant_dir_name("dev")
+            out = []
+            for n, task in enumerate(tasks):
+                out.append(asyncio.run(run_one(mesh.harness, mesh.api_key, workspaces, mode, n, task,
+                                               args.max_turns, args.max_output_tokens)))
+                progress.advance(bar)
+            return out
+        finally:
+            interrupts.stop(mesh)
+
+
+def _rate(n: int, d: int) -> str:
+    return f"{n}/{d} ({100 * n / d:.0f}%)" if d else "—"
+
+
+def summary_table(results: list[Outcome], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("way", "tasks passed", "turns with a tool call", "schema-valid calls", "turns / task",
+                "wall s / task (median)"):
+        table.add_column(col, justify="left" if col == "way" else "right")
+    for mode in MODES:
+        rows = [r for r in results if r.mode == mode]
+        if not rows:
+            continue
+        table.add_row(mode, _rate(sum(r.passed for r in rows), len(rows)),
+                      _rate(sum(r.turns_with_call for r in rows), sum(r.turns for r in rows)),
+                      _rate(sum(r.valid_calls for r in rows), sum(r.calls for r in rows)),
+                      f"{statistics.mean(r.turns for r in rows):.1f}",
+                      f"{statistics.median(r.wall_s for r in rows):.1f}")
+    return table
+
+
+def per_task_table(results: list[Outcome]) -> Table:
+    table = Table(title="per task: passed? (first calls)")
+    table.add_column("task")
+    for mode in MODES:
+        table.add_column(mode)
+    for task in dict.fromkeys(r.task for r in results):
+        cells = []
+        for mode in MODES:
+            r = next((x for x in results if x.task == task and x.mode == mode), None)
+            if r is None:
+                cells.append("")
+                continue
+            first = "; ".join(r.calls_seen[:2]) or (r.error[:60] if r.error else "no call")
+            cells.append(f"{'PASS' if r.passed else 'fail'} · {first}")
+        table.add_row(task, *cells)
+    return table
+
+
+def mask_cost_table(steps: int) -> Table:
+    """The grammar mask's CPU per decode step vs the numpy model's decode step, batch 1 and 16."""
+    import numpy as np
+
+    from loopwire.common.grammar import grammar_text
+    from loopwire.common.model_def import load_definition
+    from loopwire.gateway import tool_grammar
+    from loopwire.inference.config import EngineConfig, model_preset
+    from loopwire.inference.constraint import Grammar, batch_masks, ll_tokenizer
+    from loopwire.inference.model import LlamaModel
+    from loopwire.inference.reference_engine import reference_core
+    from loopwire.inference.sampling import SamplingSettings
+    from loopwire.inference.sequence import GenerationRequest
+    from loopwire.inference.weights import load_weights
+
+    definition = load_definition("default")
+    model_config, weights = load_weights(definition.source, model_preset("tiny"))
+    tool_list = harness_tools.tool_list(None, harness_pb2.StartTask(model=harness_pb2.ModelOptions(
+        tool_choice=common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_REQUIRED))))
+    create = common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_REQUIRED)
+    from loopwire.v1 import gateway_pb2
+
+    constraint = tool_grammar.constraint(gateway_pb2.CreateResponse(tools=tool_list, tool_choice=create),
+                                         definition, tool_list)
+    assert constraint is not None
+    grammar = Grammar(grammar_text(constraint), ll_tokenizer(definition.tokenizer, definition.stop_token_ids[0]))
+    prefix = definition.tokenizer.encode('<tool_call>\n{"name": "shell", "arguments": {"command": "')
+    table = Table(title=f"grammar mask per decode step vs the numpy decode step (SmolLM2-135M, {steps} steps)")
+    for col in ("batch", "decode step ms", "masks ms", "mask ÷ step"):
+        table.add_column(col, justify="right")
+    for batch in (1, 16):
+        core = reference_core(EngineConfig(model=model_config, num_kv_blocks=2048, max_batch_tokens=1024,
+                                           num_draft_tokens=0), LlamaModel(model_config, weights))
+        for i in range(batch):
+            core.add(GenerationRequest(f"r{i}", definition.tokenizer.encode(f"Say something about {i}."),
+                                       max_tokens=steps + 40, sampling=SamplingSettings(), speculative=False))
+        while any(s.num_output == 0 for s in core.seqs.values()):
+            core.step()  # prefill
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            core.step()
+        step_s = (time.perf_counter() - t0) / steps
+        matchers = [grammar.matcher() for _ in range(batch)]
+        for m in matchers:
+            for t in prefix:
+                m.consume(t)
+        rng = np.random.default_rng(0)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            masks = batch_masks(matchers, model_config.vocab_size)
+            for m, mask in zip(matchers, masks, strict=True):
+                allowed = np.nonzero(mask)[0]
+                m.consume(int(allowed[rng.integers(0, len(allowed))]) if not m.stopped else definition.stop_token_ids[0])
+        mask_s = (time.perf_counter() - t0) / steps
+        table.add_row(str(batch), f"{step_s * 1000:.1f}", f"{mask_s * 1000:.2f}", f"{mask_s / step_s:.3f}")
+    return table
+
+
+def plot(results: list[Outcome], out: Path, short: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    metrics = [("tasks passed", lambda rs: sum(r.passed for r in rs) / len(rs)),
+               ("turns with a call", lambda rs: sum(r.turns_with_call for r in rs) / max(1, sum(r.turns for r in rs))),
+               ("schema-valid calls", lambda rs: sum(r.valid_calls for r in rs) / max(1, sum(r.calls for r in rs)))]
+    width = 0.25
+    for i, mode in enumerate(MODES):
+        rows = [r for r in results if r.mode == mode]
+        if rows:
+            ax.bar([x + i * width for x in range(len(metrics))], [f(rows) for _, f in metrics], width,
+                   label=mode, color=COLOURS[mode])
+    ax.set_xticks([x + width for x in range(len(metrics))], [m for m, _ in metrics])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("share")
+    ax.legend()
+    ax.set_title(f"agent tasks with SmolLM2-135M through the mesh: {short}", fontsize=10)
+    fig.tight_layout()
+    provenance.stamp(fig, short)
+    return provenance.save_figure(fig, out, "tasks", dpi=110)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=len(TASKS), help="tasks to run (default: all %(default)s)")
+    parser.add_argument("--max-turns", type=int, default=6, help="model turns per task (default: %(default)s)")
+    parser.add_argument("--max-output-tokens", type=int, default=120, help="per turn (default: %(default)s)")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
+    parser.add_argument("--mask-steps", type=int, default=30, help="decode steps timed for the mask table")
+    parser.add_argument("--quick", action="store_true", help="5 tasks, 4 turns each, 10 mask steps")
+    provenance.add_out_argument(parser)
+    args = parser.parse_args(argv[1:])
+    if args.quick:
+        args.tasks = 5 if args.tasks == parser.get_default("tasks") else args.tasks
+        args.max_turns = 4 if args.max_turns == parser.get_default("max_turns") else args.max_turns
+        args.mask_steps = 10 if args.mask_steps == parser.get_default("mask_steps") else args.mask_steps
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    tasks = TASKS[: args.tasks]
+    short = f"{len(tasks)} scripted tasks, ≤{args.max_turns} turns, ≤{args.max_output_tokens} tokens per turn"
+    console.print(short)
+    t0 = time.perf_counter()
+    results: list[Outcome] = []
+    with Progress(console=console) as progress:
+        for mode in modes:
+            results += run_mode(mode, tasks, args, progress)
+    wall = time.perf_counter() - t0
+    table = summary_table(results, f"agent tasks, SmolLM2-135M-Instruct on the numpy engine: {short}")
+    console.print(table)
+    tasks_table = per_task_table(results)
+    console.print(tasks_table)
+    mask_table = mask_cost_table(args.mask_steps)
+    console.print(mask_table)
+    header = provenance.provenance(
+        f"{len(tasks)} tasks defined in bench/bench_tasks.py (workspace files, prompt, a script that checks the end "
+        "state or the answer)",
+        engine="reference (numpy) engine serving SmolLM2-135M-Instruct (Q4_1 GGUF dequantized), greedy; "
+               "`loopwire up`'s services as processes, commands in the bubblewrap sandbox",
+        notes=[f"real time {wall:.0f} s; each way on a mesh of its own, tasks in the same order",
+               "a turn 'with a tool call' ended with at least one parsed call; a call is 'schema-valid' when its "
+               "arguments parse as JSON and validate (jsonschema) against the tool's strict schema"])
+    body = [*provenance.table_markdown(table), "", *provenance.table_markdown(tasks_table), "",
+            *provenance.table_markdown(mask_table), "", "![tasks](tasks.png)"]
+    md = provenance.write_markdown(args.out, "tasks", "Agent tasks with the model we ship", header, body)
+    png = plot(results, args.out, short)
+    console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(interrupts.main(lambda: main(sys.argv)))

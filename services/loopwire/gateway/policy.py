@@ -20,7 +20,7 @@ SAFETY_MODES = {
     "off": gateway_pb2.SAFETY_MODE_OFF,
 }
 # Stricter modes rank higher.
-_STRICTNESS = {gateway_pb2.SAFETY_MODE_OFF: 0, gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT: 1,
+_STRICTNESS: dict[int, int] = {gateway_pb2.SAFETY_MODE_OFF: 0, gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT: 1,
                gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS: 2}
 
 

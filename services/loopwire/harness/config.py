@@ -40,6 +40,19 @@ class HarnessConfig:
     code_mode: bool = False
     js_timeout: float = 60.0
     js_memory_mb: int = 128
+    # Tenants apart in the shell sandbox (harness as root; `sandbox.py`, `tenant_uids.py`, `tenant_limits.py`,
+    # `egress.py`): each tenant's commands run as a host uid of its own from [uid_base, uid_base + uid_count)
+    # (assignments kept in <workspace_root>/.tenant-uids.json); processes, memory (MiB) and CPUs per tenant
+    # (a cgroup v2 group under `sandbox_cgroup`: '' finds one, 'none' uses rlimits only); bytes per
+    # workspace (MiB; 0: no quota); network=true reaches only these host:port globs, through the proxy.
+    sandbox_uid_base: int = 61000
+    sandbox_uid_count: int = 1000
+    sandbox_processes: int = 1024
+    sandbox_memory_mb: int = 16384
+    sandbox_cpus: float = 0.0
+    sandbox_cgroup: str = ""
+    sandbox_workspace_quota_mb: int = 10240
+    sandbox_egress_allow: list[str] = field(default_factory=lambda: ["*:80", "*:443"])
 
 
 # Fixed for every session (no dates, paths or policy), so sessions share a cached prefix.

@@ -11,10 +11,17 @@ The workspace is opened without following links and bound by descriptor, so a pa
 while the command starts cannot redirect the bind.
 
 When the harness runs as root, the whole chain (prlimit, bwrap, the command) first drops to an
-unprivileged host uid (``setpriv``; SANDBOX_HOST_UID by default): inside, the command is still
-uid 1000, but on the host it is nobody in particular, so RLIMIT_NPROC really counts its
-processes and no root-owned file is writable through a mount. The harness's file tools give
-what they create in a workspace to that uid.
+unprivileged host uid of the session's tenant (``setpriv``; ``tenant_uids``: one uid per tenant
+from a configured range): inside, the command is still uid 1000, but on the host it is its
+tenant's uid, so RLIMIT_NPROC counts that tenant's processes only, no root-owned file is
+writable through a mount, and the tenant's directory (0700, owned by that uid) is closed to
+every other tenant. The harness's file tools give what they create in a workspace to that uid.
+
+Limits per tenant (``tenant_limits``): a cgroup v2 group (pids, memory, cpu) where the harness
+can make one, rlimits otherwise; the workspace quota is RLIMIT_FSIZE per file (kernel) plus a
+check of the workspace's size while and after a command runs. ``network=true`` never shares
+the host's network namespace (``egress``): the command gets one of its own and reaches out
+only through the harness's allow-listed proxy.
 
 There is deliberately no unsandboxed fallback: when bwrap cannot create namespaces the
 shell tool reports why, loudly, instead of quietly running commands on the host.
@@ -24,25 +31,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import glob
+import json
 import os
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopwire.harness import seccomp
+from loopwire.harness import egress, seccomp, tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
-from loopwire.harness.workspace_files import give_to_sandbox, open_workspace, set_file_owner
+from loopwire.harness.tenant_limits import Cgroups, QuotaWatch, megabytes, resolve
+from loopwire.harness.workspace_files import check_workspace_path, open_workspace, set_file_owner
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 _PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
 SANDBOX_UID = SANDBOX_GID = 1000
 SANDBOX_USER = "sandbox"
-# The host uid/gid sandboxed commands run as when the harness is root (no account needed).
-SANDBOX_HOST_UID = 60999
+# The host uids/gids sandboxed commands run as when the harness is root (no account needed): one
+# per tenant from this range (--sandbox-uid-base/--sandbox-uid-count).
+SANDBOX_UID_BASE = 61000
+SANDBOX_UID_COUNT = 1000
+# Moves the shell into a cgroup (as root, before setpriv drops the uid), then runs the rest.
+_JOIN_CGROUP = 'echo 0 > "$1" || exit 126; shift; exec "$@"'
 # What of the host's /etc a build needs and that holds no secret: dynamic linker, Debian's
 # alternatives symlinks, CA certificates, time zone, services/protocols, interpreter configs.
 _ETC_FROM_HOST = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
@@ -59,20 +74,29 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of every sandboxed process (setrlimit, inherited by all children).
+    """Resource limits of sandboxed processes.
 
-    RLIMIT_NPROC counts per host user: with the drop to an unprivileged host uid (harness as
-    root) it bounds every sandboxed process of this harness together."""
+    RLIMIT_NPROC counts per host user: with a host uid per tenant (harness as root) it bounds
+    all of one tenant's sandboxed processes together; the other rlimits hold per process. In
+    cgroup mode ``processes``, ``memory`` and ``cpus`` also bound the tenant's group."""
 
-    processes: int = 1024  # RLIMIT_NPROC
+    processes: int = 1024  # RLIMIT_NPROC (per tenant uid) and the tenant cgroup's pids.max
     address_space: int = 8 << 30  # RLIMIT_AS, bytes of virtual memory per process
-    file_size: int = 8 << 30  # RLIMIT_FSIZE, largest file a process may write
+    file_size: int = 8 << 30  # RLIMIT_FSIZE, largest file a process may write (and never past the quota)
     cpu_seconds: int = 3600  # RLIMIT_CPU per process
     open_files: int = 4096  # RLIMIT_NOFILE
     tmp_size: int = 1 << 30  # size of the /tmp and /dev/shm tmpfs
+    memory: int = 16 << 30  # memory.max of a tenant's cgroup: all its commands together (cgroup mode)
+    cpus: float = 0.0  # cpu.max of a tenant's cgroup, in CPUs (0: uncapped; cgroup mode)
+    workspace_quota: int = 10 << 30  # bytes one workspace may hold (0: no quota)
+    quota_interval: float = 2.0  # seconds between checks of a workspace's size while a command runs
+
+    @property
+    def largest_file(self) -> int:
+        return min(self.file_size, self.workspace_quota) if self.workspace_quota > 0 else self.file_size
 
     def prlimit_args(self) -> list[str]:
-        return [f"--nproc={self.processes}", f"--as={self.address_space}", f"--fsize={self.file_size}",
+        return [f"--nproc={self.processes}", f"--as={self.address_space}", f"--fsize={self.largest_file}",
                 f"--cpu={self.cpu_seconds}", f"--nofile={self.open_files}", "--core=0"]
 
 
@@ -92,13 +116,23 @@ def now_us() -> int:
 @dataclass
 class _Spawn:
     argv: list[str]
-    fds: list[int] = field(default_factory=list)
+    fds: list[int] = field(default_factory=list)  # passed to the child, closed once it started
+    info_r: int = -1  # network: bwrap's --info-fd (the sandbox's pid) and --block-fd (go), our ends
+    block_w: int = -1
+    workspace: str = ""
 
     def close(self) -> None:
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+    def close_ours(self) -> None:
+        for fd in (self.info_r, self.block_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.info_r = self.block_w = -1
 
     def data_fd(self, data: bytes) -> int:
         fd = os.memfd_create("loopwire-sandbox-file")
@@ -110,19 +144,74 @@ class _Spawn:
 
 class Sandbox:
     def __init__(self, bwrap: str = "bwrap", output_limit: int = 16384,
-                 limits: SandboxLimits | None = None, host_uid: int | None = None) -> None:
+                 limits: SandboxLimits | None = None, host_uid: int | None = None, *,
+                 uid_base: int = SANDBOX_UID_BASE, uid_count: int = SANDBOX_UID_COUNT,
+                 uid_state: Path | None = None, workspace_root: Path | None = None,
+                 cgroup: str = "", egress_allow: Sequence[str] = egress.DEFAULT_ALLOW) -> None:
+        """``host_uid`` given: every tenant's commands run as that one uid (no uid per tenant).
+        ``cgroup``: a delegated cgroup v2 directory for the tenants' groups ('' finds one,
+        'none' uses rlimits only). ``workspace_root``: where the tenants' trees are; a uid per
+        tenant needs it (without it every workspace runs as the uid of the key '')."""
         self.bwrap = shutil.which(bwrap) or bwrap
         self.prlimit = shutil.which("prlimit") or "prlimit"
         self.setpriv = shutil.which("setpriv") or "setpriv"
+        self.sh = shutil.which("sh") or "/bin/sh"
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""
         self.warning = ""  # the sandbox works, but with less isolation than it could have
-        # Root drops to an unprivileged host uid; anyone else already is one.
-        self.host_uid = host_uid if host_uid is not None else (SANDBOX_HOST_UID if os.geteuid() == 0 else None)
+        self.workspace_root = workspace_root
+        self.egress = egress.Egress(egress_allow)
+        self.cgroup_setting = cgroup
+        self.cgroups: Cgroups | None = None
+        self.cgroup_reason = "not probed"
+        self._usage: dict[str, int] = {}  # workspace -> bytes at the end of its last command
+        # Root drops to an unprivileged host uid per tenant; anyone else already is one.
+        self.uids = (tenant_uids.TenantUids(uid_base, uid_count, uid_state)
+                     if os.geteuid() == 0 and host_uid is None else None)
+        # The uid of workspaces outside every tenant's tree (the probe's), or of all when host_uid is given.
+        self.host_uid = host_uid if host_uid is not None else (self.uids.uid_for("") if self.uids else None)
         if self.host_uid is not None and self.host_uid == os.geteuid():
-            self.host_uid = None
-        set_file_owner((self.host_uid, self.host_uid) if self.host_uid is not None else None)
+            self.host_uid = self.uids = None
+        self._set_file_owner()
+
+    def _set_file_owner(self) -> None:
+        """What the file tools create belongs to the uid of the tenant they work for (set by
+        ``file_pool`` in its threads), or to the default tenant's in any other thread."""
+        uid = self.host_uid
+        set_file_owner(tenant_uids.ThreadOwner((uid, uid)) if uid is not None else None)  # type: ignore[arg-type]
+
+    def tenant_access(self, workspace: str | os.PathLike[str]) -> tuple[int | None, str | None]:
+        """(the host uid commands in this workspace run as, None: the harness's own, not root;
+        the tenant's tree holding it, when uids are per tenant and it lies in one)."""
+        if self.host_uid is None or self.uids is None:
+            return self.host_uid, None
+        tree = tenant_uids.tenant_tree(check_workspace_path(workspace), self.workspace_root)
+        return self.uids.uid_for(os.path.basename(tree) if tree else ""), tree
+
+    def describe(self) -> list[str]:
+        """What isolates tenants here, for the start log: what the kernel enforces, what is checked."""
+        lim = self.limits
+        if self.uids is not None:
+            who = f"tenants' commands run as {self.uids.describe()}; tenant directories 0700, owned by that uid"
+        elif self.host_uid is not None:
+            who = f"every tenant's commands run as host uid {self.host_uid} (one uid: tenants share its limits)"
+        else:
+            who = f"commands run as the harness's uid {os.geteuid()} (no uid per tenant: the harness is not root)"
+        if self.cgroups is not None:
+            limits = (f"limits per tenant: cgroup v2 {self.cgroups.base}/tenant-<uid> (pids.max={lim.processes}, "
+                      f"memory.max={megabytes(lim.memory)}, cpu.max={lim.cpus or 'max'} CPUs), kernel-enforced")
+        else:
+            limits = (f"limits: rlimits (no cgroup v2: {self.cgroup_reason}): RLIMIT_NPROC={lim.processes} per "
+                      f"{'tenant uid' if self.uids is not None else 'uid'}; RLIMIT_AS={megabytes(lim.address_space)} "
+                      f"and RLIMIT_CPU={lim.cpu_seconds}s per process")
+        disk = (f"disk: RLIMIT_FSIZE={megabytes(lim.largest_file)} per file (kernel); workspace total "
+                f"{megabytes(lim.workspace_quota)} checked every {lim.quota_interval:g}s while a command runs and "
+                "after it, which kills a command that grows it past the quota (a check, not a kernel quota)"
+                if lim.workspace_quota > 0 else f"disk: RLIMIT_FSIZE={megabytes(lim.file_size)} per file, no quota")
+        net = (self.egress.describe() if os.geteuid() == 0 else
+               "network=true is refused: its egress proxy needs a harness running as root (never the host's network)")
+        return [who, limits, disk, net]
 
     def probe(self, scratch: Path) -> str:
         """Try a trivial sandboxed command; return why it failed ('' when it works).
@@ -139,17 +228,25 @@ class Sandbox:
             if not (os.path.isfile(tool) and os.access(tool, os.X_OK)):
                 self.unavailable_reason = f"{package} ({tool}) cannot run: not found or not executable"
                 return self.unavailable_reason
+        self.cgroups, self.cgroup_reason = Cgroups.find(self.cgroup_setting)
         failure = self._try(scratch)
+        if failure and self.cgroups is not None:
+            groups, self.cgroups = self.cgroups, None
+            if self._try(scratch):
+                self.cgroups = groups  # it fails without the groups too: not theirs to answer for
+            else:
+                self.cgroup_reason, failure = f"a command cannot join its tenant's group ({failure})", ""
         if failure and self.host_uid is not None:
-            dropped_uid, self.host_uid = self.host_uid, None
+            dropped_uid, uids, self.host_uid, self.uids = self.host_uid, self.uids, None, None
             set_file_owner(None)
             if not self._try(scratch):
                 self.warning = (f"sandboxed commands run as host uid 0 (in a user namespace, without capabilities): "
-                                f"host uid {dropped_uid} cannot run them here ({failure}); RLIMIT_NPROC then counts "
-                                "every root process. Give the workspace root's parents o+x to drop the uid.")
+                                f"host uid {dropped_uid} cannot run them here ({failure}); every tenant shares uid 0, "
+                                "and RLIMIT_NPROC counts every root process. Give the workspace root's parents o+x "
+                                "to drop the uid.")
                 return ""
-            self.host_uid = dropped_uid
-            set_file_owner((dropped_uid, dropped_uid))
+            self.host_uid, self.uids = dropped_uid, uids
+            self._set_file_owner()
         if failure:
             self.unavailable_reason = f"{failure}; shell commands are refused rather than run unsandboxed"
         return self.unavailable_reason
@@ -173,20 +270,29 @@ class Sandbox:
         return ""
 
     def _prepare(self, workspace: Path, command: str, *, network: bool) -> _Spawn:
-        """The argv (prlimit, then bwrap) and the descriptors it reads: workspace, seccomp
-        program and the files of /etc. The caller closes them once the process started."""
+        """The argv ([cgroup join,] setpriv, prlimit, then bwrap) and the descriptors it reads:
+        workspace, seccomp program, the files of /etc and, with network, bwrap's info and block
+        pipes. The caller closes them once the process started."""
         spawn = _Spawn([])
         try:
             ws_fd, ws = open_workspace(workspace)  # ToolInputError for "/", system dirs, links
             spawn.fds.append(ws_fd)
-            if self.host_uid is not None and os.stat(ws, follow_symlinks=False).st_uid == 0:
-                give_to_sandbox(ws)  # a workspace the harness made before it dropped its commands' uid
+            spawn.workspace = ws
+            uid, tree = self.tenant_access(ws)
+            if uid is not None and tree is not None:
+                tenant_uids.claim(tree, ws, uid)  # the tenant's tree: 0700, its uid's
+            elif uid is not None and os.stat(ws, follow_symlinks=False).st_uid == 0:
+                os.chown(ws, uid, uid, follow_symlinks=False)  # a workspace the harness made before the uid drop
             filter_fd = seccomp.program_fd()
             spawn.fds.append(filter_fd)
             args = [self.prlimit, *self.limits.prlimit_args(), self.bwrap]
-            if self.host_uid is not None:
-                args[:0] = [self.setpriv, f"--reuid={self.host_uid}", f"--regid={self.host_uid}", "--clear-groups",
+            if uid is not None:
+                args[:0] = [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                             "--inh-caps=-all", "--"]
+            if self.cgroups is not None:
+                procs = self.cgroups.procs_file(str(uid) if uid is not None else "shared", self.limits.processes,
+                                                self.limits.memory, self.limits.cpus)
+                args[:0] = [self.sh, "-c", _JOIN_CGROUP, "sh", procs]
             for d in _SYSTEM_DIRS:
                 if os.path.islink(d):
                     args += ["--symlink", os.readlink(d), d]
@@ -195,25 +301,32 @@ class Sandbox:
             args += ["--dev", "/dev", "--size", str(self.limits.tmp_size), "--tmpfs", "/dev/shm",
                      "--proc", "/proc", "--remount-ro", "/proc",
                      "--size", str(self.limits.tmp_size), "--tmpfs", "/tmp"]
-            args += self._etc(spawn, ws, network)
+            args += self._etc(spawn, ws)
             args += ["--bind-fd", str(ws_fd), ws, "--chdir", ws, "--remount-ro", "/"]
+            # Always a network namespace of its own: never the host's, whose loopback has the mesh's ports.
             args += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
                      "--hostname", "sandbox", "--cap-drop", "ALL", "--seccomp", str(filter_fd),
                      "--die-with-parent", "--new-session"]
-            if network:
-                args.append("--share-net")
             args += ["--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", ws, "--setenv", "LANG", "C.UTF-8",
                      "--setenv", "USER", SANDBOX_USER, "--setenv", "LOGNAME", SANDBOX_USER,
                      "--setenv", "TERM", "dumb", "--setenv", "PAGER", "cat", "--setenv", "GIT_PAGER", "cat"]
+            if network:  # bwrap tells the sandbox's pid and waits until the proxy listens inside
+                spawn.info_r, info_w = os.pipe()
+                spawn.fds.append(info_w)
+                block_r, spawn.block_w = os.pipe()
+                spawn.fds.append(block_r)
+                args += ["--info-fd", str(info_w), "--block-fd", str(block_r), *egress.proxy_env()]
             spawn.argv = [*args, "bash", "-c", command]
         except BaseException:
             spawn.close()
+            spawn.close_ours()
             raise
         return spawn
 
-    def _etc(self, spawn: _Spawn, home: str, network: bool) -> list[str]:
+    def _etc(self, spawn: _Spawn, home: str) -> list[str]:
         """A tmpfs /etc holding only generated account and name-service files plus harmless
-        host configuration, then made read-only."""
+        host configuration, then made read-only. No resolv.conf: a command resolves nothing
+        itself; the egress proxy resolves the names it is asked for."""
         files = {
             "passwd": f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:{SANDBOX_USER}:{home}:/bin/bash\n"
                       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".encode(),
@@ -222,9 +335,6 @@ class Sandbox:
             "hostname": b"sandbox\n",
             "nsswitch.conf": _NSSWITCH,
         }
-        if network:
-            with contextlib.suppress(OSError), open("/etc/resolv.conf", "rb") as f:
-                files["resolv.conf"] = f.read(65536)
         args = ["--size", str(16 << 20), "--tmpfs", "/etc"]
         for name, data in files.items():
             args += ["--perms", "0644", "--file", str(spawn.data_fd(data)), f"/etc/{name}"]
@@ -239,6 +349,9 @@ class Sandbox:
     async def start(self, workspace: Path, command: str, *, network: bool = False) -> SandboxedProcess:
         if self.unavailable_reason:
             raise SandboxUnavailable(self.unavailable_reason)
+        if network and os.geteuid() != 0:
+            raise SandboxUnavailable("network=true needs a harness running as root (its egress proxy listens inside "
+                                     "the command's own network namespace); the host's network is never shared")
         spawn = self._prepare(workspace, command, network=network)
         try:
             # The descriptors are closed once the spawn is over, never before: a number closed
@@ -254,6 +367,7 @@ class Sandbox:
             ))
         except BaseException:
             spawn.close()
+            spawn.close_ours()
             raise
         starting.add_done_callback(lambda _: spawn.close())
         try:
@@ -261,8 +375,37 @@ class Sandbox:
         except asyncio.CancelledError:
             # Cancelled while spawning: the process may exist a moment later; kill it then.
             starting.add_done_callback(_kill_spawned)
+            spawn.close_ours()
             raise
-        return SandboxedProcess(proc, HeadTailBuffer(self.output_limit))
+        process = SandboxedProcess(proc, HeadTailBuffer(self.output_limit), self.limits.largest_file)
+        try:
+            if network:
+                process.proxy = await self._connect(spawn, process)
+            if self.limits.workspace_quota > 0:
+                ws_fd, _ = open_workspace(spawn.workspace)
+                process.quota = QuotaWatch(ws_fd, self.limits.workspace_quota, self.limits.quota_interval, proc.pid,
+                                           self._usage.get(spawn.workspace),
+                                           functools.partial(self._usage.__setitem__, spawn.workspace))
+        except BaseException:
+            process.kill()
+            raise
+        finally:
+            spawn.close_ours()
+        return process
+
+    async def _connect(self, spawn: _Spawn, process: SandboxedProcess) -> egress.Proxy:
+        """Start the command's egress proxy inside its network namespace, then let it run."""
+        try:
+            pid = await _child_pid(spawn.info_r)
+            proxy = await self.egress.serve(pid)
+        except (OSError, ValueError, TimeoutError) as e:
+            process.kill()
+            await process.wait(5)
+            said = process.buffer.result().text.strip()
+            raise SandboxUnavailable(f"the command's network namespace could not be set up ({e})"
+                                     + (f": {said}" if said else "")) from None
+        os.write(spawn.block_w, b"go")
+        return proxy
 
     async def run(self, workspace: Path, command: str, *, timeout: float, network: bool = False) -> ShellResult:
         process = await self.start(workspace, command, network=network)
@@ -270,6 +413,30 @@ class Sandbox:
             return await process.result(timeout)
         finally:
             process.kill()
+
+
+async def _child_pid(fd: int) -> int:
+    """The pid (on the host) of the sandbox's init, from bwrap's --info-fd JSON."""
+    data = b""
+    async with asyncio.timeout(30):
+        while True:
+            chunk = await _read_when_ready(fd)
+            if not chunk:
+                raise OSError("bubblewrap ended before it started the sandbox")
+            data += chunk
+            with contextlib.suppress(ValueError):
+                return int(json.loads(data)["child-pid"])
+
+
+async def _read_when_ready(fd: int) -> bytes:
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, resolve, ready)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
+    return os.read(fd, 65536)
 
 
 def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
@@ -281,12 +448,16 @@ def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
 class SandboxedProcess:
     """A running sandboxed command whose output is collected in bounded memory."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, buffer: HeadTailBuffer) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, buffer: HeadTailBuffer, largest_file: int = 0) -> None:
         self.proc = proc
         self.buffer = buffer
         self.started_at_us = now_us()
         self._reader = asyncio.ensure_future(self._read())
         self.timed_out = False
+        self.largest_file = largest_file
+        self.proxy: egress.Proxy | None = None
+        self.quota: QuotaWatch | None = None
+        self._noted = False
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -304,6 +475,29 @@ class SandboxedProcess:
     async def _finish(self) -> None:
         await self._reader
         await self.proc.wait()
+        self._release()
+        if self.quota is not None:
+            await self.quota.done  # its last check of the workspace
+
+    def _release(self) -> None:
+        if self.proxy is not None:
+            self.proxy.close()
+        if self.quota is not None:
+            self.quota.stop()
+
+    def _note_limits(self) -> None:
+        """Say in the output why a limit stopped the command (once)."""
+        if self._noted:
+            return
+        self._noted = True
+        notes = []
+        if self.proc.returncode in (128 + signal.SIGXFSZ, -signal.SIGXFSZ):
+            notes.append(f"[a file reached the size limit of {megabytes(self.largest_file)} per file "
+                         "(RLIMIT_FSIZE, at most the workspace quota)]")
+        if self.quota is not None and (note := self.quota.note()):
+            notes.append(note)
+        if notes:
+            self.buffer.feed(("\n" + "\n".join(notes) + "\n").encode())
 
     async def result(self, timeout: float | None = None) -> ShellResult:
         """Wait for exit, killing the whole process group at ``timeout``."""
@@ -311,6 +505,7 @@ class SandboxedProcess:
             self.timed_out = True
             self.kill()
             await self._finish()
+        self._note_limits()
         return ShellResult(
             output=self.buffer.result(),
             exit_code=self.proc.returncode if self.proc.returncode is not None else -1,
@@ -327,3 +522,4 @@ class SandboxedProcess:
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        self._release()

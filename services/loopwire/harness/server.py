@@ -14,7 +14,7 @@ from loopwire.common.config import env as _env
 from loopwire.common.service_flags import add_insecure_dev_argument, load_authenticator
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.config import HarnessConfig
-from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox import Sandbox, SandboxLimits
 from loopwire.harness.service import HarnessService
 from loopwire.harness.store import SessionStore, Status, StoreError, open_store
 from loopwire.v1 import harness_pb2, harness_pb2_grpc
@@ -68,6 +68,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compaction off)")
     parser.add_argument("--compact-at", type=float, default=float(_env("compact-at", "0.9")),
                         help="share of the context window at which compaction runs")
+    _add_sandbox_arguments(parser)
+
+
+def _add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
+    """Tenants apart in the shell sandbox (a harness running as root)."""
+    sandbox = parser.add_argument_group("sandbox tenants")
+    sandbox.add_argument("--sandbox-uid-base", type=int, default=int(_env("sandbox-uid-base", "61000")),
+                         help="first host uid of the range tenants' commands run as (one uid per tenant; no "
+                              "account needs to exist, none should use the range)")
+    sandbox.add_argument("--sandbox-uid-count", type=int, default=int(_env("sandbox-uid-count", "1000")),
+                         help="how many uids the range has (the most tenants this harness serves)")
+    sandbox.add_argument("--sandbox-processes", type=int, default=int(_env("sandbox-processes", "1024")),
+                         help="processes (and threads) of one tenant's commands together: RLIMIT_NPROC per "
+                              "tenant uid, and pids.max of its cgroup")
+    sandbox.add_argument("--sandbox-memory-mb", type=int, default=int(_env("sandbox-memory-mb", "16384")),
+                         help="MiB of memory of one tenant's commands together (cgroup memory.max; without "
+                              "cgroup v2 only RLIMIT_AS per process holds)")
+    sandbox.add_argument("--sandbox-cpus", type=float, default=float(_env("sandbox-cpus", "0")),
+                         help="CPUs one tenant's commands may use together (cgroup cpu.max; 0: uncapped)")
+    sandbox.add_argument("--sandbox-cgroup", default=_env("sandbox-cgroup", ""),
+                         help="a delegated, empty cgroup v2 directory for the tenants' groups (default: find "
+                              "one below the harness's own cgroup; 'none': rlimits only)")
+    sandbox.add_argument("--sandbox-workspace-quota-mb", type=int,
+                         default=int(_env("sandbox-workspace-quota-mb", "10240")),
+                         help="MiB one workspace may hold (every file bounded by RLIMIT_FSIZE; the total checked "
+                              "while a command runs, which is killed when it grows the workspace past it; 0: none)")
+    sandbox.add_argument("--sandbox-egress-allow", action="append", default=None, metavar="HOST:PORT",
+                         help="where network=true commands may connect through the harness's proxy, a glob in "
+                              "each part (e.g. *.pypi.org:443); repeat for more; a loopback or private address "
+                              "only when named as that IP literal (default *:80 and *:443; env "
+                              "LOOPWIRE_SANDBOX_EGRESS_ALLOW, comma-separated; 'none': nothing)")
+
+
+def _sandbox_config(args: argparse.Namespace) -> dict:
+    allow = args.sandbox_egress_allow or [a for a in _env("sandbox-egress-allow", "*:80,*:443").split(",") if a]
+    return dict(sandbox_uid_base=args.sandbox_uid_base, sandbox_uid_count=args.sandbox_uid_count,
+                sandbox_processes=args.sandbox_processes, sandbox_memory_mb=args.sandbox_memory_mb,
+                sandbox_cpus=args.sandbox_cpus, sandbox_cgroup=args.sandbox_cgroup,
+                sandbox_workspace_quota_mb=args.sandbox_workspace_quota_mb,
+                sandbox_egress_allow=[] if allow == ["none"] else allow)
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
@@ -78,7 +118,8 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         shell_timeout=args.shell_timeout, background_after=args.background_after, output_limit=args.output_limit,
         approval_retention=args.approval_retention, max_turns=args.max_turns, tool_choice=args.tool_choice,
         mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
-        code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at)
+        code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at,
+        **_sandbox_config(args))
 
 
 def _mcp_servers(specs: list[str]) -> list:
@@ -89,6 +130,16 @@ def _mcp_servers(specs: list[str]) -> list:
     return [mcp_client.parse_spec(s) for s in specs]
 
 
+def make_sandbox(config: HarnessConfig) -> Sandbox:
+    """The shell sandbox of a harness's configuration: a uid, limits and a quota per tenant."""
+    limits = SandboxLimits(processes=config.sandbox_processes, memory=config.sandbox_memory_mb << 20,
+                           cpus=config.sandbox_cpus, workspace_quota=config.sandbox_workspace_quota_mb << 20)
+    return Sandbox(output_limit=config.output_limit, limits=limits, uid_base=config.sandbox_uid_base,
+                   uid_count=config.sandbox_uid_count, uid_state=config.workspace_root / ".tenant-uids.json",
+                   workspace_root=config.workspace_root, cgroup=config.sandbox_cgroup,
+                   egress_allow=config.sandbox_egress_allow)
+
+
 def build(config: HarnessConfig, sessions: Path | str, authenticator: Authenticator
           ) -> tuple[HarnessService, SessionStore]:
     """The servicer with its store (a path or a --sessions URL) and a probed sandbox (shared by the
@@ -97,14 +148,15 @@ def build(config: HarnessConfig, sessions: Path | str, authenticator: Authentica
     interrupted = store.mark_interrupted()
     if interrupted:
         log.info("%d session(s) were running when the harness stopped; resume them with ResumeSession", interrupted)
-    sandbox = Sandbox(output_limit=config.output_limit)
+    sandbox = make_sandbox(config)
     config.workspace_root.mkdir(parents=True, exist_ok=True)
     if reason := sandbox.probe(config.workspace_root / ".sandbox-probe"):
         log.error("SANDBOX UNAVAILABLE: %s", reason)
-    elif sandbox.warning:
-        log.warning("SANDBOX: %s", sandbox.warning)
-    elif sandbox.host_uid is not None:
-        log.info("sandboxed commands run as host uid %d", sandbox.host_uid)
+    else:
+        if sandbox.warning:
+            log.warning("SANDBOX: %s", sandbox.warning)
+        for line in sandbox.describe():
+            log.info("sandbox: %s", line)
     return HarnessService(config, store, sandbox, authenticator), store
 
 

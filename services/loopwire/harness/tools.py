@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopwire.harness import file_edit, workspace_files
+from loopwire.harness import file_edit, file_pool, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.output import cap, to_text
 from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
@@ -208,16 +208,16 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
             return ToolOutcome("finished: the session ends with this answer")
         ws = ctx.workspace
         if call.name == "read_file":
-            text = await asyncio.to_thread(workspace_files.read_file, ws, _str(args, "path"),
-                                           _int(args, "offset", 1), _int(args, "limit", 400))
+            text = await file_pool.run_tool(ctx.sandbox, ws, workspace_files.read_file, _str(args, "path"),
+                                            _int(args, "offset", 1), _int(args, "limit", 400))
         elif call.name == "list":
-            text = await asyncio.to_thread(workspace_files.list_dir, ws, _str(args, "path", "."),
-                                           _int(args, "depth", 2))
+            text = await file_pool.run_tool(ctx.sandbox, ws, workspace_files.list_dir, _str(args, "path", "."),
+                                            _int(args, "depth", 2))
         elif call.name == "grep":
-            text = await asyncio.to_thread(workspace_files.grep, ws, _str(args, "pattern"),
-                                           _str(args, "path", "."), _str(args, "glob", ""))
+            text = await file_pool.run_tool(ctx.sandbox, ws, workspace_files.grep, _str(args, "pattern"),
+                                            _str(args, "path", "."), _str(args, "glob", ""))
         elif call.name == "edit_file":
-            text = await asyncio.to_thread(_edit, ws, args)
+            text = await file_pool.run_tool(ctx.sandbox, ws, _edit, args)
         else:
             hint = "; use tool_search to find more tools" if ctx.extra is not None and ctx.extra.enabled else ""
             raise ToolInputError(f"unknown tool `{to_text(call.name)}`; available: {', '.join(sorted(TOOLS))}{hint}")

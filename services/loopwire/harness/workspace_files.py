@@ -9,7 +9,9 @@ seccomp profile, and it can accept an absolute link that points back into the wo
 
 Only regular files are opened, with O_NONBLOCK and after an lstat, so a FIFO, socket or
 device is refused at once instead of blocking a worker; reads are bounded in bytes and
-grep in time. File names that are not UTF-8 are shown escaped.
+grep in time. grep matches with RE2 (linear time: no pattern backtracks catastrophically)
+and only falls back to the backtracking `regex` engine, under its deadline, for what RE2
+lacks (backreferences, lookaround). File names that are not UTF-8 are shown escaped.
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import regex
 
 from loopwire.harness.output import looks_binary, to_text
+
+try:  # google-re2: linear-time matching
+    import re2
+except ImportError:  # pragma: no cover - a dependency; without it every pattern takes the fallback
+    re2 = None
 
 _SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 _MAX_LINKS = 40
@@ -438,16 +445,14 @@ def list_dir(workspace: Path, path: str = ".", depth: int = 2, max_entries: int 
 
 
 def grep(workspace: Path, pattern: str, path: str = ".", glob: str = "", max_matches: int = 200,
-         time_limit: float = GREP_TIME_LIMIT, file_limit: int = GREP_FILE_LIMIT,
+         time_limit: float | None = None, file_limit: int = GREP_FILE_LIMIT,
          total_limit: int = GREP_TOTAL_LIMIT) -> str:
-    """Matches as path:line:text. The `regex` engine runs with a deadline for the whole call
-    (and without the GIL), so a catastrophically backtracking pattern costs seconds, not hours."""
-    try:
-        compiled = regex.compile(pattern)
-    except (regex.error, ValueError, OverflowError) as e:
-        raise ToolInputError(f"invalid regular expression: {e}") from None
-    deadline = time.monotonic() + time_limit
-    state = _GrepState(compiled, deadline, max_matches, file_limit, total_limit)
+    """Matches as path:line:text, with a deadline for the whole call (GREP_TIME_LIMIT unless
+    given). RE2 matches in linear time; a pattern only the `regex` engine takes runs without
+    the GIL and under the deadline, so a catastrophically backtracking one costs seconds, not hours."""
+    search = _compile(pattern)
+    deadline = time.monotonic() + (GREP_TIME_LIMIT if time_limit is None else time_limit)
+    state = _GrepState(search, deadline, max_matches, file_limit, total_limit)
     with target(workspace, path) as t:
         st = _lstat(t)
         if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -468,6 +473,26 @@ def grep(workspace: Path, pattern: str, path: str = ".", glob: str = "", max_mat
     return state.result()
 
 
+_Search = Callable[[str, float], bool]  # (line, seconds left) -> matched; TimeoutError past them
+
+
+def _compile(pattern: str) -> _Search:
+    if re2 is not None:
+        options = re2.Options()
+        options.log_errors = False
+        try:
+            linear = re2.compile(pattern, options=options)
+        except re2.error:
+            pass  # a backreference, lookaround, or a pattern RE2 spells otherwise: the fallback decides
+        else:
+            return lambda line, remaining: linear.search(line) is not None
+    try:
+        backtracking = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError) as e:
+        raise ToolInputError(f"invalid regular expression: {e}") from None
+    return lambda line, remaining: backtracking.search(line, concurrent=True, timeout=remaining) is not None
+
+
 def _lstat(t: Target) -> os.stat_result | None:
     try:
         return os.stat(t.name, dir_fd=t.dir_fd, follow_symlinks=False)
@@ -480,9 +505,9 @@ class _Stop(Exception):
 
 
 class _GrepState:
-    def __init__(self, compiled: regex.Pattern, deadline: float, max_matches: int, file_limit: int,
+    def __init__(self, search: _Search, deadline: float, max_matches: int, file_limit: int,
                  total_limit: int) -> None:
-        self.regex, self.deadline, self.max_matches = compiled, deadline, max_matches
+        self.search, self.deadline, self.max_matches = search, deadline, max_matches
         self.file_limit, self.total_limit = file_limit, total_limit
         self.out: list[str] = []
         self.scanned = 0
@@ -534,7 +559,7 @@ class _GrepState:
         for n, line in enumerate(to_text(data).splitlines(), 1):
             remaining = self._check_time()
             try:
-                found = self.regex.search(line, concurrent=True, timeout=remaining)
+                found = self.search(line, remaining)
             except TimeoutError:
                 self.stopped = "the pattern took too long (time limit reached); results are incomplete"
                 raise _Stop from None

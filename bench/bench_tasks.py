@@ -8,7 +8,8 @@ each on a mesh of its own:
 * ``unconstrained``: free decoding (gateway ``--unconstrained``), tool calls only when the model
   happens to write the Hermes syntax (the way before constrained decoding);
 * ``auto``: the lazy grammar: free text, and an opened call always has schema-valid arguments;
-* ``required``: a tool call every turn (the first never ``finish``), the session ends at ``finish``.
+* ``required``: a tool call every turn (the first never ``finish``), the session ends at ``finish``;
+* ``required-shell``: the same with the harness's ``--tool-set shell`` (shell and finish only).
 
 Per way: task pass rate, turns with a parseable tool call, calls whose arguments validate against
 the tool's schema (``jsonschema``), turns and wall time per task. A second table prices the
@@ -48,8 +49,8 @@ import interrupts
 import provenance
 
 console = Console()
-MODES = ("unconstrained", "auto", "required")
-COLOURS = {"unconstrained": "tab:gray", "auto": "tab:blue", "required": "tab:green"}
+MODES = ("unconstrained", "auto", "required", "required-shell")
+COLOURS = {"unconstrained": "tab:gray", "auto": "tab:blue", "required": "tab:green", "required-shell": "tab:olive"}
 Check = Callable[[Path, str], bool]
 
 
@@ -170,7 +171,7 @@ async def run_one(harness: str, key: str, workspaces: Path, mode: str, n: int, t
     start = harness_pb2.StartTask(task=task.prompt, workspace=name, max_turns=max_turns)
     start.model.sampling.max_output_tokens = max_output_tokens
     start.model.tool_choice.SetInParent()
-    if mode == "required":
+    if mode.startswith("required"):
         start.model.tool_choice.mode = common_pb2.TOOL_CHOICE_MODE_REQUIRED
     calls: list[common_pb2.FunctionCall] = []
 
@@ -190,9 +191,10 @@ async def run_one(harness: str, key: str, workspaces: Path, mode: str, n: int, t
 def run_mode(mode: str, tasks: list[Task], args: argparse.Namespace, progress: Progress) -> list[Outcome]:
     bar = progress.add_task(f"{mode:>13}", total=len(tasks))
     gateway_args = ["--unconstrained"] if mode == "unconstrained" else []
+    harness_args = ["--tool-set", "shell"] if mode == "required-shell" else []
     with tempfile.TemporaryDirectory(prefix=f"loopwire-bench-tasks-{mode}-") as state:
         mesh = interrupts.start_mesh(Path(state), extra_args={"inference": ["--model", "default"],
-                                                              "gateway": gateway_args})
+                                                              "gateway": gateway_args, "harness": harness_args})
         try:
             workspaces = Path(state) / "workspaces" / tenant_dir_name("dev")
             out = []
@@ -312,13 +314,13 @@ def plot(results: list[Outcome], out: Path, short: str) -> Path:
     metrics = [("tasks passed", lambda rs: sum(r.passed for r in rs) / len(rs)),
                ("turns with a call", lambda rs: sum(r.turns_with_call for r in rs) / max(1, sum(r.turns for r in rs))),
                ("schema-valid calls", lambda rs: sum(r.valid_calls for r in rs) / max(1, sum(r.calls for r in rs)))]
-    width = 0.25
+    width = 0.2
     for i, mode in enumerate(MODES):
         rows = [r for r in results if r.mode == mode]
         if rows:
             ax.bar([x + i * width for x in range(len(metrics))], [f(rows) for _, f in metrics], width,
                    label=mode, color=COLOURS[mode])
-    ax.set_xticks([x + width for x in range(len(metrics))], [m for m, _ in metrics])
+    ax.set_xticks([x + 1.5 * width for x in range(len(metrics))], [m for m, _ in metrics])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("share")
     ax.legend()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,9 @@ class HarnessConfig:
     # How turns use the tools when a StartTask does not say: "auto" (calls when the model opens
     # one, always schema-valid) or "required" (a call every turn, until `finish`).
     tool_choice: str = "auto"
+    # "full": shell, file tools, wait (and the extensions); "shell": shell (and finish) only, the
+    # one choice a very small model makes well.
+    tool_set: str = "full"
     # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this
     # process, and MCP servers (`mcp_client.McpServer`) whose tools join the catalog.
     deferred_tools: list[Callable[[], Any]] = field(default_factory=list)
@@ -64,15 +68,20 @@ DEFAULT_INSTRUCTIONS = (
     "never poll with sleep. When the task is done, answer with a short summary and no tool call."
 )
 
-# With tool choice "required" every turn is one tool call, so the end is a call too; one worked
-# example of the call syntax-free shape (the grammar enforces the syntax) helps small models
-# pick the right tool.
+# With tool choice "required" every reply is one call and the end is a call too. Worked examples
+# in the model's own call syntax (Hermes, the format loopwire constrains) are what a 135M model
+# follows; prose rules it does not (bench/results/tasks.md).
+_EXAMPLES = (
+    ("create notes.txt containing hello", "echo hello > notes.txt"),
+    ("how many files are here?", "ls | wc -l"),
+    ("show the contents of todo.txt", "cat todo.txt"),
+    ("which file defines the function main?", "grep -l 'def main' *"),
+    ("rename a.txt to b.txt", "mv a.txt b.txt"),
+)
 REQUIRED_TOOLS_INSTRUCTIONS = (
-    "You are a coding agent working in a sandboxed workspace. Every reply is exactly one tool call. "
-    "Use shell to run commands (for example `ls`, `cat FILE`, `echo TEXT > FILE`), read_file to read a "
-    "file, edit_file to change one. When the task is done, call finish with a short answer for the user.\n"
-    "Example. Task: create notes.txt containing hello, then show it.\n"
-    "1. shell {\"command\": \"echo hello > notes.txt\"}\n"
-    "2. shell {\"command\": \"cat notes.txt\"}\n"
-    "3. finish {\"answer\": \"notes.txt contains: hello\"}"
+    "You are an agent that does tasks by running shell commands in a sandboxed workspace. Reply with "
+    "exactly one tool call. Examples of a first call:\n"
+    + "\n".join(f'Task: {task}\n<tool_call>\n{{"name": "shell", "arguments": {{"command": {json.dumps(cmd)}}}}}'
+                f"\n</tool_call>" for task, cmd in _EXAMPLES)
+    + "\nAfter the command's output, call finish with the answer for the user."
 )

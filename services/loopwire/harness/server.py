@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sessions that do not choose: 'auto' (the model may answer or call a tool; an opened "
                              "call is always schema-valid) or 'required' (a tool call every turn until the model "
                              "calls `finish` with its answer: what small models need)")
+    parser.add_argument("--tool-set", choices=["full", "shell"], default=_env("tool-set", "full"),
+                        help="tools of new sessions: 'full' (shell, read_file, edit_file, list, grep, wait) or "
+                             "'shell' (shell only, and finish with --tool-choice required: the one choice a very "
+                             "small model makes well)")
     parser.add_argument("--max-turns", type=int, default=int(_env("max-turns", "200")),
                         help="turns per run when the task does not say")
     parser.add_argument("--mcp-server", action="append", default=[], metavar="NAME=COMMAND ARGS...|NAME=URL",
@@ -117,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         workspace_root=Path(args.workspace_root) if args.workspace_root else state / "workspaces",
         shell_timeout=args.shell_timeout, background_after=args.background_after, output_limit=args.output_limit,
         approval_retention=args.approval_retention, max_turns=args.max_turns, tool_choice=args.tool_choice,
+        tool_set=args.tool_set,
         mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
         code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at,
         **_sandbox_config(args))

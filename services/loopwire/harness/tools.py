@@ -6,7 +6,6 @@ outside the workspace, a missing sandbox); nothing a model sends can crash the l
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,8 +90,10 @@ def tool_list(config: HarnessConfig | None = None, start: object = None) -> list
 
         extra = extensions.core_tools(config, start)  # type: ignore[arg-type]
     by_name = {**TOOLS, **{t.name: t for t in extra}}
+    if config is not None and config.tool_set == "shell":  # all a small model can choose between
+        by_name = {name: tool for name, tool in by_name.items() if name in ("shell", FINISH)}
     if not requires_tools(start):
-        del by_name[FINISH]
+        by_name.pop(FINISH, None)
     return [by_name[name] for name in sorted(by_name)]
 
 

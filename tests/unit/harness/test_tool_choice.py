@@ -47,3 +47,14 @@ async def test_a_named_function_is_refused_for_a_session(tmp_path):
             mode=common_pb2.TOOL_CHOICE_MODE_FUNCTION, function_name="shell"))
         failed = of(await h.start("x", model=named), "failed")
         assert failed and failed[0].error.field == "start.model.tool_choice" and h.gateway.requests == []
+
+
+async def test_the_shell_tool_set_offers_shell_and_finish_only(tmp_path):
+    async with harness_env(tmp_path, tool_set="shell") as h:
+        h.gateway.script = [answer("", call("finish", '{"answer": "x"}')), answer("plain")]
+        await h.start("required", model=harness_pb2.ModelOptions(tool_choice=REQUIRED))
+        await h.start("auto")
+        required, auto = h.gateway.requests
+        assert [t.name for t in required.tools] == ["finish", "shell"]
+        assert list(required.tool_choice.allowed_tools) == ["shell"]
+        assert [t.name for t in auto.tools] == ["shell"]

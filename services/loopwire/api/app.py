@@ -1,5 +1,6 @@
-"""The ASGI application: routes, and OpenAI-shaped answers for everything else (unknown paths,
-wrong methods, bugs), so a client never sees an HTML error page."""
+"""The ASGI application: routes, OpenAI-shaped answers for everything else (unknown paths,
+wrong methods, bugs), so a client never sees an HTML error page, and a watch on every client
+connection that cancels its generations when it goes away (``context.ClientWatch``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import logging
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loopwire.api.chat import chat_completions
-from loopwire.api.context import ApiContext, error_response
+from loopwire.api.context import ApiContext, ClientWatch, error_response
 from loopwire.api.errors import ApiError
+from loopwire.api.gateway_client import OWNER
 from loopwire.api.models import get_model, list_models
 from loopwire.api.responses import create_response
 from loopwire.api.websocket import responses_socket
@@ -37,6 +41,36 @@ async def _bug(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(500, "internal error", type="server_error", code="server_error"))
 
 
+class WatchClients:
+    """Serves each HTTP request and WebSocket under its own ``ClientWatch``."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        ctx: ApiContext = scope["app"].state.api
+        headers = dict(scope.get("headers") or [])
+        label = "WS response.create" if scope["type"] == "websocket" else f"{scope['method']} {scope['path']}"
+
+        def tenant() -> str:
+            try:
+                found = ctx.authorize(headers.get(b"authorization", b"").decode("latin-1"))
+            except ApiError:
+                return "?"
+            return found.name if found else "?"
+
+        watch = ClientWatch(receive, label, tenant)
+        token = OWNER.set(watch)
+        try:
+            await self.app(scope, watch.receive, send)
+        finally:
+            OWNER.reset(token)
+            await watch.close()
+
+
 def build_app(ctx: ApiContext) -> Starlette:
     app = Starlette(
         routes=[
@@ -48,6 +82,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             Route("/healthz", healthz, methods=["GET"]),
         ],
         exception_handlers={HTTPException: _http_error, Exception: _bug},
+        middleware=[Middleware(WatchClients)],
     )
     app.state.api = ctx
     return app

@@ -220,8 +220,9 @@ async def chat_completions(request: Request) -> Response:
             if not builder.done:
                 await stream.cancel("resp_" + builder.id.removeprefix("chatcmpl-"))
             await stream.close()
-            log.info("POST /v1/chat/completions tenant=%s id=%s stream=True finish=%s",
-                     tenant.name if tenant else "?", builder.id, builder.finish)
+            if not stream.abandoned:  # an abandoned one is logged as cancelled already
+                log.info("POST /v1/chat/completions tenant=%s id=%s stream=True finish=%s",
+                         tenant.name if tenant else "?", builder.id, builder.finish)
 
     return StreamingResponse(body_chunks(), media_type="text/event-stream", headers={"cache-control": "no-cache"})
 

@@ -1,5 +1,6 @@
 """What every route shares: the gateway client, the served model names, the body limit, the
-optional local key check, request logging and tracing."""
+optional local key check, request logging and tracing, and the watch on each client connection
+that cancels its generations when the client goes away."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
+from starlette.types import Message, Receive
 
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import ConverseStream, GatewayClient
@@ -149,6 +151,69 @@ async def first_events(stream: ConverseStream, create: gateway_pb2.CreateRespons
         if event.WhichOneof("event") == "created":
             break
     return events, out
+
+
+class ClientWatch:
+    """One client connection (an HTTP request or a WebSocket). When the client goes away, the
+    Converse streams opened for it are cancelled at once, so no generation runs for nobody, and the
+    api log says how each response in flight ended.
+
+    Starlette notices a departure only while it streams a response (by cancelling the task that
+    streams it, where no cleanup can await) and never while a non-streamed response is awaited.
+    So the watch sees the ASGI messages itself: once a request's body is in, a task waits on
+    ``receive()`` for ``http.disconnect`` (no polling) and hands it to whoever asks next; a
+    WebSocket's ``websocket.disconnect`` passes through the app's own reads.
+    """
+
+    def __init__(self, receive: Receive, label: str, tenant: Callable[[], str]) -> None:
+        self._receive = receive
+        self.label = label  # as the route's own log lines begin
+        self._tenant = tenant
+        self.streams: list[ConverseStream] = []  # opened for this client (gateway_client.OWNER)
+        self.gone = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def receive(self) -> Message:
+        if self._reader is not None:  # the body is in: only the disconnect is left to come
+            await self.gone.wait()
+            return {"type": "http.disconnect"}
+        message = await self._receive()
+        if message["type"] in ("http.disconnect", "websocket.disconnect"):
+            self.left()
+        elif message["type"] == "http.request" and not message.get("more_body", False):
+            self._reader = asyncio.create_task(self._until_disconnect())
+        return message
+
+    async def _until_disconnect(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.left()
+
+    def opened(self, stream: ConverseStream) -> None:
+        self.streams.append(stream)
+        if self.gone.is_set():  # gone before the request got this far: nothing may start
+            stream.abandon()
+            self._ended("-")
+
+    def left(self) -> None:
+        """The client is gone (or its response is complete: then no stream is in flight)."""
+        if self.gone.is_set():
+            return
+        self.gone.set()
+        for stream in self.streams:
+            response_id = stream.abandon()
+            if response_id is not None:
+                self._ended(response_id or "-")
+
+    def _ended(self, response_id: str) -> None:
+        log.info("%s tenant=%s id=%s status=cancelled reason=client_disconnected", self.label, self._tenant(),
+                 response_id)
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
 
 
 async def feed_until_done(stream: ConverseStream, events: AsyncIterator[gateway_pb2.ConverseResponse],

@@ -84,7 +84,7 @@ async def create_response(request: Request) -> Response:
             if not builder.done:  # the client left: stop the generation now
                 await stream.cancel(builder.id)
             await stream.close()
-            if not logged:
+            if not logged and not stream.abandoned:  # an abandoned one is logged as cancelled already
                 _log(builder, tenant.name if tenant else "?", stream=True)
 
     return StreamingResponse(body_events(), media_type="text/event-stream",

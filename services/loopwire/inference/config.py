@@ -187,6 +187,11 @@ class EngineConfig:
     host_kv_bytes: int = 0
     # priority (retention priorities, then LRU) | lru
     eviction_policy: str = "priority"
+    # How a step's token budget is shared: "fair" (decodes first, then the prefills with the fewest
+    # tokens left, each at most prefill_chunk_tokens) or "fcfs" (the old way: arrival order, one long
+    # prefill may take the whole budget).
+    prefill_policy: str = "fair"
+    prefill_chunk_tokens: int = 128
 
     def with_(self, **changes: object) -> EngineConfig:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -84,7 +84,7 @@ class EngineCore:
         host = HostTier(config.host_kv_bytes, host_block_bytes(config, store)) if config.host_kv_bytes else None
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache,
                                    config.eviction_policy, host, store)
-        self.scheduler = Scheduler(config, self.blocks)
+        self.scheduler = Scheduler(config, self.blocks, config.prefill_policy, config.prefill_chunk_tokens)
         self.seqs: dict[str, Sequence] = {}
         self.steps = 0
         self._done: list[RequestOutput] = []

@@ -1,18 +1,29 @@
 """Continuous batching: which sequences run in the next step, and with how many tokens.
 
-Each step has a token budget. Running sequences go first, in priority order: a decoding
-sequence costs one token plus its drafts (verified in the same pass), a prefilling one takes
-a chunk of what the budget leaves (chunked prefill, so long prompts never stall decodes).
-Then waiting sequences are admitted, their cached prefix taken from the prefix cache. When
-blocks run out, retention holds are given up first, then the lowest-priority, latest
-running sequence is preempted: its blocks are freed and it is recomputed later (its own
-blocks usually still sit in the prefix cache, so recompute is cheap).
+Each step has a token budget. Two policies plan it:
+
+- ``fair`` (the default): decodes first (one token plus drafts each), then prefill chunks in
+  order of fewest tokens left, each capped at ``prefill_chunk`` tokens, waiting sequences
+  admitted in that same order. A short prompt that arrives while a long prompt prefills runs
+  its whole prefill in the next step, and since no step carries more than ``prefill_chunk``
+  tokens of one prompt, it never waits long for the step in flight either. A waiting prompt
+  that shares the block another prompt is computing (forks of one conversation) waits a step
+  and then finds it in the prefix cache, instead of computing it side by side.
+- ``fcfs`` (the old policy, kept for benchmarks): running sequences in arrival order, each
+  taking what the budget leaves, then admission. One long prefill takes the whole budget
+  every step, so prompts that arrive after it wait for its last chunk.
+
+Higher priority always comes first, in either policy. Cached prefixes come from the prefix
+cache at admission. When blocks run out, retention holds are given up first, then the
+lowest-priority, latest running sequence not yet planned is preempted: its blocks are freed
+and it is recomputed later (its own blocks usually still sit in the prefix cache).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loopwire.common.hashing import block_hash, block_hashes
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Draft
 from loopwire.inference.kv_cache import BlockManager
@@ -28,13 +39,30 @@ class ScheduledSeq:
     sample: bool  # the chunk reaches the end of the sequence: pick the next token(s)
 
 
+# Prompt tokens one sequence prefills per step under the fair policy: about where a step of a
+# GPU stops being bound by reading the weights (8B on an H200: ~170 tokens), so a prompt that
+# arrives mid-prefill waits for a step hardly longer than its own, for ~15% more time to prefill
+# a lone 20k-token prompt (bench/bench_fairness.py). The reference engine on a CPU, where no step is
+# bound by the weights, stays within 2x of idle only at ~32.
+DEFAULT_PREFILL_CHUNK = 128
+POLICIES = ("fair", "fcfs")
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig, blocks: BlockManager) -> None:
+    def __init__(self, config: EngineConfig, blocks: BlockManager, policy: str = "fair",
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown prefill policy {policy!r}; choose {' or '.join(POLICIES)}")
+        if prefill_chunk <= 0:
+            raise ValueError("prefill_chunk must be positive")
         self.config = config
         self.blocks = blocks
+        self.policy = policy
+        self.prefill_chunk = prefill_chunk
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self._chains: dict[str, list[int]] = {}  # block hashes of waiting prompts (fair policy)
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -49,6 +77,7 @@ class Scheduler:
         self.free(seq)
 
     def free(self, seq: Sequence) -> None:
+        self._chains.pop(seq.request_id, None)
         self.blocks.release(seq.block_ids)
         seq.block_ids = []
         seq.block_hashes = []
@@ -61,10 +90,54 @@ class Scheduler:
     # -- the step plan ----------------------------------------------------------------
 
     def schedule(self) -> list[ScheduledSeq]:
+        return self._schedule_fair() if self.policy == "fair" else self._schedule_fcfs()
+
+    def _schedule_fair(self) -> list[ScheduledSeq]:
+        budget = self.config.max_batch_tokens
+        out: list[ScheduledSeq] = []
+        before = self.num_preemptions
+        unplanned = list(self.running)  # preemption victims come from these
+        waiting = set(self.waiting)
+        admitting = True
+        # The next block each prefilling prompt computes. A waiting prompt that shares it waits a
+        # step and then hits it in the prefix cache, instead of computing it side by side (forks).
+        computing = {b for seq in self.running if (b := self._next_block(seq)) is not None}
+        for seq in sorted([*self.running, *self.waiting], key=_fair_key):
+            if budget <= 0:
+                break
+            if seq.status is SeqStatus.RUNNING:
+                unplanned.remove(seq)
+                if seq.is_decoding:
+                    draft = self._draft(seq, budget - 1)
+                    inputs = [seq.tokens[-1], *draft.token_ids]
+                else:
+                    draft = Draft([])
+                    inputs = seq.tokens[seq.num_computed : seq.num_computed + min(budget, self.prefill_chunk)]
+                if not self._make_room(seq, len(inputs), unplanned):
+                    continue
+                out.append(self._plan(seq, inputs, draft))
+                budget -= len(inputs)
+            elif seq in waiting and admitting:  # not one preempted in this step
+                if self.num_preemptions > before or len(self.running) >= self.config.max_running:
+                    admitting = False
+                    continue
+                if self._shares_computing(seq, computing):
+                    continue
+                plan = self._admit_one(seq, min(budget, self.prefill_chunk))
+                if plan is None:
+                    admitting = False
+                    continue
+                if (b := self._next_block(seq)) is not None:
+                    computing.add(b)
+                out.append(plan)
+                budget -= len(plan.token_ids)
+        return out
+
+    def _schedule_fcfs(self) -> list[ScheduledSeq]:
         budget = self.config.max_batch_tokens
         out: list[ScheduledSeq] = []
         queue = sorted(self.running, key=Sequence.sort_key)
-        preempted = False
+        before = self.num_preemptions
         while queue:
             seq = queue.pop(0)
             if budget <= 0:
@@ -75,46 +148,75 @@ class Scheduler:
             else:
                 draft = Draft([])
                 inputs = seq.tokens[seq.num_computed : seq.num_computed + budget]
-            while not self._reserve(seq, len(inputs)):
-                if self.blocks.drop_oldest_retention():
-                    continue
-                victim = queue.pop() if queue else seq
-                self.preempt(victim)
-                preempted = True
-                if victim is seq:
-                    break
-            if seq.status is not SeqStatus.RUNNING:
+            if not self._make_room(seq, len(inputs), queue):
                 continue
             out.append(self._plan(seq, inputs, draft))
             budget -= len(inputs)
-        if not preempted:
-            budget = self._admit(out, budget)
+        if self.num_preemptions == before:
+            self.waiting.sort(key=Sequence.sort_key)
+            while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
+                plan = self._admit_one(self.waiting[0], budget)
+                if plan is None:
+                    break
+                out.append(plan)
+                budget -= len(plan.token_ids)
         return out
 
-    def _admit(self, out: list[ScheduledSeq], budget: int) -> int:
-        self.waiting.sort(key=Sequence.sort_key)
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
-            seq = self.waiting[0]
-            if not seq.block_ids:
-                seq.block_ids, seq.block_hashes = self.blocks.match_prefix(seq.tokens, seq.cache_root)
-                seq.num_computed = len(seq.block_ids) * self.blocks.block_size
-                if not seq.cached_recorded:
-                    seq.usage.cached_input_tokens = min(seq.num_computed, seq.prompt_len)
-                    seq.cached_recorded = True
-            inputs = seq.tokens[seq.num_computed : seq.num_computed + budget]
-            if not self._reserve(seq, len(inputs)):
-                while self.blocks.drop_oldest_retention():
-                    if self._reserve(seq, len(inputs)):
-                        break
-                else:
-                    self.free(seq)  # keep nothing while waiting: others may need the blocks
+    def _make_room(self, seq: Sequence, num_inputs: int, unplanned: list[Sequence]) -> bool:
+        """Blocks for ``seq``'s inputs: holds are given up first, then the least important of the
+        sequences not planned yet is preempted (``seq`` itself when it is the least important).
+        False when ``seq`` was preempted."""
+        while not self._reserve(seq, num_inputs):
+            if self.blocks.drop_oldest_retention():
+                continue
+            victim = max([*unplanned, seq], key=Sequence.sort_key)
+            if victim is not seq:
+                unplanned.remove(victim)
+            self.preempt(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _next_block(self, seq: Sequence) -> tuple[int, int] | None:
+        """(index, hash) of the full prompt block a prefilling sequence computes next."""
+        bs = self.blocks.block_size
+        i = len(seq.block_hashes)
+        if not self.blocks.prefix_cache or seq.is_decoding or (i + 1) * bs > len(seq.tokens) - 1:
+            return None
+        parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_root
+        return i, block_hash(parent, seq.tokens[i * bs : (i + 1) * bs])
+
+    def _shares_computing(self, seq: Sequence, computing: set[tuple[int, int]]) -> bool:
+        if not computing:
+            return False
+        chain = self._chains.get(seq.request_id)
+        if chain is None:  # hashed once while it waits, as match_prefix hashes it
+            chain = self._chains[seq.request_id] = block_hashes(seq.tokens[:-1], self.blocks.block_size,
+                                                                seq.cache_root)
+        return any(i < len(chain) and chain[i] == h for i, h in computing)
+
+    def _admit_one(self, seq: Sequence, limit: int) -> ScheduledSeq | None:
+        """Start a waiting sequence with up to ``limit`` inputs; None (holding nothing) when
+        its blocks do not fit."""
+        self._chains.pop(seq.request_id, None)
+        if not seq.block_ids:
+            seq.block_ids, seq.block_hashes = self.blocks.match_prefix(seq.tokens, seq.cache_root)
+            seq.num_computed = len(seq.block_ids) * self.blocks.block_size
+            if not seq.cached_recorded:
+                seq.usage.cached_input_tokens = min(seq.num_computed, seq.prompt_len)
+                seq.cached_recorded = True
+        inputs = seq.tokens[seq.num_computed : seq.num_computed + limit]
+        if not self._reserve(seq, len(inputs)):
+            while self.blocks.drop_oldest_retention():
+                if self._reserve(seq, len(inputs)):
                     break
-            self.waiting.pop(0)
-            seq.status = SeqStatus.RUNNING
-            self.running.append(seq)
-            out.append(self._plan(seq, inputs, Draft([])))
-            budget -= len(inputs)
-        return budget
+            else:
+                self.free(seq)  # keep nothing while waiting: others may need the blocks
+                return None
+        self.waiting.remove(seq)
+        seq.status = SeqStatus.RUNNING
+        self.running.append(seq)
+        return self._plan(seq, inputs, Draft([]))
 
     def _plan(self, seq: Sequence, inputs: list[int], draft: Draft) -> ScheduledSeq:
         reaches_end = seq.num_computed + len(inputs) - len(draft.token_ids) == len(seq.tokens)
@@ -154,3 +256,8 @@ class Scheduler:
         seq.status = SeqStatus.WAITING
         self.num_preemptions += 1
         self.waiting.append(seq)
+
+
+def _fair_key(seq: Sequence) -> tuple[int, bool, int, int]:
+    """Higher priority first; within a priority decodes, then the prefill with fewest tokens left."""
+    return (-seq.req.priority, not seq.is_decoding, seq.remaining, seq.order)

@@ -49,6 +49,8 @@ class EngineOptions:
     prefix_cache: bool = True
     host_kv_bytes: int = 0
     eviction_policy: str = "priority"
+    prefill_policy: str = "fair"
+    prefill_chunk_tokens: int = 128
     role: str = "both"
     gpu: str = "h200"
     model_params: str = "8b"
@@ -84,6 +86,8 @@ def build_engine(options: EngineOptions) -> Engine:
         drafter=options.drafter,
         host_kv_bytes=options.host_kv_bytes,
         eviction_policy=options.eviction_policy,
+        prefill_policy=options.prefill_policy,
+        prefill_chunk_tokens=options.prefill_chunk_tokens,
     )
     if options.engine == "reference":
         from loopwire.inference.model import LlamaModel
@@ -171,6 +175,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_service_token_arguments(parser, "accepted from gateways and peer replicas; sent to peers when pulling KV")
     parser.add_argument("--peers", default=_env("peers", ""),
                         help="replicas this one may import KV from (kv_source), host:port,... (default: none)")
+    parser.add_argument("--prefill-policy", choices=["fair", "fcfs"], default=_env("prefill_policy", d.prefill_policy),
+                        help="fair: decodes first, then the prefills with the fewest tokens left, each at most "
+                             "--prefill-chunk-tokens a step (a short request never waits behind a long prompt); "
+                             "fcfs: arrival order (the old way)")
+    parser.add_argument("--prefill-chunk-tokens", type=int,
+                        default=int(_env("prefill_chunk_tokens", str(d.prefill_chunk_tokens))),
+                        help="most prompt tokens one sequence prefills per step under --prefill-policy fair")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
     parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
     parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),

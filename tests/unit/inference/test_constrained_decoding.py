@@ -55,7 +55,18 @@ def request(rid: str, grammar: Grammar | None, *, seed: int, temperature: float 
 
 
 def decode(ids: list[int]) -> str:
-    return DEFINITION.tokenizer._enc.decode([t for t in ids if t != STOP])  # type: ignore[attr-defined]
+    """The text of ``ids``; an id the vocabulary does not have (the random model's free output can
+    pick one) reads as U+FFFD."""
+    enc = DEFINITION.tokenizer._enc  # type: ignore[attr-defined]
+    out = b""
+    for t in ids:
+        if t == STOP:
+            continue
+        try:
+            out += enc.decode_single_token_bytes(t)
+        except KeyError:
+            out += "\ufffd".encode()
+    return out.decode("utf-8", "replace")
 
 
 def valid_call(text: str, tools: dict[str, dict]) -> bool:

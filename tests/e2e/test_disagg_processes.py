@@ -38,7 +38,7 @@ def deployment(tmp_path: Path) -> Iterator[tuple[str, str]]:
             ["inference", "--listen", dec, "--engine", "simulated", "--time-scale", "0", "--role", "decode",
              "--replica-id", "d", "--peers", pre],
             ["gateway", "--listen", gw, "--inference", f"{pre},{dec}", "--max-local-prefill-length", "128",
-             "--max-prefill-queue", "4"],
+             "--max-prefill-queue", "4", "--allow-replay"],
         ):
             procs.append(start(args, tmp_path / f"{args[0]}-{len(procs)}.log"))
             wait_healthy(args[2], proc=procs[-1])

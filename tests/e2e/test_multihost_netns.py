@@ -204,7 +204,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.start("gateway", "gw", [
             "gateway", "--listen", c.address("gateway"),
             "--inference", f"dns://{hosts.client_ip}:{c.dns_port}/{INFERENCE_NAME}:{PORTS['inference']}",
-            "--routing", "cache-aware", "--auth-config", str(root / "auth.json"), *token_args, *tls_args])
+            "--routing", "cache-aware", "--auth-config", str(root / "auth.json"), "--allow-replay", *token_args, *tls_args])
         wait_healthy(c.address("gateway"), proc=c.processes["gateway"])
         c.start("harness", "hs", ["harness", "--listen", c.address("harness"), "--gateway", c.address("gateway"),
                                   "--state-dir", str(root / "harness"), "--auth-config", str(root / "auth.json"),

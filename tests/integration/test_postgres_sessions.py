@@ -26,6 +26,7 @@ from postgres_server import PostgresServer, shared  # noqa: E402
 from loopwire.common.auth import ANONYMOUS_TENANT  # noqa: E402
 from loopwire.common.grpc_server import insecure_channel  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
+from loopwire.harness import session_ids  # noqa: E402
 from loopwire.harness.loop import user_message  # noqa: E402
 from loopwire.harness.store import StoreUnavailable, open_store  # noqa: E402
 from loopwire.harness.store.postgres import PostgresSessionStore  # noqa: E402
@@ -124,7 +125,7 @@ async def test_a_running_session_is_not_run_twice_and_is_cancelled_from_another_
 
         # Replica b records the cancel; replica a (the owner) acts on it at its next heartbeat.
         other = open_store(url)
-        assert other.request_cancel(sid, ANONYMOUS_TENANT)
+        assert other.request_cancel(session_ids.scoped(ANONYMOUS_TENANT, sid), ANONYMOUS_TENANT)  # the store's key
         other.close()
         async for event in stream:
             events.append(event)

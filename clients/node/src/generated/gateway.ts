@@ -12,6 +12,8 @@ import type { Error as _loopwire_v1_Error, Error__Output as _loopwire_v1_Error__
 import type { FunctionCall as _loopwire_v1_FunctionCall, FunctionCall__Output as _loopwire_v1_FunctionCall__Output } from './loopwire/v1/FunctionCall';
 import type { FunctionCallOutput as _loopwire_v1_FunctionCallOutput, FunctionCallOutput__Output as _loopwire_v1_FunctionCallOutput__Output } from './loopwire/v1/FunctionCallOutput';
 import type { GatewayServiceClient as _loopwire_v1_GatewayServiceClient, GatewayServiceDefinition as _loopwire_v1_GatewayServiceDefinition } from './loopwire/v1/GatewayService';
+import type { GetModelRequest as _loopwire_v1_GetModelRequest, GetModelRequest__Output as _loopwire_v1_GetModelRequest__Output } from './loopwire/v1/GetModelRequest';
+import type { GetModelResponse as _loopwire_v1_GetModelResponse, GetModelResponse__Output as _loopwire_v1_GetModelResponse__Output } from './loopwire/v1/GetModelResponse';
 import type { HoldKv as _loopwire_v1_HoldKv, HoldKv__Output as _loopwire_v1_HoldKv__Output } from './loopwire/v1/HoldKv';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from './loopwire/v1/KvHeld';
@@ -23,11 +25,13 @@ import type { ResponseFailed as _loopwire_v1_ResponseFailed, ResponseFailed__Out
 import type { SafetyVerdict as _loopwire_v1_SafetyVerdict, SafetyVerdict__Output as _loopwire_v1_SafetyVerdict__Output } from './loopwire/v1/SafetyVerdict';
 import type { SamplingParams as _loopwire_v1_SamplingParams, SamplingParams__Output as _loopwire_v1_SamplingParams__Output } from './loopwire/v1/SamplingParams';
 import type { TextDelta as _loopwire_v1_TextDelta, TextDelta__Output as _loopwire_v1_TextDelta__Output } from './loopwire/v1/TextDelta';
+import type { TextFormat as _loopwire_v1_TextFormat, TextFormat__Output as _loopwire_v1_TextFormat__Output } from './loopwire/v1/TextFormat';
 import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_Timings__Output } from './loopwire/v1/Timings';
 import type { Tool as _loopwire_v1_Tool, Tool__Output as _loopwire_v1_Tool__Output } from './loopwire/v1/Tool';
 import type { ToolCallArgumentsDelta as _loopwire_v1_ToolCallArgumentsDelta, ToolCallArgumentsDelta__Output as _loopwire_v1_ToolCallArgumentsDelta__Output } from './loopwire/v1/ToolCallArgumentsDelta';
 import type { ToolCallDone as _loopwire_v1_ToolCallDone, ToolCallDone__Output as _loopwire_v1_ToolCallDone__Output } from './loopwire/v1/ToolCallDone';
 import type { ToolCallStarted as _loopwire_v1_ToolCallStarted, ToolCallStarted__Output as _loopwire_v1_ToolCallStarted__Output } from './loopwire/v1/ToolCallStarted';
+import type { ToolChoice as _loopwire_v1_ToolChoice, ToolChoice__Output as _loopwire_v1_ToolChoice__Output } from './loopwire/v1/ToolChoice';
 import type { ToolSearchOutput as _loopwire_v1_ToolSearchOutput, ToolSearchOutput__Output as _loopwire_v1_ToolSearchOutput__Output } from './loopwire/v1/ToolSearchOutput';
 import type { Usage as _loopwire_v1_Usage, Usage__Output as _loopwire_v1_Usage__Output } from './loopwire/v1/Usage';
 
@@ -51,6 +55,8 @@ export interface ProtoGrpcType {
       FunctionCall: MessageTypeDefinition<_loopwire_v1_FunctionCall, _loopwire_v1_FunctionCall__Output>
       FunctionCallOutput: MessageTypeDefinition<_loopwire_v1_FunctionCallOutput, _loopwire_v1_FunctionCallOutput__Output>
       GatewayService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_GatewayServiceClient> & { service: _loopwire_v1_GatewayServiceDefinition }
+      GetModelRequest: MessageTypeDefinition<_loopwire_v1_GetModelRequest, _loopwire_v1_GetModelRequest__Output>
+      GetModelResponse: MessageTypeDefinition<_loopwire_v1_GetModelResponse, _loopwire_v1_GetModelResponse__Output>
       HoldKv: MessageTypeDefinition<_loopwire_v1_HoldKv, _loopwire_v1_HoldKv__Output>
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvHeld: MessageTypeDefinition<_loopwire_v1_KvHeld, _loopwire_v1_KvHeld__Output>
@@ -65,11 +71,14 @@ export interface ProtoGrpcType {
       SafetyVerdict: MessageTypeDefinition<_loopwire_v1_SafetyVerdict, _loopwire_v1_SafetyVerdict__Output>
       SamplingParams: MessageTypeDefinition<_loopwire_v1_SamplingParams, _loopwire_v1_SamplingParams__Output>
       TextDelta: MessageTypeDefinition<_loopwire_v1_TextDelta, _loopwire_v1_TextDelta__Output>
+      TextFormat: MessageTypeDefinition<_loopwire_v1_TextFormat, _loopwire_v1_TextFormat__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
       ToolCallArgumentsDelta: MessageTypeDefinition<_loopwire_v1_ToolCallArgumentsDelta, _loopwire_v1_ToolCallArgumentsDelta__Output>
       ToolCallDone: MessageTypeDefinition<_loopwire_v1_ToolCallDone, _loopwire_v1_ToolCallDone__Output>
       ToolCallStarted: MessageTypeDefinition<_loopwire_v1_ToolCallStarted, _loopwire_v1_ToolCallStarted__Output>
+      ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
+      ToolChoiceMode: EnumTypeDefinition
       ToolSearchOutput: MessageTypeDefinition<_loopwire_v1_ToolSearchOutput, _loopwire_v1_ToolSearchOutput__Output>
       Usage: MessageTypeDefinition<_loopwire_v1_Usage, _loopwire_v1_Usage__Output>
     }

@@ -39,6 +39,7 @@ import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_T
 import type { Tool as _loopwire_v1_Tool, Tool__Output as _loopwire_v1_Tool__Output } from './loopwire/v1/Tool';
 import type { ToolCallBegan as _loopwire_v1_ToolCallBegan, ToolCallBegan__Output as _loopwire_v1_ToolCallBegan__Output } from './loopwire/v1/ToolCallBegan';
 import type { ToolCallEnded as _loopwire_v1_ToolCallEnded, ToolCallEnded__Output as _loopwire_v1_ToolCallEnded__Output } from './loopwire/v1/ToolCallEnded';
+import type { ToolChoice as _loopwire_v1_ToolChoice, ToolChoice__Output as _loopwire_v1_ToolChoice__Output } from './loopwire/v1/ToolChoice';
 import type { ToolSearchOutput as _loopwire_v1_ToolSearchOutput, ToolSearchOutput__Output as _loopwire_v1_ToolSearchOutput__Output } from './loopwire/v1/ToolSearchOutput';
 import type { TurnCompleted as _loopwire_v1_TurnCompleted, TurnCompleted__Output as _loopwire_v1_TurnCompleted__Output } from './loopwire/v1/TurnCompleted';
 import type { TurnProfile as _loopwire_v1_TurnProfile, TurnProfile__Output as _loopwire_v1_TurnProfile__Output } from './loopwire/v1/TurnProfile';
@@ -95,6 +96,8 @@ export interface ProtoGrpcType {
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
       ToolCallBegan: MessageTypeDefinition<_loopwire_v1_ToolCallBegan, _loopwire_v1_ToolCallBegan__Output>
       ToolCallEnded: MessageTypeDefinition<_loopwire_v1_ToolCallEnded, _loopwire_v1_ToolCallEnded__Output>
+      ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
+      ToolChoiceMode: EnumTypeDefinition
       ToolSearchOutput: MessageTypeDefinition<_loopwire_v1_ToolSearchOutput, _loopwire_v1_ToolSearchOutput__Output>
       TurnCompleted: MessageTypeDefinition<_loopwire_v1_TurnCompleted, _loopwire_v1_TurnCompleted__Output>
       TurnProfile: MessageTypeDefinition<_loopwire_v1_TurnProfile, _loopwire_v1_TurnProfile__Output>

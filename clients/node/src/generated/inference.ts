@@ -4,6 +4,7 @@ import type { EnumTypeDefinition, MessageTypeDefinition } from '@grpc/proto-load
 import type { AppendPrompt as _loopwire_v1_AppendPrompt, AppendPrompt__Output as _loopwire_v1_AppendPrompt__Output } from './loopwire/v1/AppendPrompt';
 import type { CacheEvent as _loopwire_v1_CacheEvent, CacheEvent__Output as _loopwire_v1_CacheEvent__Output } from './loopwire/v1/CacheEvent';
 import type { CompactionSummary as _loopwire_v1_CompactionSummary, CompactionSummary__Output as _loopwire_v1_CompactionSummary__Output } from './loopwire/v1/CompactionSummary';
+import type { Constraint as _loopwire_v1_Constraint, Constraint__Output as _loopwire_v1_Constraint__Output } from './loopwire/v1/Constraint';
 import type { ContentPart as _loopwire_v1_ContentPart, ContentPart__Output as _loopwire_v1_ContentPart__Output } from './loopwire/v1/ContentPart';
 import type { Error as _loopwire_v1_Error, Error__Output as _loopwire_v1_Error__Output } from './loopwire/v1/Error';
 import type { FullPrompt as _loopwire_v1_FullPrompt, FullPrompt__Output as _loopwire_v1_FullPrompt__Output } from './loopwire/v1/FullPrompt';
@@ -35,6 +36,7 @@ import type { SamplingParams as _loopwire_v1_SamplingParams, SamplingParams__Out
 import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_Timings__Output } from './loopwire/v1/Timings';
 import type { TokenBatch as _loopwire_v1_TokenBatch, TokenBatch__Output as _loopwire_v1_TokenBatch__Output } from './loopwire/v1/TokenBatch';
 import type { Tool as _loopwire_v1_Tool, Tool__Output as _loopwire_v1_Tool__Output } from './loopwire/v1/Tool';
+import type { ToolChoice as _loopwire_v1_ToolChoice, ToolChoice__Output as _loopwire_v1_ToolChoice__Output } from './loopwire/v1/ToolChoice';
 import type { ToolSearchOutput as _loopwire_v1_ToolSearchOutput, ToolSearchOutput__Output as _loopwire_v1_ToolSearchOutput__Output } from './loopwire/v1/ToolSearchOutput';
 import type { Usage as _loopwire_v1_Usage, Usage__Output as _loopwire_v1_Usage__Output } from './loopwire/v1/Usage';
 import type { WatchCacheRequest as _loopwire_v1_WatchCacheRequest, WatchCacheRequest__Output as _loopwire_v1_WatchCacheRequest__Output } from './loopwire/v1/WatchCacheRequest';
@@ -51,6 +53,7 @@ export interface ProtoGrpcType {
       CacheEvent: MessageTypeDefinition<_loopwire_v1_CacheEvent, _loopwire_v1_CacheEvent__Output>
       CacheEventType: EnumTypeDefinition
       CompactionSummary: MessageTypeDefinition<_loopwire_v1_CompactionSummary, _loopwire_v1_CompactionSummary__Output>
+      Constraint: MessageTypeDefinition<_loopwire_v1_Constraint, _loopwire_v1_Constraint__Output>
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
       EngineRole: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
@@ -86,6 +89,8 @@ export interface ProtoGrpcType {
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
       TokenBatch: MessageTypeDefinition<_loopwire_v1_TokenBatch, _loopwire_v1_TokenBatch__Output>
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
+      ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
+      ToolChoiceMode: EnumTypeDefinition
       ToolSearchOutput: MessageTypeDefinition<_loopwire_v1_ToolSearchOutput, _loopwire_v1_ToolSearchOutput__Output>
       Usage: MessageTypeDefinition<_loopwire_v1_Usage, _loopwire_v1_Usage__Output>
       WatchCacheRequest: MessageTypeDefinition<_loopwire_v1_WatchCacheRequest, _loopwire_v1_WatchCacheRequest__Output>

@@ -15,6 +15,13 @@ class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLE_USER: _ClassVar[Role]
     ROLE_ASSISTANT: _ClassVar[Role]
 
+class ToolChoiceMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CHOICE_MODE_UNSPECIFIED: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_NONE: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_REQUIRED: _ClassVar[ToolChoiceMode]
+    TOOL_CHOICE_MODE_FUNCTION: _ClassVar[ToolChoiceMode]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -39,11 +46,17 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_DEADLINE_EXCEEDED: _ClassVar[ErrorCode]
     ERROR_CODE_INTERNAL: _ClassVar[ErrorCode]
     ERROR_CODE_FAILED_PRECONDITION: _ClassVar[ErrorCode]
+    ERROR_CODE_NOT_FOUND: _ClassVar[ErrorCode]
+    ERROR_CODE_ALREADY_EXISTS: _ClassVar[ErrorCode]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_DEVELOPER: Role
 ROLE_USER: Role
 ROLE_ASSISTANT: Role
+TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode
+TOOL_CHOICE_MODE_NONE: ToolChoiceMode
+TOOL_CHOICE_MODE_REQUIRED: ToolChoiceMode
+TOOL_CHOICE_MODE_FUNCTION: ToolChoiceMode
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -63,6 +76,8 @@ ERROR_CODE_CANCELLED: ErrorCode
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode
 ERROR_CODE_INTERNAL: ErrorCode
 ERROR_CODE_FAILED_PRECONDITION: ErrorCode
+ERROR_CODE_NOT_FOUND: ErrorCode
+ERROR_CODE_ALREADY_EXISTS: ErrorCode
 
 class ContentPart(_message.Message):
     __slots__ = ("text",)
@@ -135,6 +150,16 @@ class Tool(_message.Message):
     description: str
     parameters: str
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters: _Optional[str] = ...) -> None: ...
+
+class ToolChoice(_message.Message):
+    __slots__ = ("mode", "function_name", "allowed_tools")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_NAME_FIELD_NUMBER: _ClassVar[int]
+    ALLOWED_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    mode: ToolChoiceMode
+    function_name: str
+    allowed_tools: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., function_name: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
     __slots__ = ("temperature", "top_p", "seed", "max_output_tokens", "stop", "speculative_decoding")

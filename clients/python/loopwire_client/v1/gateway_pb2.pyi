@@ -28,8 +28,24 @@ SAFETY_STAGE_UNSPECIFIED: SafetyStage
 SAFETY_STAGE_INPUT: SafetyStage
 SAFETY_STAGE_OUTPUT: SafetyStage
 
+class GetModelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetModelResponse(_message.Message):
+    __slots__ = ("name", "context_length", "tool_call_format", "template_lays_out_tools")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_LAYS_OUT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    context_length: int
+    tool_call_format: str
+    template_lays_out_tools: bool
+    def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., tool_call_format: _Optional[str] = ..., template_lays_out_tools: _Optional[bool] = ...) -> None: ...
+
 class CreateResponse(_message.Message):
-    __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store", "trace_context")
+    __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store", "trace_context", "tool_choice", "parallel_tool_calls", "text_format")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -49,6 +65,9 @@ class CreateResponse(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     NO_STORE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     previous_response_id: str
     model: str
     instructions: str
@@ -61,7 +80,20 @@ class CreateResponse(_message.Message):
     priority: int
     no_store: bool
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, previous_response_id: _Optional[str] = ..., model: _Optional[str] = ..., instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., input: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., safety_mode: _Optional[_Union[SafetyMode, str]] = ..., replay: _Optional[_Union[_common_pb2.ReplayOutput, _Mapping]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., no_store: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    tool_choice: _common_pb2.ToolChoice
+    parallel_tool_calls: bool
+    text_format: TextFormat
+    def __init__(self, previous_response_id: _Optional[str] = ..., model: _Optional[str] = ..., instructions: _Optional[str] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.Tool, _Mapping]]] = ..., input: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., safety_mode: _Optional[_Union[SafetyMode, str]] = ..., replay: _Optional[_Union[_common_pb2.ReplayOutput, _Mapping]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., no_store: _Optional[bool] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ..., parallel_tool_calls: _Optional[bool] = ..., text_format: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
+
+class TextFormat(_message.Message):
+    __slots__ = ("name", "json_schema", "strict")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    json_schema: str
+    strict: bool
+    def __init__(self, name: _Optional[str] = ..., json_schema: _Optional[str] = ..., strict: _Optional[bool] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("response_id",)

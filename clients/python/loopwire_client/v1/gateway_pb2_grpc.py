@@ -43,6 +43,11 @@ class GatewayServiceStub:
                 request_serializer=loopwire_dot_v1_dot_gateway__pb2.ConverseRequest.SerializeToString,
                 response_deserializer=loopwire_dot_v1_dot_gateway__pb2.ConverseResponse.FromString,
                 _registered_method=True)
+        self.GetModel = channel.unary_unary(
+                '/loopwire.v1.GatewayService/GetModel',
+                request_serializer=loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.SerializeToString,
+                response_deserializer=loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -58,6 +63,14 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetModel(self, request, context):
+        """The model this gateway serves, as a client plans with it: its context window (so a
+        harness compacts before it is full) and how it calls tools.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -65,6 +78,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.Converse,
                     request_deserializer=loopwire_dot_v1_dot_gateway__pb2.ConverseRequest.FromString,
                     response_serializer=loopwire_dot_v1_dot_gateway__pb2.ConverseResponse.SerializeToString,
+            ),
+            'GetModel': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetModel,
+                    request_deserializer=loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.FromString,
+                    response_serializer=loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -98,6 +116,33 @@ class GatewayService:
             '/loopwire.v1.GatewayService/Converse',
             loopwire_dot_v1_dot_gateway__pb2.ConverseRequest.SerializeToString,
             loopwire_dot_v1_dot_gateway__pb2.ConverseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loopwire.v1.GatewayService/GetModel',
+            loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.SerializeToString,
+            loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -61,14 +61,16 @@ class ApprovalPolicy(_message.Message):
     def __init__(self, default_mode: _Optional[_Union[ApprovalMode, str]] = ..., per_tool: _Optional[_Mapping[str, ApprovalMode]] = ...) -> None: ...
 
 class ModelOptions(_message.Message):
-    __slots__ = ("model", "sampling", "conversation_mode")
+    __slots__ = ("model", "sampling", "conversation_mode", "tool_choice")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_MODE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     model: str
     sampling: _common_pb2.SamplingParams
     conversation_mode: ConversationMode
-    def __init__(self, model: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., conversation_mode: _Optional[_Union[ConversationMode, str]] = ...) -> None: ...
+    tool_choice: _common_pb2.ToolChoice
+    def __init__(self, model: _Optional[str] = ..., sampling: _Optional[_Union[_common_pb2.SamplingParams, _Mapping]] = ..., conversation_mode: _Optional[_Union[ConversationMode, str]] = ..., tool_choice: _Optional[_Union[_common_pb2.ToolChoice, _Mapping]] = ...) -> None: ...
 
 class ReplayTurn(_message.Message):
     __slots__ = ("output", "followups")

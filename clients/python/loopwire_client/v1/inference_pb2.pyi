@@ -65,7 +65,7 @@ class GenerationParams(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerationStart(_message.Message):
-    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context", "cache_salt")
+    __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context", "cache_salt", "constraint")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +85,7 @@ class GenerationStart(_message.Message):
     KV_SOURCE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
+    CONSTRAINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     session_id: str
     full: FullPrompt
@@ -97,7 +98,20 @@ class GenerationStart(_message.Message):
     kv_source: str
     trace_context: _containers.ScalarMap[str, str]
     cache_salt: str
-    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., cache_salt: _Optional[str] = ...) -> None: ...
+    constraint: Constraint
+    def __init__(self, request_id: _Optional[str] = ..., session_id: _Optional[str] = ..., full: _Optional[_Union[FullPrompt, _Mapping]] = ..., append: _Optional[_Union[AppendPrompt, _Mapping]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., oracle_token_ids: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., priority: _Optional[int] = ..., kv_handle: _Optional[bytes] = ..., kv_source: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., cache_salt: _Optional[str] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
+
+class Constraint(_message.Message):
+    __slots__ = ("lark", "json_schema", "regex", "generated_token_ids")
+    LARK_FIELD_NUMBER: _ClassVar[int]
+    JSON_SCHEMA_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    lark: str
+    json_schema: str
+    regex: str
+    generated_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, lark: _Optional[str] = ..., json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., generated_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationCancel(_message.Message):
     __slots__ = ("request_id",)

@@ -77,6 +77,63 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{0}
 }
 
+type ToolChoiceMode int32
+
+const (
+	// Auto: free text, and a call once the model opens one; an opened call always has
+	// schema-valid arguments.
+	ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED ToolChoiceMode = 0
+	// Text only: no tool call.
+	ToolChoiceMode_TOOL_CHOICE_MODE_NONE ToolChoiceMode = 1
+	// At least one tool call, nothing else.
+	ToolChoiceMode_TOOL_CHOICE_MODE_REQUIRED ToolChoiceMode = 2
+	// Exactly the function named in ToolChoice.function_name.
+	ToolChoiceMode_TOOL_CHOICE_MODE_FUNCTION ToolChoiceMode = 3
+)
+
+// Enum value maps for ToolChoiceMode.
+var (
+	ToolChoiceMode_name = map[int32]string{
+		0: "TOOL_CHOICE_MODE_UNSPECIFIED",
+		1: "TOOL_CHOICE_MODE_NONE",
+		2: "TOOL_CHOICE_MODE_REQUIRED",
+		3: "TOOL_CHOICE_MODE_FUNCTION",
+	}
+	ToolChoiceMode_value = map[string]int32{
+		"TOOL_CHOICE_MODE_UNSPECIFIED": 0,
+		"TOOL_CHOICE_MODE_NONE":        1,
+		"TOOL_CHOICE_MODE_REQUIRED":    2,
+		"TOOL_CHOICE_MODE_FUNCTION":    3,
+	}
+)
+
+func (x ToolChoiceMode) Enum() *ToolChoiceMode {
+	p := new(ToolChoiceMode)
+	*p = x
+	return p
+}
+
+func (x ToolChoiceMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolChoiceMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[1].Descriptor()
+}
+
+func (ToolChoiceMode) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[1]
+}
+
+func (x ToolChoiceMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolChoiceMode.Descriptor instead.
+func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{1}
+}
+
 // Why generation stopped.
 type FinishReason int32
 
@@ -123,11 +180,11 @@ func (x FinishReason) String() string {
 }
 
 func (FinishReason) Descriptor() protoreflect.EnumDescriptor {
-	return file_loopwire_v1_common_proto_enumTypes[1].Descriptor()
+	return file_loopwire_v1_common_proto_enumTypes[2].Descriptor()
 }
 
 func (FinishReason) Type() protoreflect.EnumType {
-	return &file_loopwire_v1_common_proto_enumTypes[1]
+	return &file_loopwire_v1_common_proto_enumTypes[2]
 }
 
 func (x FinishReason) Number() protoreflect.EnumNumber {
@@ -136,7 +193,7 @@ func (x FinishReason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FinishReason.Descriptor instead.
 func (FinishReason) EnumDescriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{1}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{2}
 }
 
 // Machine-readable reason of an in-stream error.
@@ -160,6 +217,11 @@ const (
 	// The request cannot be served as the system stands, e.g. the replica serves another
 	// model than the one the gateway tokenizes for.
 	ErrorCode_ERROR_CODE_FAILED_PRECONDITION ErrorCode = 11
+	// The named object does not exist for the caller: never there, or another tenant's (the
+	// answer is the same, so a tenant cannot learn which of another's ids exist).
+	ErrorCode_ERROR_CODE_NOT_FOUND ErrorCode = 12
+	// The caller's own object of that name exists already.
+	ErrorCode_ERROR_CODE_ALREADY_EXISTS ErrorCode = 13
 )
 
 // Enum value maps for ErrorCode.
@@ -177,6 +239,8 @@ var (
 		9:  "ERROR_CODE_DEADLINE_EXCEEDED",
 		10: "ERROR_CODE_INTERNAL",
 		11: "ERROR_CODE_FAILED_PRECONDITION",
+		12: "ERROR_CODE_NOT_FOUND",
+		13: "ERROR_CODE_ALREADY_EXISTS",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":                 0,
@@ -191,6 +255,8 @@ var (
 		"ERROR_CODE_DEADLINE_EXCEEDED":           9,
 		"ERROR_CODE_INTERNAL":                    10,
 		"ERROR_CODE_FAILED_PRECONDITION":         11,
+		"ERROR_CODE_NOT_FOUND":                   12,
+		"ERROR_CODE_ALREADY_EXISTS":              13,
 	}
 )
 
@@ -205,11 +271,11 @@ func (x ErrorCode) String() string {
 }
 
 func (ErrorCode) Descriptor() protoreflect.EnumDescriptor {
-	return file_loopwire_v1_common_proto_enumTypes[2].Descriptor()
+	return file_loopwire_v1_common_proto_enumTypes[3].Descriptor()
 }
 
 func (ErrorCode) Type() protoreflect.EnumType {
-	return &file_loopwire_v1_common_proto_enumTypes[2]
+	return &file_loopwire_v1_common_proto_enumTypes[3]
 }
 
 func (x ErrorCode) Number() protoreflect.EnumNumber {
@@ -218,7 +284,7 @@ func (x ErrorCode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ErrorCode.Descriptor instead.
 func (ErrorCode) EnumDescriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{2}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
 // One part of a message's content (only text today; images would be a new case).
@@ -756,6 +822,71 @@ func (x *Tool) GetParameters() string {
 	return ""
 }
 
+// Whether and which tools the model must call; the gateway turns it into a Constraint built
+// from the tools' schemas (made strict) and the model's tool-call format.
+type ToolChoice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mode  ToolChoiceMode         `protobuf:"varint,1,opt,name=mode,proto3,enum=loopwire.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// For TOOL_CHOICE_MODE_FUNCTION: one of the request's tools.
+	FunctionName string `protobuf:"bytes,2,opt,name=function_name,json=functionName,proto3" json:"function_name,omitempty"`
+	// Calls may name only these tools (OpenAI's allowed_tools); empty: every tool. The tool list,
+	// and so the prompt and its cached prefix, stays the same.
+	AllowedTools  []string `protobuf:"bytes,3,rep,name=allowed_tools,json=allowedTools,proto3" json:"allowed_tools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolChoice) Reset() {
+	*x = ToolChoice{}
+	mi := &file_loopwire_v1_common_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolChoice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolChoice) ProtoMessage() {}
+
+func (x *ToolChoice) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_common_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolChoice.ProtoReflect.Descriptor instead.
+func (*ToolChoice) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ToolChoice) GetMode() ToolChoiceMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ToolChoiceMode_TOOL_CHOICE_MODE_UNSPECIFIED
+}
+
+func (x *ToolChoice) GetFunctionName() string {
+	if x != nil {
+		return x.FunctionName
+	}
+	return ""
+}
+
+func (x *ToolChoice) GetAllowedTools() []string {
+	if x != nil {
+		return x.AllowedTools
+	}
+	return nil
+}
+
 // How tokens are picked.
 type SamplingParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -775,7 +906,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[8]
+	mi := &file_loopwire_v1_common_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +918,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[8]
+	mi := &file_loopwire_v1_common_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +931,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -857,7 +988,7 @@ type ReplayOutput struct {
 
 func (x *ReplayOutput) Reset() {
 	*x = ReplayOutput{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[9]
+	mi := &file_loopwire_v1_common_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1000,7 @@ func (x *ReplayOutput) String() string {
 func (*ReplayOutput) ProtoMessage() {}
 
 func (x *ReplayOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[9]
+	mi := &file_loopwire_v1_common_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1013,7 @@ func (x *ReplayOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayOutput.ProtoReflect.Descriptor instead.
 func (*ReplayOutput) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReplayOutput) GetText() string {
@@ -918,7 +1049,7 @@ type Usage struct {
 
 func (x *Usage) Reset() {
 	*x = Usage{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[10]
+	mi := &file_loopwire_v1_common_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1061,7 @@ func (x *Usage) String() string {
 func (*Usage) ProtoMessage() {}
 
 func (x *Usage) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[10]
+	mi := &file_loopwire_v1_common_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1074,7 @@ func (x *Usage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Usage.ProtoReflect.Descriptor instead.
 func (*Usage) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Usage) GetInputTokens() uint32 {
@@ -1013,7 +1144,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[11]
+	mi := &file_loopwire_v1_common_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1156,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[11]
+	mi := &file_loopwire_v1_common_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1169,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Timings) GetGatewayOverheadUs() uint64 {
@@ -1134,7 +1265,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	mi := &file_loopwire_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1146,7 +1277,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	mi := &file_loopwire_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1159,7 +1290,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -1233,7 +1364,12 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x1e\n" +
 	"\n" +
 	"parameters\x18\x03 \x01(\tR\n" +
-	"parameters\"\xec\x01\n" +
+	"parameters\"\x87\x01\n" +
+	"\n" +
+	"ToolChoice\x12/\n" +
+	"\x04mode\x18\x01 \x01(\x0e2\x1b.loopwire.v1.ToolChoiceModeR\x04mode\x12#\n" +
+	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x12#\n" +
+	"\rallowed_tools\x18\x03 \x03(\tR\fallowedTools\"\xec\x01\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x12\n" +
@@ -1278,7 +1414,12 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\vROLE_SYSTEM\x10\x01\x12\x12\n" +
 	"\x0eROLE_DEVELOPER\x10\x02\x12\r\n" +
 	"\tROLE_USER\x10\x03\x12\x12\n" +
-	"\x0eROLE_ASSISTANT\x10\x04*\xcd\x01\n" +
+	"\x0eROLE_ASSISTANT\x10\x04*\x8b\x01\n" +
+	"\x0eToolChoiceMode\x12 \n" +
+	"\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15TOOL_CHOICE_MODE_NONE\x10\x01\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_REQUIRED\x10\x02\x12\x1d\n" +
+	"\x19TOOL_CHOICE_MODE_FUNCTION\x10\x03*\xcd\x01\n" +
 	"\fFinishReason\x12\x1d\n" +
 	"\x19FINISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12FINISH_REASON_STOP\x10\x01\x12\x18\n" +
@@ -1286,7 +1427,7 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x18FINISH_REASON_TOOL_CALLS\x10\x03\x12\x1b\n" +
 	"\x17FINISH_REASON_CANCELLED\x10\x04\x12\x18\n" +
 	"\x14FINISH_REASON_SAFETY\x10\x05\x12\x17\n" +
-	"\x13FINISH_REASON_ERROR\x10\x06*\x8a\x03\n" +
+	"\x13FINISH_REASON_ERROR\x10\x06*\xc3\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x1f\n" +
 	"\x1bERROR_CODE_INVALID_ARGUMENT\x10\x01\x12*\n" +
@@ -1300,7 +1441,9 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x1cERROR_CODE_DEADLINE_EXCEEDED\x10\t\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\n" +
 	"\x12\"\n" +
-	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\vB\xaf\x01\n" +
+	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\v\x12\x18\n" +
+	"\x14ERROR_CODE_NOT_FOUND\x10\f\x12\x1d\n" +
+	"\x19ERROR_CODE_ALREADY_EXISTS\x10\rB\xaf\x01\n" +
 	"\x0fcom.loopwire.v1B\vCommonProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1315,42 +1458,45 @@ func file_loopwire_v1_common_proto_rawDescGZIP() []byte {
 	return file_loopwire_v1_common_proto_rawDescData
 }
 
-var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_loopwire_v1_common_proto_goTypes = []any{
 	(Role)(0),                  // 0: loopwire.v1.Role
-	(FinishReason)(0),          // 1: loopwire.v1.FinishReason
-	(ErrorCode)(0),             // 2: loopwire.v1.ErrorCode
-	(*ContentPart)(nil),        // 3: loopwire.v1.ContentPart
-	(*Message)(nil),            // 4: loopwire.v1.Message
-	(*FunctionCall)(nil),       // 5: loopwire.v1.FunctionCall
-	(*FunctionCallOutput)(nil), // 6: loopwire.v1.FunctionCallOutput
-	(*ToolSearchOutput)(nil),   // 7: loopwire.v1.ToolSearchOutput
-	(*CompactionSummary)(nil),  // 8: loopwire.v1.CompactionSummary
-	(*Item)(nil),               // 9: loopwire.v1.Item
-	(*Tool)(nil),               // 10: loopwire.v1.Tool
-	(*SamplingParams)(nil),     // 11: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),       // 12: loopwire.v1.ReplayOutput
-	(*Usage)(nil),              // 13: loopwire.v1.Usage
-	(*Timings)(nil),            // 14: loopwire.v1.Timings
-	(*Error)(nil),              // 15: loopwire.v1.Error
+	(ToolChoiceMode)(0),        // 1: loopwire.v1.ToolChoiceMode
+	(FinishReason)(0),          // 2: loopwire.v1.FinishReason
+	(ErrorCode)(0),             // 3: loopwire.v1.ErrorCode
+	(*ContentPart)(nil),        // 4: loopwire.v1.ContentPart
+	(*Message)(nil),            // 5: loopwire.v1.Message
+	(*FunctionCall)(nil),       // 6: loopwire.v1.FunctionCall
+	(*FunctionCallOutput)(nil), // 7: loopwire.v1.FunctionCallOutput
+	(*ToolSearchOutput)(nil),   // 8: loopwire.v1.ToolSearchOutput
+	(*CompactionSummary)(nil),  // 9: loopwire.v1.CompactionSummary
+	(*Item)(nil),               // 10: loopwire.v1.Item
+	(*Tool)(nil),               // 11: loopwire.v1.Tool
+	(*ToolChoice)(nil),         // 12: loopwire.v1.ToolChoice
+	(*SamplingParams)(nil),     // 13: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),       // 14: loopwire.v1.ReplayOutput
+	(*Usage)(nil),              // 15: loopwire.v1.Usage
+	(*Timings)(nil),            // 16: loopwire.v1.Timings
+	(*Error)(nil),              // 17: loopwire.v1.Error
 }
 var file_loopwire_v1_common_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.Message.role:type_name -> loopwire.v1.Role
-	3,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
-	10, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
-	4,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
-	5,  // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
-	6,  // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
-	7,  // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
-	8,  // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
-	5,  // 8: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
-	2,  // 9: loopwire.v1.Error.code:type_name -> loopwire.v1.ErrorCode
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	4,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
+	11, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
+	5,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
+	6,  // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
+	7,  // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
+	8,  // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
+	9,  // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
+	1,  // 8: loopwire.v1.ToolChoice.mode:type_name -> loopwire.v1.ToolChoiceMode
+	6,  // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
+	3,  // 10: loopwire.v1.Error.code:type_name -> loopwire.v1.ErrorCode
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_common_proto_init() }
@@ -1368,14 +1514,14 @@ func file_loopwire_v1_common_proto_init() {
 		(*Item_ToolSearchOutput)(nil),
 		(*Item_CompactionSummary)(nil),
 	}
-	file_loopwire_v1_common_proto_msgTypes[8].OneofWrappers = []any{}
+	file_loopwire_v1_common_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_common_proto_rawDesc), len(file_loopwire_v1_common_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   13,
+			NumEnums:      4,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -126,6 +126,115 @@ func (SafetyStage) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
 }
 
+type GetModelRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetModelRequest) Reset() {
+	*x = GetModelRequest{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelRequest) ProtoMessage() {}
+
+func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
+func (*GetModelRequest) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{0}
+}
+
+type GetModelResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The served model's name (what `model` in a request may say).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Tokens a prompt and its reply may take together; 0: not known.
+	ContextLength uint32 `protobuf:"varint,2,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	// How the model writes tool calls ("hermes"); tool_choice constrains calls in this format.
+	ToolCallFormat string `protobuf:"bytes,3,opt,name=tool_call_format,json=toolCallFormat,proto3" json:"tool_call_format,omitempty"`
+	// Whether the model's own chat template lays out tools; false: the gateway puts them into the
+	// system message in the Hermes layout.
+	TemplateLaysOutTools bool `protobuf:"varint,4,opt,name=template_lays_out_tools,json=templateLaysOutTools,proto3" json:"template_lays_out_tools,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *GetModelResponse) Reset() {
+	*x = GetModelResponse{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetModelResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetModelResponse) ProtoMessage() {}
+
+func (x *GetModelResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetModelResponse.ProtoReflect.Descriptor instead.
+func (*GetModelResponse) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetModelResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetModelResponse) GetContextLength() uint32 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
+func (x *GetModelResponse) GetToolCallFormat() string {
+	if x != nil {
+		return x.ToolCallFormat
+	}
+	return ""
+}
+
+func (x *GetModelResponse) GetTemplateLaysOutTools() bool {
+	if x != nil {
+		return x.TemplateLaysOutTools
+	}
+	return false
+}
+
 // Ask for one model response. After the first, send only the new `input` items
 // with `previous_response_id`; every other field must then equal the previous
 // request's (else send the full request without previous_response_id).
@@ -150,14 +259,20 @@ type CreateResponse struct {
 	NoStore bool `protobuf:"varint,11,opt,name=no_store,json=noStore,proto3" json:"no_store,omitempty"`
 	// W3C trace context (traceparent, tracestate) of the agent turn this response belongs to,
 	// so each turn is one trace across the services although the stream outlives it.
-	TraceContext  map[string]string `protobuf:"bytes,12,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	TraceContext map[string]string `protobuf:"bytes,12,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// How the model must use the tools (absent: auto).
+	ToolChoice *ToolChoice `protobuf:"bytes,13,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	// False: at most one tool call per response (absent: true, OpenAI's default).
+	ParallelToolCalls *bool `protobuf:"varint,14,opt,name=parallel_tool_calls,json=parallelToolCalls,proto3,oneof" json:"parallel_tool_calls,omitempty"`
+	// The shape of the output text (absent: free text).
+	TextFormat    *TextFormat `protobuf:"bytes,15,opt,name=text_format,json=textFormat,proto3" json:"text_format,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -169,7 +284,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -182,7 +297,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{0}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateResponse) GetPreviousResponseId() string {
@@ -269,6 +384,91 @@ func (x *CreateResponse) GetTraceContext() map[string]string {
 	return nil
 }
 
+func (x *CreateResponse) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
+}
+
+func (x *CreateResponse) GetParallelToolCalls() bool {
+	if x != nil && x.ParallelToolCalls != nil {
+		return *x.ParallelToolCalls
+	}
+	return false
+}
+
+func (x *CreateResponse) GetTextFormat() *TextFormat {
+	if x != nil {
+		return x.TextFormat
+	}
+	return nil
+}
+
+// Structured output: the whole text is one JSON value its schema accepts.
+type TextFormat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A name for the format (OpenAI's json_schema.name); informational.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A JSON Schema document; empty: any JSON object (json_object mode).
+	JsonSchema string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3" json:"json_schema,omitempty"`
+	// Strict: objects get additionalProperties false where the schema leaves it open.
+	Strict        bool `protobuf:"varint,3,opt,name=strict,proto3" json:"strict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TextFormat) Reset() {
+	*x = TextFormat{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TextFormat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TextFormat) ProtoMessage() {}
+
+func (x *TextFormat) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TextFormat.ProtoReflect.Descriptor instead.
+func (*TextFormat) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TextFormat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TextFormat) GetJsonSchema() string {
+	if x != nil {
+		return x.JsonSchema
+	}
+	return ""
+}
+
+func (x *TextFormat) GetStrict() bool {
+	if x != nil {
+		return x.Strict
+	}
+	return false
+}
+
 // Stop a response in flight.
 type CancelResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -279,7 +479,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +491,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +504,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CancelResponse) GetResponseId() string {
@@ -327,7 +527,7 @@ type HoldKv struct {
 
 func (x *HoldKv) Reset() {
 	*x = HoldKv{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +539,7 @@ func (x *HoldKv) String() string {
 func (*HoldKv) ProtoMessage() {}
 
 func (x *HoldKv) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +552,7 @@ func (x *HoldKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldKv.ProtoReflect.Descriptor instead.
 func (*HoldKv) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *HoldKv) GetResponseId() string {
@@ -384,7 +584,7 @@ type ConverseRequest struct {
 
 func (x *ConverseRequest) Reset() {
 	*x = ConverseRequest{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +596,7 @@ func (x *ConverseRequest) String() string {
 func (*ConverseRequest) ProtoMessage() {}
 
 func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +609,7 @@ func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseRequest.ProtoReflect.Descriptor instead.
 func (*ConverseRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ConverseRequest) GetRequest() isConverseRequest_Request {
@@ -481,7 +681,7 @@ type ResponseCreated struct {
 
 func (x *ResponseCreated) Reset() {
 	*x = ResponseCreated{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +693,7 @@ func (x *ResponseCreated) String() string {
 func (*ResponseCreated) ProtoMessage() {}
 
 func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +706,7 @@ func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCreated.ProtoReflect.Descriptor instead.
 func (*ResponseCreated) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ResponseCreated) GetResponseId() string {
@@ -533,7 +733,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +745,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +758,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TextDelta) GetText() string {
@@ -580,7 +780,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +792,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +805,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -640,7 +840,7 @@ type ToolCallArgumentsDelta struct {
 
 func (x *ToolCallArgumentsDelta) Reset() {
 	*x = ToolCallArgumentsDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +852,7 @@ func (x *ToolCallArgumentsDelta) String() string {
 func (*ToolCallArgumentsDelta) ProtoMessage() {}
 
 func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +865,7 @@ func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallArgumentsDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallArgumentsDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ToolCallArgumentsDelta) GetCallId() string {
@@ -693,7 +893,7 @@ type ToolCallDone struct {
 
 func (x *ToolCallDone) Reset() {
 	*x = ToolCallDone{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +905,7 @@ func (x *ToolCallDone) String() string {
 func (*ToolCallDone) ProtoMessage() {}
 
 func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +918,7 @@ func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDone.ProtoReflect.Descriptor instead.
 func (*ToolCallDone) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolCallDone) GetCall() *FunctionCall {
@@ -752,7 +952,7 @@ type SafetyVerdict struct {
 
 func (x *SafetyVerdict) Reset() {
 	*x = SafetyVerdict{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +964,7 @@ func (x *SafetyVerdict) String() string {
 func (*SafetyVerdict) ProtoMessage() {}
 
 func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +977,7 @@ func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafetyVerdict.ProtoReflect.Descriptor instead.
 func (*SafetyVerdict) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SafetyVerdict) GetStage() SafetyStage {
@@ -836,7 +1036,7 @@ type CacheBreak struct {
 
 func (x *CacheBreak) Reset() {
 	*x = CacheBreak{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1048,7 @@ func (x *CacheBreak) String() string {
 func (*CacheBreak) ProtoMessage() {}
 
 func (x *CacheBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1061,7 @@ func (x *CacheBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheBreak.ProtoReflect.Descriptor instead.
 func (*CacheBreak) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CacheBreak) GetFirstDifferingItem() int32 {
@@ -899,7 +1099,7 @@ type ResponseCompleted struct {
 
 func (x *ResponseCompleted) Reset() {
 	*x = ResponseCompleted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1111,7 @@ func (x *ResponseCompleted) String() string {
 func (*ResponseCompleted) ProtoMessage() {}
 
 func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1124,7 @@ func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCompleted.ProtoReflect.Descriptor instead.
 func (*ResponseCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ResponseCompleted) GetFinishReason() FinishReason {
@@ -965,7 +1165,7 @@ type ResponseFailed struct {
 
 func (x *ResponseFailed) Reset() {
 	*x = ResponseFailed{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1177,7 @@ func (x *ResponseFailed) String() string {
 func (*ResponseFailed) ProtoMessage() {}
 
 func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1190,7 @@ func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFailed.ProtoReflect.Descriptor instead.
 func (*ResponseFailed) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ResponseFailed) GetError() *Error {
@@ -1014,7 +1214,7 @@ type KvHeld struct {
 
 func (x *KvHeld) Reset() {
 	*x = KvHeld{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1226,7 @@ func (x *KvHeld) String() string {
 func (*KvHeld) ProtoMessage() {}
 
 func (x *KvHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1239,7 @@ func (x *KvHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvHeld.ProtoReflect.Descriptor instead.
 func (*KvHeld) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KvHeld) GetBlocks() uint32 {
@@ -1078,7 +1278,7 @@ type ConverseResponse struct {
 
 func (x *ConverseResponse) Reset() {
 	*x = ConverseResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1290,7 @@ func (x *ConverseResponse) String() string {
 func (*ConverseResponse) ProtoMessage() {}
 
 func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1303,7 @@ func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseResponse.ProtoReflect.Descriptor instead.
 func (*ConverseResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConverseResponse) GetResponseId() string {
@@ -1278,7 +1478,13 @@ var File_loopwire_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"\xed\x04\n" +
+	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"\x11\n" +
+	"\x0fGetModelRequest\"\xae\x01\n" +
+	"\x10GetModelResponse\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
+	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\x12(\n" +
+	"\x10tool_call_format\x18\x03 \x01(\tR\x0etoolCallFormat\x125\n" +
+	"\x17template_lays_out_tools\x18\x04 \x01(\bR\x14templateLaysOutTools\"\xae\x06\n" +
 	"\x0eCreateResponse\x120\n" +
 	"\x14previous_response_id\x18\x01 \x01(\tR\x12previousResponseId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\"\n" +
@@ -1293,10 +1499,22 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\bpriority\x18\n" +
 	" \x01(\x05R\bpriority\x12\x19\n" +
 	"\bno_store\x18\v \x01(\bR\anoStore\x12R\n" +
-	"\rtrace_context\x18\f \x03(\v2-.loopwire.v1.CreateResponse.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\f \x03(\v2-.loopwire.v1.CreateResponse.TraceContextEntryR\ftraceContext\x128\n" +
+	"\vtool_choice\x18\r \x01(\v2\x17.loopwire.v1.ToolChoiceR\n" +
+	"toolChoice\x123\n" +
+	"\x13parallel_tool_calls\x18\x0e \x01(\bH\x00R\x11parallelToolCalls\x88\x01\x01\x128\n" +
+	"\vtext_format\x18\x0f \x01(\v2\x17.loopwire.v1.TextFormatR\n" +
+	"textFormat\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x16\n" +
+	"\x14_parallel_tool_calls\"Y\n" +
+	"\n" +
+	"TextFormat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vjson_schema\x18\x02 \x01(\tR\n" +
+	"jsonSchema\x12\x16\n" +
+	"\x06strict\x18\x03 \x01(\bR\x06strict\"1\n" +
 	"\x0eCancelResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\"V\n" +
@@ -1375,9 +1593,10 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\vSafetyStage\x12\x1c\n" +
 	"\x18SAFETY_STAGE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SAFETY_STAGE_INPUT\x10\x01\x12\x17\n" +
-	"\x13SAFETY_STAGE_OUTPUT\x10\x022]\n" +
+	"\x13SAFETY_STAGE_OUTPUT\x10\x022\xa6\x01\n" +
 	"\x0eGatewayService\x12K\n" +
-	"\bConverse\x12\x1c.loopwire.v1.ConverseRequest\x1a\x1d.loopwire.v1.ConverseResponse(\x010\x01B\xb0\x01\n" +
+	"\bConverse\x12\x1c.loopwire.v1.ConverseRequest\x1a\x1d.loopwire.v1.ConverseResponse(\x010\x01\x12G\n" +
+	"\bGetModel\x12\x1c.loopwire.v1.GetModelRequest\x1a\x1d.loopwire.v1.GetModelResponseB\xb0\x01\n" +
 	"\x0fcom.loopwire.v1B\fGatewayProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1393,70 +1612,78 @@ func file_loopwire_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(SafetyMode)(0),                // 0: loopwire.v1.SafetyMode
 	(SafetyStage)(0),               // 1: loopwire.v1.SafetyStage
-	(*CreateResponse)(nil),         // 2: loopwire.v1.CreateResponse
-	(*CancelResponse)(nil),         // 3: loopwire.v1.CancelResponse
-	(*HoldKv)(nil),                 // 4: loopwire.v1.HoldKv
-	(*ConverseRequest)(nil),        // 5: loopwire.v1.ConverseRequest
-	(*ResponseCreated)(nil),        // 6: loopwire.v1.ResponseCreated
-	(*TextDelta)(nil),              // 7: loopwire.v1.TextDelta
-	(*ToolCallStarted)(nil),        // 8: loopwire.v1.ToolCallStarted
-	(*ToolCallArgumentsDelta)(nil), // 9: loopwire.v1.ToolCallArgumentsDelta
-	(*ToolCallDone)(nil),           // 10: loopwire.v1.ToolCallDone
-	(*SafetyVerdict)(nil),          // 11: loopwire.v1.SafetyVerdict
-	(*CacheBreak)(nil),             // 12: loopwire.v1.CacheBreak
-	(*ResponseCompleted)(nil),      // 13: loopwire.v1.ResponseCompleted
-	(*ResponseFailed)(nil),         // 14: loopwire.v1.ResponseFailed
-	(*KvHeld)(nil),                 // 15: loopwire.v1.KvHeld
-	(*ConverseResponse)(nil),       // 16: loopwire.v1.ConverseResponse
-	nil,                            // 17: loopwire.v1.CreateResponse.TraceContextEntry
-	(*Tool)(nil),                   // 18: loopwire.v1.Tool
-	(*Item)(nil),                   // 19: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 20: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 21: loopwire.v1.ReplayOutput
-	(*FunctionCall)(nil),           // 22: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 23: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 24: loopwire.v1.Usage
-	(*Timings)(nil),                // 25: loopwire.v1.Timings
-	(*Error)(nil),                  // 26: loopwire.v1.Error
+	(*GetModelRequest)(nil),        // 2: loopwire.v1.GetModelRequest
+	(*GetModelResponse)(nil),       // 3: loopwire.v1.GetModelResponse
+	(*CreateResponse)(nil),         // 4: loopwire.v1.CreateResponse
+	(*TextFormat)(nil),             // 5: loopwire.v1.TextFormat
+	(*CancelResponse)(nil),         // 6: loopwire.v1.CancelResponse
+	(*HoldKv)(nil),                 // 7: loopwire.v1.HoldKv
+	(*ConverseRequest)(nil),        // 8: loopwire.v1.ConverseRequest
+	(*ResponseCreated)(nil),        // 9: loopwire.v1.ResponseCreated
+	(*TextDelta)(nil),              // 10: loopwire.v1.TextDelta
+	(*ToolCallStarted)(nil),        // 11: loopwire.v1.ToolCallStarted
+	(*ToolCallArgumentsDelta)(nil), // 12: loopwire.v1.ToolCallArgumentsDelta
+	(*ToolCallDone)(nil),           // 13: loopwire.v1.ToolCallDone
+	(*SafetyVerdict)(nil),          // 14: loopwire.v1.SafetyVerdict
+	(*CacheBreak)(nil),             // 15: loopwire.v1.CacheBreak
+	(*ResponseCompleted)(nil),      // 16: loopwire.v1.ResponseCompleted
+	(*ResponseFailed)(nil),         // 17: loopwire.v1.ResponseFailed
+	(*KvHeld)(nil),                 // 18: loopwire.v1.KvHeld
+	(*ConverseResponse)(nil),       // 19: loopwire.v1.ConverseResponse
+	nil,                            // 20: loopwire.v1.CreateResponse.TraceContextEntry
+	(*Tool)(nil),                   // 21: loopwire.v1.Tool
+	(*Item)(nil),                   // 22: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 23: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 24: loopwire.v1.ReplayOutput
+	(*ToolChoice)(nil),             // 25: loopwire.v1.ToolChoice
+	(*FunctionCall)(nil),           // 26: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 27: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 28: loopwire.v1.Usage
+	(*Timings)(nil),                // 29: loopwire.v1.Timings
+	(*Error)(nil),                  // 30: loopwire.v1.Error
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
-	18, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	19, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	20, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	21, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	22, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	23, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
 	0,  // 3: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	21, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	17, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
-	2,  // 6: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
-	3,  // 7: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	4,  // 8: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
-	22, // 9: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 10: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	23, // 11: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	24, // 12: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	25, // 13: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	19, // 14: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	26, // 15: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	6,  // 16: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	7,  // 17: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	8,  // 18: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	9,  // 19: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	10, // 20: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	11, // 21: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	12, // 22: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	13, // 23: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	14, // 24: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	15, // 25: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	5,  // 26: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	16, // 27: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	27, // [27:28] is the sub-list for method output_type
-	26, // [26:27] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	24, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	20, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	25, // 6: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
+	5,  // 7: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
+	4,  // 8: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
+	6,  // 9: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
+	7,  // 10: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
+	26, // 11: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 12: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	27, // 13: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	28, // 14: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	29, // 15: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	22, // 16: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	30, // 17: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	9,  // 18: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	10, // 19: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	11, // 20: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	12, // 21: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	13, // 22: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	14, // 23: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	15, // 24: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	16, // 25: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	17, // 26: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	18, // 27: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	8,  // 28: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	2,  // 29: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	19, // 30: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	3,  // 31: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	30, // [30:32] is the sub-list for method output_type
+	28, // [28:30] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1465,12 +1692,13 @@ func file_loopwire_v1_gateway_proto_init() {
 		return
 	}
 	file_loopwire_v1_common_proto_init()
-	file_loopwire_v1_gateway_proto_msgTypes[3].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[2].OneofWrappers = []any{}
+	file_loopwire_v1_gateway_proto_msgTypes[6].OneofWrappers = []any{
 		(*ConverseRequest_CreateResponse)(nil),
 		(*ConverseRequest_CancelResponse)(nil),
 		(*ConverseRequest_HoldKv)(nil),
 	}
-	file_loopwire_v1_gateway_proto_msgTypes[14].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[17].OneofWrappers = []any{
 		(*ConverseResponse_Created)(nil),
 		(*ConverseResponse_TextDelta)(nil),
 		(*ConverseResponse_ToolCallStarted)(nil),
@@ -1488,7 +1716,7 @@ func file_loopwire_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_gateway_proto_rawDesc), len(file_loopwire_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

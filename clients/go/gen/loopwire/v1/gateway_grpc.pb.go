@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	GatewayService_Converse_FullMethodName = "/loopwire.v1.GatewayService/Converse"
+	GatewayService_GetModel_FullMethodName = "/loopwire.v1.GatewayService/GetModel"
 )
 
 // GatewayServiceClient is the client API for GatewayService service.
@@ -32,6 +33,9 @@ const (
 // WebSocket session: one Converse stream per agent session.
 type GatewayServiceClient interface {
 	Converse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConverseRequest, ConverseResponse], error)
+	// The model this gateway serves, as a client plans with it: its context window (so a
+	// harness compacts before it is full) and how it calls tools.
+	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -55,6 +59,16 @@ func (c *gatewayServiceClient) Converse(ctx context.Context, opts ...grpc.CallOp
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GatewayService_ConverseClient = grpc.BidiStreamingClient[ConverseRequest, ConverseResponse]
 
+func (c *gatewayServiceClient) GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetModelResponse)
+	err := c.cc.Invoke(ctx, GatewayService_GetModel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility.
@@ -65,6 +79,9 @@ type GatewayService_ConverseClient = grpc.BidiStreamingClient[ConverseRequest, C
 // WebSocket session: one Converse stream per agent session.
 type GatewayServiceServer interface {
 	Converse(grpc.BidiStreamingServer[ConverseRequest, ConverseResponse]) error
+	// The model this gateway serves, as a client plans with it: its context window (so a
+	// harness compacts before it is full) and how it calls tools.
+	GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -77,6 +94,9 @@ type UnimplementedGatewayServiceServer struct{}
 
 func (UnimplementedGatewayServiceServer) Converse(grpc.BidiStreamingServer[ConverseRequest, ConverseResponse]) error {
 	return status.Error(codes.Unimplemented, "method Converse not implemented")
+}
+func (UnimplementedGatewayServiceServer) GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetModel not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 func (UnimplementedGatewayServiceServer) testEmbeddedByValue()                        {}
@@ -106,13 +126,36 @@ func _GatewayService_Converse_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type GatewayService_ConverseServer = grpc.BidiStreamingServer[ConverseRequest, ConverseResponse]
 
+func _GatewayService_GetModel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetModelRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).GetModel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_GetModel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).GetModel(ctx, req.(*GetModelRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GatewayService_ServiceDesc is the grpc.ServiceDesc for GatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var GatewayService_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "loopwire.v1.GatewayService",
 	HandlerType: (*GatewayServiceServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GetModel",
+			Handler:    _GatewayService_GetModel_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Converse",

@@ -247,8 +247,12 @@ type ModelOptions struct {
 	Model            string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	Sampling         *SamplingParams        `protobuf:"bytes,2,opt,name=sampling,proto3" json:"sampling,omitempty"`
 	ConversationMode ConversationMode       `protobuf:"varint,3,opt,name=conversation_mode,json=conversationMode,proto3,enum=loopwire.v1.ConversationMode" json:"conversation_mode,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How every turn uses the tools (absent: the harness's --tool-choice). REQUIRED: each turn
+	// calls a tool, and the session ends when the model calls `finish` with its answer (one action
+	// per turn, the discipline small models need).
+	ToolChoice    *ToolChoice `protobuf:"bytes,4,opt,name=tool_choice,json=toolChoice,proto3" json:"tool_choice,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ModelOptions) Reset() {
@@ -300,6 +304,13 @@ func (x *ModelOptions) GetConversationMode() ConversationMode {
 		return x.ConversationMode
 	}
 	return ConversationMode_CONVERSATION_MODE_UNSPECIFIED
+}
+
+func (x *ModelOptions) GetToolChoice() *ToolChoice {
+	if x != nil {
+		return x.ToolChoice
+	}
+	return nil
 }
 
 // One turn of a recorded session: what the assistant said, and what came back
@@ -2375,11 +2386,13 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\bper_tool\x18\x02 \x03(\v2(.loopwire.v1.ApprovalPolicy.PerToolEntryR\aperTool\x1aU\n" +
 	"\fPerToolEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\x0e2\x19.loopwire.v1.ApprovalModeR\x05value:\x028\x01\"\xa9\x01\n" +
+	"\x05value\x18\x02 \x01(\x0e2\x19.loopwire.v1.ApprovalModeR\x05value:\x028\x01\"\xe3\x01\n" +
 	"\fModelOptions\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x127\n" +
 	"\bsampling\x18\x02 \x01(\v2\x1b.loopwire.v1.SamplingParamsR\bsampling\x12J\n" +
-	"\x11conversation_mode\x18\x03 \x01(\x0e2\x1d.loopwire.v1.ConversationModeR\x10conversationMode\"p\n" +
+	"\x11conversation_mode\x18\x03 \x01(\x0e2\x1d.loopwire.v1.ConversationModeR\x10conversationMode\x128\n" +
+	"\vtool_choice\x18\x04 \x01(\v2\x17.loopwire.v1.ToolChoiceR\n" +
+	"toolChoice\"p\n" +
 	"\n" +
 	"ReplayTurn\x121\n" +
 	"\x06output\x18\x01 \x01(\v2\x19.loopwire.v1.ReplayOutputR\x06output\x12/\n" +
@@ -2626,70 +2639,72 @@ var file_loopwire_v1_harness_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),    // 30: loopwire.v1.ListSessionsResponse
 	nil,                             // 31: loopwire.v1.ApprovalPolicy.PerToolEntry
 	(*SamplingParams)(nil),          // 32: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),            // 33: loopwire.v1.ReplayOutput
-	(*Item)(nil),                    // 34: loopwire.v1.Item
-	(*Tool)(nil),                    // 35: loopwire.v1.Tool
-	(*FunctionCall)(nil),            // 36: loopwire.v1.FunctionCall
-	(*Usage)(nil),                   // 37: loopwire.v1.Usage
-	(*Timings)(nil),                 // 38: loopwire.v1.Timings
-	(FinishReason)(0),               // 39: loopwire.v1.FinishReason
-	(*Error)(nil),                   // 40: loopwire.v1.Error
+	(*ToolChoice)(nil),              // 33: loopwire.v1.ToolChoice
+	(*ReplayOutput)(nil),            // 34: loopwire.v1.ReplayOutput
+	(*Item)(nil),                    // 35: loopwire.v1.Item
+	(*Tool)(nil),                    // 36: loopwire.v1.Tool
+	(*FunctionCall)(nil),            // 37: loopwire.v1.FunctionCall
+	(*Usage)(nil),                   // 38: loopwire.v1.Usage
+	(*Timings)(nil),                 // 39: loopwire.v1.Timings
+	(FinishReason)(0),               // 40: loopwire.v1.FinishReason
+	(*Error)(nil),                   // 41: loopwire.v1.Error
 }
 var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.ApprovalPolicy.default_mode:type_name -> loopwire.v1.ApprovalMode
 	31, // 1: loopwire.v1.ApprovalPolicy.per_tool:type_name -> loopwire.v1.ApprovalPolicy.PerToolEntry
 	32, // 2: loopwire.v1.ModelOptions.sampling:type_name -> loopwire.v1.SamplingParams
 	1,  // 3: loopwire.v1.ModelOptions.conversation_mode:type_name -> loopwire.v1.ConversationMode
-	33, // 4: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
-	34, // 5: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
-	5,  // 6: loopwire.v1.ReplayScript.turns:type_name -> loopwire.v1.ReplayTurn
-	35, // 7: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
-	3,  // 8: loopwire.v1.StartTask.approval_policy:type_name -> loopwire.v1.ApprovalPolicy
-	4,  // 9: loopwire.v1.StartTask.model:type_name -> loopwire.v1.ModelOptions
-	6,  // 10: loopwire.v1.StartTask.replay:type_name -> loopwire.v1.ReplayScript
-	7,  // 11: loopwire.v1.RunRequest.start:type_name -> loopwire.v1.StartTask
-	8,  // 12: loopwire.v1.RunRequest.resume:type_name -> loopwire.v1.ResumeSession
-	9,  // 13: loopwire.v1.RunRequest.approval:type_name -> loopwire.v1.ApprovalDecision
-	10, // 14: loopwire.v1.RunRequest.user_message:type_name -> loopwire.v1.AddUserMessage
-	11, // 15: loopwire.v1.RunRequest.cancel:type_name -> loopwire.v1.CancelRun
-	36, // 16: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
-	36, // 17: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
-	37, // 18: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
-	38, // 19: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
-	39, // 20: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
-	19, // 21: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
-	37, // 22: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
-	40, // 23: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
-	40, // 24: loopwire.v1.CompactionCompleted.error:type_name -> loopwire.v1.Error
-	13, // 25: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
-	14, // 26: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
-	15, // 27: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
-	16, // 28: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
-	17, // 29: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
-	18, // 30: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
-	20, // 31: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
-	21, // 32: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
-	22, // 33: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
-	23, // 34: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
-	24, // 35: loopwire.v1.RunResponse.compaction:type_name -> loopwire.v1.CompactionCompleted
-	2,  // 36: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
-	27, // 37: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
-	35, // 38: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
-	34, // 39: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
-	19, // 40: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
-	27, // 41: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
-	0,  // 42: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
-	12, // 43: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
-	26, // 44: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
-	29, // 45: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
-	25, // 46: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
-	28, // 47: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
-	30, // 48: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
-	46, // [46:49] is the sub-list for method output_type
-	43, // [43:46] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	33, // 4: loopwire.v1.ModelOptions.tool_choice:type_name -> loopwire.v1.ToolChoice
+	34, // 5: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
+	35, // 6: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
+	5,  // 7: loopwire.v1.ReplayScript.turns:type_name -> loopwire.v1.ReplayTurn
+	36, // 8: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
+	3,  // 9: loopwire.v1.StartTask.approval_policy:type_name -> loopwire.v1.ApprovalPolicy
+	4,  // 10: loopwire.v1.StartTask.model:type_name -> loopwire.v1.ModelOptions
+	6,  // 11: loopwire.v1.StartTask.replay:type_name -> loopwire.v1.ReplayScript
+	7,  // 12: loopwire.v1.RunRequest.start:type_name -> loopwire.v1.StartTask
+	8,  // 13: loopwire.v1.RunRequest.resume:type_name -> loopwire.v1.ResumeSession
+	9,  // 14: loopwire.v1.RunRequest.approval:type_name -> loopwire.v1.ApprovalDecision
+	10, // 15: loopwire.v1.RunRequest.user_message:type_name -> loopwire.v1.AddUserMessage
+	11, // 16: loopwire.v1.RunRequest.cancel:type_name -> loopwire.v1.CancelRun
+	37, // 17: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
+	37, // 18: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
+	38, // 19: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
+	39, // 20: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
+	40, // 21: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
+	19, // 22: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
+	38, // 23: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
+	41, // 24: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
+	41, // 25: loopwire.v1.CompactionCompleted.error:type_name -> loopwire.v1.Error
+	13, // 26: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
+	14, // 27: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
+	15, // 28: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
+	16, // 29: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
+	17, // 30: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
+	18, // 31: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
+	20, // 32: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
+	21, // 33: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
+	22, // 34: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
+	23, // 35: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
+	24, // 36: loopwire.v1.RunResponse.compaction:type_name -> loopwire.v1.CompactionCompleted
+	2,  // 37: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
+	27, // 38: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
+	36, // 39: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
+	35, // 40: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
+	19, // 41: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
+	27, // 42: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
+	0,  // 43: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
+	12, // 44: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
+	26, // 45: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
+	29, // 46: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
+	25, // 47: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
+	28, // 48: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
+	30, // 49: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
+	47, // [47:50] is the sub-list for method output_type
+	44, // [44:47] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_harness_proto_init() }

@@ -359,7 +359,10 @@ type GenerationStart struct {
 	TraceContext map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Prefix-cache namespace (the gateway sets the tenant): cached blocks are shared only between
 	// requests with the same salt, so no tenant learns from cache hits what another one sent.
-	CacheSalt     string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	CacheSalt string `protobuf:"bytes,12,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// What the output must match (absent: free text). The engine masks every token that would
+	// leave the grammar; a generation whose grammar allows no token ends with an error.
+	Constraint    *Constraint `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +492,13 @@ func (x *GenerationStart) GetCacheSalt() string {
 	return ""
 }
 
+func (x *GenerationStart) GetConstraint() *Constraint {
+	if x != nil {
+		return x.Constraint
+	}
+	return nil
+}
+
 type isGenerationStart_Prompt interface {
 	isGenerationStart_Prompt()
 }
@@ -505,6 +515,119 @@ func (*GenerationStart_Full) isGenerationStart_Prompt() {}
 
 func (*GenerationStart_Append) isGenerationStart_Prompt() {}
 
+// A grammar the output must match, in one of the forms llguidance compiles; TensorRT-LLM maps
+// it to its guided decoding.
+type Constraint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Grammar:
+	//
+	//	*Constraint_Lark
+	//	*Constraint_JsonSchema
+	//	*Constraint_Regex
+	Grammar isConstraint_Grammar `protobuf_oneof:"grammar"`
+	// Output already generated under this grammar, at the end of the prompt (a generation that
+	// failed over to this replica): the grammar goes on from after it.
+	GeneratedTokenIds []uint32 `protobuf:"varint,4,rep,packed,name=generated_token_ids,json=generatedTokenIds,proto3" json:"generated_token_ids,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Constraint) Reset() {
+	*x = Constraint{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Constraint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Constraint) ProtoMessage() {}
+
+func (x *Constraint) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Constraint.ProtoReflect.Descriptor instead.
+func (*Constraint) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Constraint) GetGrammar() isConstraint_Grammar {
+	if x != nil {
+		return x.Grammar
+	}
+	return nil
+}
+
+func (x *Constraint) GetLark() string {
+	if x != nil {
+		if x, ok := x.Grammar.(*Constraint_Lark); ok {
+			return x.Lark
+		}
+	}
+	return ""
+}
+
+func (x *Constraint) GetJsonSchema() string {
+	if x != nil {
+		if x, ok := x.Grammar.(*Constraint_JsonSchema); ok {
+			return x.JsonSchema
+		}
+	}
+	return ""
+}
+
+func (x *Constraint) GetRegex() string {
+	if x != nil {
+		if x, ok := x.Grammar.(*Constraint_Regex); ok {
+			return x.Regex
+		}
+	}
+	return ""
+}
+
+func (x *Constraint) GetGeneratedTokenIds() []uint32 {
+	if x != nil {
+		return x.GeneratedTokenIds
+	}
+	return nil
+}
+
+type isConstraint_Grammar interface {
+	isConstraint_Grammar()
+}
+
+type Constraint_Lark struct {
+	// A Lark grammar (llguidance's dialect: %json {...} embeds a JSON Schema, lazy lexemes).
+	Lark string `protobuf:"bytes,1,opt,name=lark,proto3,oneof"`
+}
+
+type Constraint_JsonSchema struct {
+	// A JSON Schema document: the output is one JSON value it accepts.
+	JsonSchema string `protobuf:"bytes,2,opt,name=json_schema,json=jsonSchema,proto3,oneof"`
+}
+
+type Constraint_Regex struct {
+	// A regular expression (Rust regex syntax) the whole output matches.
+	Regex string `protobuf:"bytes,3,opt,name=regex,proto3,oneof"`
+}
+
+func (*Constraint_Lark) isConstraint_Grammar() {}
+
+func (*Constraint_JsonSchema) isConstraint_Grammar() {}
+
+func (*Constraint_Regex) isConstraint_Grammar() {}
+
 // Cancel a generation of this stream; its blocks are freed at once.
 type GenerationCancel struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -515,7 +638,7 @@ type GenerationCancel struct {
 
 func (x *GenerationCancel) Reset() {
 	*x = GenerationCancel{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[4]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +650,7 @@ func (x *GenerationCancel) String() string {
 func (*GenerationCancel) ProtoMessage() {}
 
 func (x *GenerationCancel) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[4]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +663,7 @@ func (x *GenerationCancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationCancel.ProtoReflect.Descriptor instead.
 func (*GenerationCancel) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{4}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GenerationCancel) GetRequestId() string {
@@ -564,7 +687,7 @@ type GenerateRequest struct {
 
 func (x *GenerateRequest) Reset() {
 	*x = GenerateRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[5]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +699,7 @@ func (x *GenerateRequest) String() string {
 func (*GenerateRequest) ProtoMessage() {}
 
 func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[5]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +712,7 @@ func (x *GenerateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateRequest.ProtoReflect.Descriptor instead.
 func (*GenerateRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{5}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GenerateRequest) GetAction() isGenerateRequest_Action {
@@ -643,7 +766,7 @@ type TokenBatch struct {
 
 func (x *TokenBatch) Reset() {
 	*x = TokenBatch{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[6]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +778,7 @@ func (x *TokenBatch) String() string {
 func (*TokenBatch) ProtoMessage() {}
 
 func (x *TokenBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[6]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +791,7 @@ func (x *TokenBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenBatch.ProtoReflect.Descriptor instead.
 func (*TokenBatch) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{6}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TokenBatch) GetTokenIds() []uint32 {
@@ -695,7 +818,7 @@ type GenerationFinished struct {
 
 func (x *GenerationFinished) Reset() {
 	*x = GenerationFinished{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[7]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +830,7 @@ func (x *GenerationFinished) String() string {
 func (*GenerationFinished) ProtoMessage() {}
 
 func (x *GenerationFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[7]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +843,7 @@ func (x *GenerationFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationFinished.ProtoReflect.Descriptor instead.
 func (*GenerationFinished) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{7}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GenerationFinished) GetFinishReason() FinishReason {
@@ -781,7 +904,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +916,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +929,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -886,7 +1009,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1021,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1034,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PrefillRequest) GetRequestId() string {
@@ -957,7 +1080,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1092,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1105,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PrefillResponse) GetKvHandle() []byte {
@@ -1037,7 +1160,7 @@ type PullKvRequest struct {
 
 func (x *PullKvRequest) Reset() {
 	*x = PullKvRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +1172,7 @@ func (x *PullKvRequest) String() string {
 func (*PullKvRequest) ProtoMessage() {}
 
 func (x *PullKvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +1185,7 @@ func (x *PullKvRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullKvRequest.ProtoReflect.Descriptor instead.
 func (*PullKvRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PullKvRequest) GetKvHandle() []byte {
@@ -1089,7 +1212,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1101,7 +1224,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1114,7 +1237,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *KvBlock) GetBlockHash() uint64 {
@@ -1178,7 +1301,7 @@ type PullKvResponse struct {
 
 func (x *PullKvResponse) Reset() {
 	*x = PullKvResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1313,7 @@ func (x *PullKvResponse) String() string {
 func (*PullKvResponse) ProtoMessage() {}
 
 func (x *PullKvResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1326,7 @@ func (x *PullKvResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullKvResponse.ProtoReflect.Descriptor instead.
 func (*PullKvResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PullKvResponse) GetBlock() *KvBlock {
@@ -1229,7 +1352,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1364,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1377,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 // Load, cache and speed of a replica.
@@ -1294,7 +1417,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1429,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1442,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetStatusResponse) GetReplicaId() string {
@@ -1487,7 +1610,7 @@ type WatchCacheRequest struct {
 
 func (x *WatchCacheRequest) Reset() {
 	*x = WatchCacheRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1622,7 @@ func (x *WatchCacheRequest) String() string {
 func (*WatchCacheRequest) ProtoMessage() {}
 
 func (x *WatchCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1635,7 @@ func (x *WatchCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCacheRequest.ProtoReflect.Descriptor instead.
 func (*WatchCacheRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchCacheRequest) GetIncludeExisting() bool {
@@ -1533,7 +1656,7 @@ type CacheEvent struct {
 
 func (x *CacheEvent) Reset() {
 	*x = CacheEvent{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1668,7 @@ func (x *CacheEvent) String() string {
 func (*CacheEvent) ProtoMessage() {}
 
 func (x *CacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1681,7 @@ func (x *CacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
 func (*CacheEvent) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CacheEvent) GetType() CacheEventType {
@@ -1587,7 +1710,7 @@ type WatchCacheResponse struct {
 
 func (x *WatchCacheResponse) Reset() {
 	*x = WatchCacheResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1722,7 @@ func (x *WatchCacheResponse) String() string {
 func (*WatchCacheResponse) ProtoMessage() {}
 
 func (x *WatchCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1735,7 @@ func (x *WatchCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCacheResponse.ProtoReflect.Descriptor instead.
 func (*WatchCacheResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchCacheResponse) GetReplicaId() string {
@@ -1645,7 +1768,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1780,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1793,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 // Hold the longest cached prefix of these chained block hashes (computed with the tenant's salt).
@@ -1689,7 +1812,7 @@ type HoldPrefixRequest struct {
 
 func (x *HoldPrefixRequest) Reset() {
 	*x = HoldPrefixRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1824,7 @@ func (x *HoldPrefixRequest) String() string {
 func (*HoldPrefixRequest) ProtoMessage() {}
 
 func (x *HoldPrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1837,7 @@ func (x *HoldPrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPrefixRequest.ProtoReflect.Descriptor instead.
 func (*HoldPrefixRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HoldPrefixRequest) GetHoldId() string {
@@ -1755,7 +1878,7 @@ type HoldPrefixResponse struct {
 
 func (x *HoldPrefixResponse) Reset() {
 	*x = HoldPrefixResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +1890,7 @@ func (x *HoldPrefixResponse) String() string {
 func (*HoldPrefixResponse) ProtoMessage() {}
 
 func (x *HoldPrefixResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +1903,7 @@ func (x *HoldPrefixResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPrefixResponse.ProtoReflect.Descriptor instead.
 func (*HoldPrefixResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HoldPrefixResponse) GetHeldBlocks() uint32 {
@@ -1824,7 +1947,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +1959,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +1972,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{22}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -1967,7 +2090,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1979,7 +2102,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1992,7 +2115,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{23}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetModelInfoResponse) GetModel() *ModelInfo {
@@ -2024,7 +2147,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x126\n" +
 	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x12(\n" +
 	"\x10num_draft_tokens\x18\a \x01(\rR\x0enumDraftTokensB\x17\n" +
-	"\x15_speculative_decoding\"\xd6\x04\n" +
+	"\x15_speculative_decoding\"\x8f\x05\n" +
 	"\x0fGenerationStart\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -2041,11 +2164,22 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	" \x01(\tR\bkvSource\x12S\n" +
 	"\rtrace_context\x18\v \x03(\v2..loopwire.v1.GenerationStart.TraceContextEntryR\ftraceContext\x12\x1d\n" +
 	"\n" +
-	"cache_salt\x18\f \x01(\tR\tcacheSalt\x1a?\n" +
+	"cache_salt\x18\f \x01(\tR\tcacheSalt\x127\n" +
+	"\n" +
+	"constraint\x18\r \x01(\v2\x17.loopwire.v1.ConstraintR\n" +
+	"constraint\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\b\n" +
-	"\x06prompt\"1\n" +
+	"\x06prompt\"\x98\x01\n" +
+	"\n" +
+	"Constraint\x12\x14\n" +
+	"\x04lark\x18\x01 \x01(\tH\x00R\x04lark\x12!\n" +
+	"\vjson_schema\x18\x02 \x01(\tH\x00R\n" +
+	"jsonSchema\x12\x16\n" +
+	"\x05regex\x18\x03 \x01(\tH\x00R\x05regex\x12.\n" +
+	"\x13generated_token_ids\x18\x04 \x03(\rR\x11generatedTokenIdsB\t\n" +
+	"\agrammar\"1\n" +
 	"\x10GenerationCancel\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\"\x8a\x01\n" +
@@ -2211,7 +2345,7 @@ func file_loopwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_loopwire_v1_inference_proto_goTypes = []any{
 	(EngineRole)(0),              // 0: loopwire.v1.EngineRole
 	(CacheEventType)(0),          // 1: loopwire.v1.CacheEventType
@@ -2219,73 +2353,75 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*AppendPrompt)(nil),         // 3: loopwire.v1.AppendPrompt
 	(*GenerationParams)(nil),     // 4: loopwire.v1.GenerationParams
 	(*GenerationStart)(nil),      // 5: loopwire.v1.GenerationStart
-	(*GenerationCancel)(nil),     // 6: loopwire.v1.GenerationCancel
-	(*GenerateRequest)(nil),      // 7: loopwire.v1.GenerateRequest
-	(*TokenBatch)(nil),           // 8: loopwire.v1.TokenBatch
-	(*GenerationFinished)(nil),   // 9: loopwire.v1.GenerationFinished
-	(*GenerateResponse)(nil),     // 10: loopwire.v1.GenerateResponse
-	(*PrefillRequest)(nil),       // 11: loopwire.v1.PrefillRequest
-	(*PrefillResponse)(nil),      // 12: loopwire.v1.PrefillResponse
-	(*PullKvRequest)(nil),        // 13: loopwire.v1.PullKvRequest
-	(*KvBlock)(nil),              // 14: loopwire.v1.KvBlock
-	(*PullKvResponse)(nil),       // 15: loopwire.v1.PullKvResponse
-	(*GetStatusRequest)(nil),     // 16: loopwire.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),    // 17: loopwire.v1.GetStatusResponse
-	(*WatchCacheRequest)(nil),    // 18: loopwire.v1.WatchCacheRequest
-	(*CacheEvent)(nil),           // 19: loopwire.v1.CacheEvent
-	(*WatchCacheResponse)(nil),   // 20: loopwire.v1.WatchCacheResponse
-	(*GetModelInfoRequest)(nil),  // 21: loopwire.v1.GetModelInfoRequest
-	(*HoldPrefixRequest)(nil),    // 22: loopwire.v1.HoldPrefixRequest
-	(*HoldPrefixResponse)(nil),   // 23: loopwire.v1.HoldPrefixResponse
-	(*ModelInfo)(nil),            // 24: loopwire.v1.ModelInfo
-	(*GetModelInfoResponse)(nil), // 25: loopwire.v1.GetModelInfoResponse
-	nil,                          // 26: loopwire.v1.GenerationStart.TraceContextEntry
-	nil,                          // 27: loopwire.v1.ModelInfo.SpecialTokensEntry
-	(FinishReason)(0),            // 28: loopwire.v1.FinishReason
-	(*Usage)(nil),                // 29: loopwire.v1.Usage
-	(*Timings)(nil),              // 30: loopwire.v1.Timings
-	(*Error)(nil),                // 31: loopwire.v1.Error
+	(*Constraint)(nil),           // 6: loopwire.v1.Constraint
+	(*GenerationCancel)(nil),     // 7: loopwire.v1.GenerationCancel
+	(*GenerateRequest)(nil),      // 8: loopwire.v1.GenerateRequest
+	(*TokenBatch)(nil),           // 9: loopwire.v1.TokenBatch
+	(*GenerationFinished)(nil),   // 10: loopwire.v1.GenerationFinished
+	(*GenerateResponse)(nil),     // 11: loopwire.v1.GenerateResponse
+	(*PrefillRequest)(nil),       // 12: loopwire.v1.PrefillRequest
+	(*PrefillResponse)(nil),      // 13: loopwire.v1.PrefillResponse
+	(*PullKvRequest)(nil),        // 14: loopwire.v1.PullKvRequest
+	(*KvBlock)(nil),              // 15: loopwire.v1.KvBlock
+	(*PullKvResponse)(nil),       // 16: loopwire.v1.PullKvResponse
+	(*GetStatusRequest)(nil),     // 17: loopwire.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),    // 18: loopwire.v1.GetStatusResponse
+	(*WatchCacheRequest)(nil),    // 19: loopwire.v1.WatchCacheRequest
+	(*CacheEvent)(nil),           // 20: loopwire.v1.CacheEvent
+	(*WatchCacheResponse)(nil),   // 21: loopwire.v1.WatchCacheResponse
+	(*GetModelInfoRequest)(nil),  // 22: loopwire.v1.GetModelInfoRequest
+	(*HoldPrefixRequest)(nil),    // 23: loopwire.v1.HoldPrefixRequest
+	(*HoldPrefixResponse)(nil),   // 24: loopwire.v1.HoldPrefixResponse
+	(*ModelInfo)(nil),            // 25: loopwire.v1.ModelInfo
+	(*GetModelInfoResponse)(nil), // 26: loopwire.v1.GetModelInfoResponse
+	nil,                          // 27: loopwire.v1.GenerationStart.TraceContextEntry
+	nil,                          // 28: loopwire.v1.ModelInfo.SpecialTokensEntry
+	(FinishReason)(0),            // 29: loopwire.v1.FinishReason
+	(*Usage)(nil),                // 30: loopwire.v1.Usage
+	(*Timings)(nil),              // 31: loopwire.v1.Timings
+	(*Error)(nil),                // 32: loopwire.v1.Error
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
 	3,  // 1: loopwire.v1.GenerationStart.append:type_name -> loopwire.v1.AppendPrompt
 	4,  // 2: loopwire.v1.GenerationStart.params:type_name -> loopwire.v1.GenerationParams
-	26, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
-	5,  // 4: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
-	6,  // 5: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
-	28, // 6: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
-	29, // 7: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
-	30, // 8: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
-	8,  // 9: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
-	9,  // 10: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
-	31, // 11: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
-	4,  // 12: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	30, // 13: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
-	14, // 14: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
-	0,  // 15: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
-	1,  // 16: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
-	19, // 17: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	27, // 18: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	24, // 19: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
-	7,  // 20: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	11, // 21: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	13, // 22: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	16, // 23: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	18, // 24: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	21, // 25: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	22, // 26: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
-	10, // 27: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	12, // 28: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	15, // 29: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	17, // 30: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	20, // 31: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	25, // 32: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	23, // 33: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	27, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
+	6,  // 4: loopwire.v1.GenerationStart.constraint:type_name -> loopwire.v1.Constraint
+	5,  // 5: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
+	7,  // 6: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
+	29, // 7: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
+	30, // 8: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
+	31, // 9: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
+	9,  // 10: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
+	10, // 11: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
+	32, // 12: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
+	4,  // 13: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
+	31, // 14: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	15, // 15: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
+	0,  // 16: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
+	1,  // 17: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
+	20, // 18: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
+	28, // 19: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	25, // 20: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	8,  // 21: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	12, // 22: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	14, // 23: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	17, // 24: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	19, // 25: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	22, // 26: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	23, // 27: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	11, // 28: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	13, // 29: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	16, // 30: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	18, // 31: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	21, // 32: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	26, // 33: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	24, // 34: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	28, // [28:35] is the sub-list for method output_type
+	21, // [21:28] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }
@@ -2299,11 +2435,16 @@ func file_loopwire_v1_inference_proto_init() {
 		(*GenerationStart_Full)(nil),
 		(*GenerationStart_Append)(nil),
 	}
-	file_loopwire_v1_inference_proto_msgTypes[5].OneofWrappers = []any{
+	file_loopwire_v1_inference_proto_msgTypes[4].OneofWrappers = []any{
+		(*Constraint_Lark)(nil),
+		(*Constraint_JsonSchema)(nil),
+		(*Constraint_Regex)(nil),
+	}
+	file_loopwire_v1_inference_proto_msgTypes[6].OneofWrappers = []any{
 		(*GenerateRequest_Start)(nil),
 		(*GenerateRequest_Cancel)(nil),
 	}
-	file_loopwire_v1_inference_proto_msgTypes[8].OneofWrappers = []any{
+	file_loopwire_v1_inference_proto_msgTypes[9].OneofWrappers = []any{
 		(*GenerateResponse_Tokens)(nil),
 		(*GenerateResponse_Finished)(nil),
 		(*GenerateResponse_Error)(nil),
@@ -2314,7 +2455,7 @@ func file_loopwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_inference_proto_rawDesc), len(file_loopwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -5,6 +5,8 @@ import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Outp
 import type { SamplingParams as _loopwire_v1_SamplingParams, SamplingParams__Output as _loopwire_v1_SamplingParams__Output } from '../../loopwire/v1/SamplingParams';
 import type { SafetyMode as _loopwire_v1_SafetyMode, SafetyMode__Output as _loopwire_v1_SafetyMode__Output } from '../../loopwire/v1/SafetyMode';
 import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as _loopwire_v1_ReplayOutput__Output } from '../../loopwire/v1/ReplayOutput';
+import type { ToolChoice as _loopwire_v1_ToolChoice, ToolChoice__Output as _loopwire_v1_ToolChoice__Output } from '../../loopwire/v1/ToolChoice';
+import type { TextFormat as _loopwire_v1_TextFormat, TextFormat__Output as _loopwire_v1_TextFormat__Output } from '../../loopwire/v1/TextFormat';
 
 export interface CreateResponse {
   'previousResponseId'?: (string);
@@ -19,6 +21,10 @@ export interface CreateResponse {
   'priority'?: (number);
   'noStore'?: (boolean);
   'traceContext'?: ({[key: string]: string});
+  'toolChoice'?: (_loopwire_v1_ToolChoice | null);
+  'parallelToolCalls'?: (boolean);
+  'textFormat'?: (_loopwire_v1_TextFormat | null);
+  '_parallelToolCalls'?: "parallelToolCalls";
 }
 
 export interface CreateResponse__Output {
@@ -34,4 +40,8 @@ export interface CreateResponse__Output {
   'priority': (number);
   'noStore': (boolean);
   'traceContext': ({[key: string]: string});
+  'toolChoice': (_loopwire_v1_ToolChoice__Output | null);
+  'parallelToolCalls'?: (boolean);
+  'textFormat': (_loopwire_v1_TextFormat__Output | null);
+  '_parallelToolCalls'?: "parallelToolCalls";
 }

@@ -3,6 +3,7 @@
 import type { FullPrompt as _loopwire_v1_FullPrompt, FullPrompt__Output as _loopwire_v1_FullPrompt__Output } from '../../loopwire/v1/FullPrompt';
 import type { AppendPrompt as _loopwire_v1_AppendPrompt, AppendPrompt__Output as _loopwire_v1_AppendPrompt__Output } from '../../loopwire/v1/AppendPrompt';
 import type { GenerationParams as _loopwire_v1_GenerationParams, GenerationParams__Output as _loopwire_v1_GenerationParams__Output } from '../../loopwire/v1/GenerationParams';
+import type { Constraint as _loopwire_v1_Constraint, Constraint__Output as _loopwire_v1_Constraint__Output } from '../../loopwire/v1/Constraint';
 
 export interface GenerationStart {
   'requestId'?: (string);
@@ -17,6 +18,7 @@ export interface GenerationStart {
   'kvSource'?: (string);
   'traceContext'?: ({[key: string]: string});
   'cacheSalt'?: (string);
+  'constraint'?: (_loopwire_v1_Constraint | null);
   'prompt'?: "full"|"append";
 }
 
@@ -33,5 +35,6 @@ export interface GenerationStart__Output {
   'kvSource': (string);
   'traceContext': ({[key: string]: string});
   'cacheSalt': (string);
+  'constraint': (_loopwire_v1_Constraint__Output | null);
   'prompt'?: "full"|"append";
 }

@@ -193,7 +193,10 @@ class Conversation:
                     grpc.StatusCode.PERMISSION_DENIED: Code.ERROR_CODE_PERMISSION_DENIED,
                     grpc.StatusCode.RESOURCE_EXHAUSTED: Code.ERROR_CODE_RESOURCE_EXHAUSTED,
                     grpc.StatusCode.INVALID_ARGUMENT: Code.ERROR_CODE_INVALID_ARGUMENT}
-            raise GatewayError(common_pb2.Error(code=ours.get(code, Code.ERROR_CODE_UNAVAILABLE),
+            mapped = ours.get(code, Code.ERROR_CODE_UNAVAILABLE)
+            # Retryable as the retries above treat it: a gateway killed or restarting (the stream
+            # reset, UNAVAILABLE) is gone for now, and the session resumes from its stored items.
+            raise GatewayError(common_pb2.Error(code=mapped, retryable=mapped in _TRANSIENT,
                                                 message=f"gateway {code.name}: {e.details()}")) from None
         except GatewayError:
             raise  # an in-stream error: the stream stays usable

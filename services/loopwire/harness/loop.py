@@ -27,7 +27,7 @@ from loopwire.harness.config import HarnessConfig
 from loopwire.harness.conversation import Conversation, EventHandler, GatewayError, ModelTurn
 from loopwire.harness.replay import ReplayPlan
 from loopwire.harness.sandbox import Sandbox
-from loopwire.harness.store import Decision, SessionStore, Status, StoredSession
+from loopwire.harness.store import Decision, SessionStore, Status, StoredSession, StoreUnavailable
 from loopwire.harness.turn_tools import Step, TurnTools, output_item
 from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2
 
@@ -123,12 +123,18 @@ class SessionRun:
             if await self._settle_open_turn() is Step.SUSPENDED or await self._loop() is Step.SUSPENDED:
                 self.suspended = True
         except asyncio.CancelledError:
-            self.store.set_status(self.session_id, self.cancel_status)
+            try:
+                self.store.set_status(self.session_id, self.cancel_status)
+            except Exception:  # noqa: BLE001 - a full disk: it still shows (and resumes) as interrupted
+                log.exception("session %s: cannot record its cancel", self.session_id)
             self.emit(failed=harness_pb2.RunFailed(error=common_pb2.Error(
                 code=Code.ERROR_CODE_CANCELLED, message="run cancelled; resume the session to continue")))
             raise
         except GatewayError as e:
             await self._fail(e.error)
+        except StoreUnavailable as e:  # a full disk, a database down: its own code, retryable
+            log.warning("session %s: %s", self.session_id, e)
+            await self._fail(e.to_proto())
         except Exception as e:  # the harness must outlive any one session's bug
             log.exception("session %s failed", self.session_id)
             await self._fail(common_pb2.Error(code=Code.ERROR_CODE_INTERNAL, message=f"{type(e).__name__}: {e}"))
@@ -170,14 +176,19 @@ class SessionRun:
                            for h in lost])
 
     async def _fail(self, error: common_pb2.Error) -> None:
-        """Always ends the run with a failed event, even when the store cannot record it (full disk)."""
+        """Always ends the run with a failed event, even when the store cannot record it (full disk:
+        the session then shows INTERRUPTED, see SessionStore._status_here). A retryable failure says
+        how to go on: everything up to it is stored."""
+        failure = common_pb2.Error()
+        failure.CopyFrom(error)
+        if failure.retryable:
+            failure.message += "; the session can be resumed (ResumeSession)"
         try:
-            await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_FAILED, error.message)
+            await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_FAILED, failure.message)
         except Exception as e:  # noqa: BLE001 - reported in the event below
             log.exception("session %s: cannot record its failure", self.session_id)
-            error = common_pb2.Error(code=error.code, message=f"{error.message} (and the failure could not be "
-                                                              f"stored: {type(e).__name__}: {e})")
-        self.emit(failed=harness_pb2.RunFailed(error=error))
+            failure.message += f" (and the failure could not be stored: {type(e).__name__}: {e})"
+        self.emit(failed=harness_pb2.RunFailed(error=failure))
 
     async def _loop(self) -> Step:
         max_turns = self.start.max_turns or self.config.max_turns

@@ -18,6 +18,7 @@ from loopwire.harness.store.base import (
     Status,
     StoredSession,
     StoreError,
+    StoreFull,
     StoreUnavailable,
     decode_page_token,
     now_ms,
@@ -26,7 +27,7 @@ from loopwire.harness.store.sqlite import SqliteSessionStore
 
 __all__ = [
     "DEFAULT_LEASE_S", "Decision", "PendingCall", "SequenceTaken", "SessionBusy", "SessionStore", "SqliteSessionStore",
-    "Status", "StoreError", "StoreUnavailable", "StoredSession", "decode_page_token", "now_ms", "open_store",
+    "Status", "StoreError", "StoreFull", "StoreUnavailable", "StoredSession", "decode_page_token", "now_ms", "open_store",
 ]
 
 

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from loopwire.common.errors import Code, RequestError
 from loopwire.v1 import common_pb2, harness_pb2
 
 log = logging.getLogger("loopwire.harness.store")
@@ -67,8 +68,22 @@ class SessionBusy(StoreError):
     """The session runs on another harness replica (its lease is fresh)."""
 
 
-class StoreUnavailable(StoreError):
-    """The database could not be reached within the retry window; nothing was written."""
+class StoreUnavailable(StoreError, RequestError):
+    """The database cannot be reached or written now (down, an I/O error); nothing was written.
+    A RequestError too, so whoever reports it (a run, a Run request) gives its code, retryable."""
+
+    CODE = Code.ERROR_CODE_UNAVAILABLE
+    PREFIX = "the session store is unavailable: "
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(self.CODE, self.PREFIX + cause, retryable=True)
+
+
+class StoreFull(StoreUnavailable):
+    """The database's disk is full; nothing was written, and a retry works once space is freed."""
+
+    CODE = Code.ERROR_CODE_RESOURCE_EXHAUSTED
+    PREFIX = "the session store's disk is full: "
 
 
 def now_ms() -> int:
@@ -118,6 +133,9 @@ class SessionStore(ABC):
         self.on_cancel_requested: Callable[[str], None] | None = None
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
+        # Sessions whose run is in this process. Only their leases are kept fresh: a run whose final
+        # status could not be written (a full disk) leaves its row RUNNING, and that lease must run out.
+        self._running: set[str] = set()
 
     @abstractmethod
     def _tx(self, statements: list[Statement], recheck: Callable[[], bool] | None = None) -> list[int]:
@@ -155,10 +173,13 @@ class SessionStore(ABC):
 
     def heartbeat(self) -> list[str]:
         """Refresh the leases of sessions running here; the ids of those another replica asked to cancel."""
-        self._tx([("UPDATE sessions SET heartbeat_ms = ? WHERE owner = ? AND status = ?",
-                   (now_ms(), self.owner, Status.SESSION_STATUS_RUNNING))])
-        rows = self._query("SELECT session_id FROM sessions WHERE owner = ? AND status = ? AND cancel_requested = 1",
-                           (self.owner, Status.SESSION_STATUS_RUNNING))
+        running = sorted(self._running.copy())  # a copy: runs start and end in worker threads
+        if not running:
+            return []
+        mine = f"owner = ? AND status = ? AND session_id IN ({', '.join('?' * len(running))})"
+        params = (self.owner, Status.SESSION_STATUS_RUNNING, *running)
+        self._tx([(f"UPDATE sessions SET heartbeat_ms = ? WHERE {mine}", (now_ms(), *params))])
+        rows = self._query(f"SELECT session_id FROM sessions WHERE {mine} AND cancel_requested = 1", params)
         cancelled = [r[0] for r in rows]
         if cancelled and self.on_cancel_requested is not None:
             for sid in cancelled:
@@ -190,15 +211,25 @@ class SessionStore(ABC):
             rows = self._query("SELECT start, tenant FROM sessions WHERE session_id = ?", (session_id,))
             return bool(rows) and bytes(rows[0][0]) == start_blob and rows[0][1] == tenant
 
-        self._tx([(
+        cond, cond_params = self._free_or_mine()
+        self._tx([(  # first, what a start whose task could not be stored left (see exists)
+            f"DELETE FROM sessions WHERE session_id = ? AND item_count = 0 AND {cond}", (session_id, *cond_params),
+        ), (
             "INSERT INTO sessions (session_id, status, task, workspace, instructions, tools, start, replay_source,"
             " created_at_ms, updated_at_ms, tenant, owner, heartbeat_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (session_id, Status.SESSION_STATUS_RUNNING, start.task, workspace, instructions, tools_blob,
              start_blob, replay_source, t, t, tenant, self.owner, t),
         )], recheck=ours)
+        self._running.add(session_id)  # its run starts next
 
     def exists(self, session_id: str) -> bool:
-        return bool(self._query("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)))
+        """Whether the id is taken; not by a start whose task could not be stored (a full disk): no
+        items and no run anywhere. A retried start replaces that."""
+        if session_id in self._running:
+            return True
+        cond, cond_params = self._free_or_mine()
+        return bool(self._query(f"SELECT 1 FROM sessions WHERE session_id = ? AND NOT (item_count = 0 AND {cond})",
+                                (session_id, *cond_params)))
 
     def append(self, session_id: str, items: list[common_pb2.Item], *, first_seq: int, new_turn: bool = False) -> None:
         """Append items at ``first_seq``; SequenceTaken if another writer holds any of those slots."""
@@ -219,7 +250,22 @@ class SessionStore(ABC):
                                (session_id, first_seq, first_seq + len(blobs)))
             return [bytes(r[0]) for r in rows] == blobs
 
-        self._tx(statements, recheck=ours)
+        try:
+            self._tx(statements, recheck=ours)
+        except StoreUnavailable:
+            if first_seq == 0:
+                self._drop_unstarted(session_id)
+            raise
+
+    def _drop_unstarted(self, session_id: str) -> None:
+        """A new session whose task could not be stored has nothing to resume and no run: remove it.
+        Best effort: if that fails too, it shows INTERRUPTED and a retried start replaces it."""
+        self._running.discard(session_id)
+        try:
+            self._tx([("DELETE FROM sessions WHERE session_id = ? AND owner = ? AND item_count = 0",
+                       (session_id, self.owner))])
+        except StoreError as e:
+            log.warning("session %s: cannot remove it after its task could not be stored: %s", session_id, e)
 
     def record_call_started(self, session_id: str, call: common_pb2.FunctionCall) -> None:
         """Journal a call before its tool starts: tools start while the model still streams, so
@@ -246,6 +292,8 @@ class SessionStore(ABC):
         replica's lease on it is fresh (then nothing changes)."""
         cond, cond_params = self._free_or_mine()
         t = now_ms()
+        if status != Status.SESSION_STATUS_RUNNING:
+            self._running.discard(session_id)  # the run ends here even if the write below fails
         if status == Status.SESSION_STATUS_RUNNING:
             sql = ("UPDATE sessions SET status = ?, error = ?, updated_at_ms = ?, owner = ?, heartbeat_ms = ?,"
                    f" cancel_requested = 0 WHERE session_id = ? AND {cond}")
@@ -255,6 +303,8 @@ class SessionStore(ABC):
             params = (status, error, t, session_id, *cond_params)
         if not self._tx([(sql, params)])[0] and self.exists(session_id):
             raise SessionBusy(self._busy_message(session_id))
+        if status == Status.SESSION_STATUS_RUNNING:
+            self._running.add(session_id)
 
     def _busy_message(self, session_id: str) -> str:
         rows = self._query("SELECT owner, heartbeat_ms FROM sessions WHERE session_id = ?", (session_id,))
@@ -281,6 +331,7 @@ class SessionStore(ABC):
                  p.result.SerializeToString(deterministic=True) if p.result is not None else None),
             ))
         if any(p.decision == Decision.PENDING for p in pending):
+            self._running.discard(session_id)  # the run suspends
             statements.append(("UPDATE sessions SET status = ?, updated_at_ms = ? WHERE session_id = ?",
                                (Status.SESSION_STATUS_AWAITING_APPROVAL, now_ms(), session_id)))
         self._tx(statements)
@@ -305,6 +356,14 @@ class SessionStore(ABC):
 
     # -- reads ---------------------------------------------------------------------
 
+    def _status_here(self, session: harness_pb2.Session, owner: str) -> harness_pb2.SessionStatus.ValueType:
+        """RUNNING in the database under this replica, but no run here: its run ended without its final
+        status being stored (a full disk). It is resumable, and shown so (a restart writes the same)."""
+        if (session.status == Status.SESSION_STATUS_RUNNING and owner == self.owner
+                and session.session_id not in self._running):
+            return Status.SESSION_STATUS_INTERRUPTED
+        return session.status
+
     def session_of_approval(self, approval_id: str) -> str | None:
         rows = self._query("SELECT session_id FROM pending_calls WHERE approval_id = ?", (approval_id,))
         return rows[0][0] if rows else None
@@ -312,7 +371,7 @@ class SessionStore(ABC):
     def load(self, session_id: str) -> StoredSession | None:
         rows = self._query(
             "SELECT session_id, status, task, workspace, item_count, turn_count, created_at_ms, updated_at_ms,"
-            " replay_source, instructions, tools, start, last_response_id, held_items, tenant FROM sessions"
+            " replay_source, instructions, tools, start, last_response_id, held_items, tenant, owner FROM sessions"
             " WHERE session_id = ?", (session_id,))
         if not rows:
             return None
@@ -331,8 +390,10 @@ class SessionStore(ABC):
         started = [common_pb2.FunctionCall.FromString(bytes(r[0])) for r in
                    self._query("SELECT call FROM started_calls WHERE session_id = ? ORDER BY started_at_ns",
                                (session_id,))]
+        session = _session(row[:9])
+        session.status = self._status_here(session, row[15])
         return StoredSession(
-            session=_session(row[:9]),
+            session=session,
             start=harness_pb2.StartTask.FromString(bytes(row[11])),
             instructions=row[9],
             tools=list(tools),
@@ -349,7 +410,7 @@ class SessionStore(ABC):
         """The tenant's sessions, newest first, at most ``page_size`` (fewer past LIST_PAGE_BYTES),
         tasks cut to LIST_TASK_CHARS; the token is an opaque cursor (created_at_ms, session_id)."""
         sql = (f"SELECT session_id, status, substr(task, 1, {LIST_TASK_CHARS + 1}), workspace, item_count,"
-               " turn_count, created_at_ms, updated_at_ms, replay_source FROM sessions WHERE tenant = ?")
+               " turn_count, created_at_ms, updated_at_ms, replay_source, owner FROM sessions WHERE tenant = ?")
         params: tuple = (tenant,)
         if page_token:
             created, sid = decode_page_token(page_token)
@@ -361,6 +422,7 @@ class SessionStore(ABC):
         size = 0
         for row in rows[:page_size]:
             session = _session(row)
+            session.status = self._status_here(session, row[9])
             if len(session.task) > LIST_TASK_CHARS:
                 session.task = session.task[:LIST_TASK_CHARS] + TRUNCATED
             size += session.ByteSize()

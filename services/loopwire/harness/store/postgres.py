@@ -4,7 +4,8 @@ Same tables and keys as SQLite. A connection lost mid-transaction (a restart, a 
 dropped link) is retried with backoff for up to ``retry_s`` seconds on a fresh connection: every
 write is either idempotent or, for the inserts, rechecked, so a commit whose answer was lost is
 not written twice and not reported as a conflict. After the window, StoreUnavailable says which
-database could not be reached; nothing was half-written.
+database could not be reached; nothing was half-written. A full disk on the server is StoreFull
+at once (retrying would not free it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from loopwire.harness.store.base import (
     SequenceTaken,
     SessionStore,
     Statement,
+    StoreFull,
     StoreUnavailable,
 )
 
@@ -141,6 +143,8 @@ class PostgresSessionStore(SessionStore):
                 if uncertain and recheck is not None and recheck():
                     return []
                 raise
+            except errors.DiskFull as e:  # rolled back; waiting would not free the space
+                raise StoreFull(f"{self.describe()}: {str(e).strip()}") from None
             except psycopg.OperationalError as e:
                 if time.monotonic() + delay > deadline:
                     raise StoreUnavailable(f"session store {self.describe()} unavailable for {self.retry_s:.0f} s: "

@@ -1,13 +1,33 @@
-"""The SQLite engine (the default): one file in WAL mode, synchronous=FULL, one process."""
+"""The SQLite engine (the default): one file in WAL mode, synchronous=FULL, one process.
+
+A full disk or an I/O error is StoreFull / StoreUnavailable (nothing was written), never a bare
+sqlite3 error: SQLite may have rolled the transaction back itself, and rolling back again would
+fail and hide why.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from loopwire.harness.store.base import DEFAULT_LEASE_S, SequenceTaken, SessionStore, Statement
+from loopwire.harness.store.base import (
+    DEFAULT_LEASE_S,
+    SequenceTaken,
+    SessionStore,
+    Statement,
+    StoreFull,
+    StoreUnavailable,
+)
+
+log = logging.getLogger("loopwire.harness.store")
+
+# Primary result codes of a store that cannot be used now (not of a wrong statement).
+_FULL = 13  # SQLITE_FULL
+_UNAVAILABLE = {5, 6, 7, 8, 10, 14, 15}  # BUSY, LOCKED, NOMEM, READONLY, IOERR, CANTOPEN, PROTOCOL
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -83,9 +103,12 @@ class SqliteSessionStore(SessionStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
-        with self._lock:
+        with self._lock, _classified(self.path):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            # A WAL grown by big writes (or by ones a full disk refused) shrinks back after each
+            # checkpoint, so a freed disk has room for the database again.
+            self._db.execute("PRAGMA journal_size_limit=4194304")
             self._db.executescript(SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(sessions)")}
             for name, decl in _ADDED.items():
@@ -100,23 +123,46 @@ class SqliteSessionStore(SessionStore):
             self._db.close()
 
     def _tx(self, statements: list[Statement], recheck: Callable[[], bool] | None = None) -> list[int]:
-        with self._lock:
+        with self._lock, _classified(self.path):
+            self._rollback()  # one a failed ROLLBACK left open would refuse every BEGIN
             self._db.execute("BEGIN IMMEDIATE")
-            counts = []
             try:
-                for sql, params in statements:
-                    counts.append(self._db.execute(sql, params).rowcount)
+                counts = [self._db.execute(sql, params).rowcount for sql, params in statements]
+                self._db.execute("COMMIT")  # inside: a full disk may fail the commit itself
             except sqlite3.IntegrityError as e:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 if "UNIQUE" in str(e) and "items" in str(e):
                     raise SequenceTaken(f"transcript slot already written ({e})") from e
                 raise
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
-            self._db.execute("COMMIT")
             return counts
 
+    def _rollback(self) -> None:
+        """Roll back what is still open: after a full disk or an I/O error SQLite may already have."""
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error as e:  # the error that led here is the one to report
+                log.warning("session store %s: rollback failed: %s", self.path, e)
+
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self._lock:
+        with self._lock, _classified(self.path):
             return self._db.execute(sql, params).fetchall()
+
+
+@contextlib.contextmanager
+def _classified(path: Path) -> Iterator[None]:
+    """sqlite3 errors of a store that cannot be used now as StoreFull / StoreUnavailable, naming the
+    file and SQLite's reason; others (a wrong statement) as they are."""
+    try:
+        yield
+    except sqlite3.OperationalError as e:
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF
+        cause = f"{path}: {e} ({getattr(e, 'sqlite_errorname', 'SQLITE_ERROR')})"
+        if code == _FULL:
+            raise StoreFull(cause) from e
+        if code in _UNAVAILABLE:
+            raise StoreUnavailable(cause) from e
+        raise

@@ -40,7 +40,8 @@ def looks_binary(data: bytes) -> bool:
 
 
 class HeadTailBuffer:
-    """Collects a stream of output in bounded memory: the first and last ``limit // 2`` bytes."""
+    """Collects a stream of output in bounded memory: the first ``limit // 2`` bytes and the last
+    ``limit - limit // 2`` (together ``limit``: output of exactly the limit is never cut)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -56,7 +57,7 @@ class HeadTailBuffer:
             chunk = chunk[room:]
         if chunk:
             self.tail += chunk
-            del self.tail[: max(0, len(self.tail) - self.limit // 2)]
+            del self.tail[: max(0, len(self.tail) - (self.limit - self.limit // 2))]
 
     def result(self) -> CappedOutput:
         if self.total <= len(self.head) + len(self.tail):

@@ -54,8 +54,12 @@ def rel(path: Path | str) -> str:
 
 
 def command_line() -> str:
-    """The command as run: interpreter and script relative to the repository root when inside it."""
+    """The command as run: interpreter and script relative to the repository root when inside it;
+    an interpreter elsewhere (a virtual environment shared with another checkout) by its name only,
+    so no machine path enters a results file."""
     exe = rel(sys.executable)
+    if os.path.isabs(exe):
+        exe = os.path.basename(exe)
     return shlex.join([exe, rel(sys.argv[0]), *sys.argv[1:]])
 
 

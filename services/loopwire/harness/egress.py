@@ -58,7 +58,7 @@ class Rule:
     def parse(cls, text: str) -> Rule:
         host, sep, port = text.strip().rpartition(":")
         if not sep or not host or not port:
-            raise ValueError(f"egress allow-list entry {text!r} is not host:port (a glob in each, e.g. *.pypi.org:443)")
+            raise ValueError(f"egress allow-list entry {text!r} is not host:port (a glob in each, e.g. *.example.org:443)")
         return cls(host.strip("[]").lower(), port)
 
     def matches(self, host: str, port: int) -> bool:

@@ -100,7 +100,7 @@ def _add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
                               "while a command runs, which is killed when it grows the workspace past it; 0: none)")
     sandbox.add_argument("--sandbox-egress-allow", action="append", default=None, metavar="HOST:PORT",
                          help="where network=true commands may connect through the harness's proxy, a glob in "
-                              "each part (e.g. *.pypi.org:443); repeat for more; a loopback or private address "
+                              "each part (e.g. *.example.org:443); repeat for more; a loopback or private address "
                               "only when named as that IP literal (default *:80 and *:443; env "
                               "LOOPWIRE_SANDBOX_EGRESS_ALLOW, comma-separated; 'none': nothing)")
 

@@ -177,21 +177,8 @@ class OutputParser:
         self._pending += chunk
         while self._pending and not self.done:
             if self._mode == _TEXT:
-                if "<" not in self._pending:  # the common case: plain text, no marker can start here
-                    self._add_text(self._stop.feed(self._pending), out)
-                    self._pending = ""
+                if not self._text_until(CALL_OPEN, out):
                     return
-                at = self._pending.find(CALL_OPEN)
-                if at < 0:
-                    keep = _partial_suffix(self._pending, CALL_OPEN)
-                    self._add_text(self._stop.feed(self._pending[: len(self._pending) - keep]), out)
-                    self._pending = self._pending[len(self._pending) - keep :]
-                    return
-                self._add_text(self._stop.feed(self._pending[:at]), out)
-                if self._stop.stopped:
-                    return
-                self._add_text(self._stop.flush(), out)
-                self._pending = self._pending[at + len(CALL_OPEN) :]
                 self._mode, self._head, self._name = _CALL, "", None
                 self._tail, self._tail_brace, self._sent, self._args_sent = [], False, [], 0
             else:
@@ -299,21 +286,9 @@ class OutputParser:
                     self._lead, self._pending, self._seq_calls = p[:cut], p[cut:], 0
                     self._mode = _SEQ
                     continue
-                if "[" not in p:
-                    self._add_text(self._stop.feed(p), out)
-                    self._pending = ""
+                if not self._text_until(MISTRAL_OPEN, out):
                     return
-                at = p.find(MISTRAL_OPEN)
-                if at < 0:
-                    keep = _partial_suffix(p, MISTRAL_OPEN)
-                    self._add_text(self._stop.feed(p[: len(p) - keep]), out)
-                    self._pending = p[len(p) - keep :]
-                    return
-                self._add_text(self._stop.feed(p[:at]), out)
-                if self._stop.stopped:
-                    return
-                self._add_text(self._stop.flush(), out)
-                self._lead, self._pending, self._seq_calls = MISTRAL_OPEN, p[at + len(MISTRAL_OPEN) :], 0
+                self._lead, self._seq_calls = MISTRAL_OPEN, 0
                 self._mode = _OPENED
             elif self._mode in (_SEQ, _OPENED):
                 s = p.lstrip() if self._mode == _OPENED or not self._seq_calls else p.lstrip(" \t\r\n;,")
@@ -395,23 +370,9 @@ class OutputParser:
 
     def _consume_xml(self, out: list[OutputEvent]) -> None:
         while self._pending and not self.done:
-            p = self._pending
             if self._mode == _TEXT:
-                if "<" not in p:
-                    self._add_text(self._stop.feed(p), out)
-                    self._pending = ""
+                if not self._text_until(CALL_OPEN, out):
                     return
-                at = p.find(CALL_OPEN)
-                if at < 0:
-                    keep = _partial_suffix(p, CALL_OPEN)
-                    self._add_text(self._stop.feed(p[: len(p) - keep]), out)
-                    self._pending = p[len(p) - keep :]
-                    return
-                self._add_text(self._stop.feed(p[:at]), out)
-                if self._stop.stopped:
-                    return
-                self._add_text(self._stop.flush(), out)
-                self._pending = p[at + len(CALL_OPEN) :]
                 self._mode, self._head, self._name, self._x = _CALL, "", None, "func"
             elif not self._xml_step(out):
                 return
@@ -547,6 +508,27 @@ class OutputParser:
         if kinds == ["boolean"]:
             return "boolean"
         return "json"
+
+    def _text_until(self, opener: str, out: list[OutputEvent]) -> bool:
+        """Release the pending text up to ``opener`` (holding back what may be the start of one);
+        True when the opener came, the pending text then being what follows it."""
+        p = self._pending
+        if opener[0] not in p:  # the common case: plain text, no opener can start here
+            self._add_text(self._stop.feed(p), out)
+            self._pending = ""
+            return False
+        at = p.find(opener)
+        if at < 0:
+            keep = _partial_suffix(p, opener)
+            self._add_text(self._stop.feed(p[: len(p) - keep]), out)
+            self._pending = p[len(p) - keep :]
+            return False
+        self._add_text(self._stop.feed(p[:at]), out)
+        if self._stop.stopped:
+            return False
+        self._add_text(self._stop.flush(), out)
+        self._pending = p[at + len(opener) :]
+        return True
 
     def _add_text(self, text: str, out: list[OutputEvent]) -> None:
         if text:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -117,7 +118,16 @@ def _avoiding(word: str) -> str:
 def constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
                tools: Sequence[common_pb2.Tool]) -> inference_pb2.Constraint | None:
     """The Constraint of this request (None: free text) over the conversation's ``tools``, or an
-    in-stream error naming the field; the grammar is checked by llguidance before anything runs."""
+    in-stream error naming the field; the grammar is checked by llguidance before anything runs.
+    A session asks with the same tools and choice every turn, so a built and checked grammar is
+    kept (a few ms of gateway CPU per turn otherwise); refusals are not kept."""
+    key = (model.name, model.tool_call_format, tuple(t.SerializeToString(deterministic=True) for t in tools),
+           create.tool_choice.SerializeToString(deterministic=True),
+           create.parallel_tool_calls if create.HasField("parallel_tool_calls") else None,
+           create.text_format.SerializeToString(deterministic=True) if create.HasField("text_format") else None)
+    if key in _BUILT:
+        _BUILT.move_to_end(key)
+        return _BUILT[key]
     built = _constraint(create, model, list(tools))
     if built is not None:
         try:
@@ -125,7 +135,15 @@ def constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
         except ConstraintError as e:
             field = "create_response.text_format" if create.HasField("text_format") else "create_response.tools"
             raise invalid(field, f"the constraint does not compile: {e}"[:800]) from None
+    _BUILT[key] = built
+    if len(_BUILT) > _BUILT_MAX:
+        _BUILT.popitem(last=False)
     return built
+
+
+# Built constraints by what they are built from (LRU): the callers copy them, never change them.
+_BUILT: OrderedDict[tuple, inference_pb2.Constraint | None] = OrderedDict()
+_BUILT_MAX = 256
 
 
 def _constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,

@@ -1,5 +1,6 @@
 """Constraint grammars as llguidance reads them, shared by the gateway (which builds and checks
-them before anything runs) and inference (which compiles them against the model's tokenizer)."""
+them before anything runs) and inference (which compiles them against the model's tokenizer,
+``inference.constraint.compiled``)."""
 
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ def grammar_text(constraint: inference_pb2.Constraint) -> str:
     return ""
 
 
-def check_grammar(grammar: str, tokenizer: Any | None = None) -> None:
-    """ConstraintError unless llguidance compiles ``grammar`` (against ``tokenizer`` when given)."""
-    error = llguidance().LLMatcher.validate_grammar(grammar, tokenizer)
+def check_grammar(grammar: str) -> None:
+    """ConstraintError unless llguidance compiles ``grammar`` (for any tokenizer)."""
+    error = llguidance().LLMatcher.validate_grammar(grammar, None)
     if error:
         raise ConstraintError(str(error))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,32 @@ def ll_tokenizer(tokenizer: Tokenizer, eos_token_id: int) -> Any:
         return built
 
 
+# Compiled grammars at their start, by (tokenizer, grammar text): a session's turns bring the same
+# grammar each time, and a copy of a compiled matcher costs a fraction of compiling it (LRU).
+_COMPILED: OrderedDict[tuple[int, str], Any] = OrderedDict()
+_COMPILED_MAX = 64
+_compiled_lock = threading.Lock()
+
+
+def compiled(tokenizer: Any, text: str) -> Any:
+    """A pristine llguidance matcher of ``text`` (never consumed from: callers deep_copy it), or
+    ConstraintError naming why it does not compile against ``tokenizer``."""
+    key = (id(tokenizer), text)
+    with _compiled_lock:
+        found = _COMPILED.get(key)
+        if found is not None:
+            _COMPILED.move_to_end(key)
+            return found
+    m = _llguidance().LLMatcher(tokenizer, text, log_level=0)
+    if m.is_error():
+        raise ConstraintError(m.get_error())
+    with _compiled_lock:
+        _COMPILED[key] = m
+        if len(_COMPILED) > _COMPILED_MAX:
+            _COMPILED.popitem(last=False)
+    return m
+
+
 @dataclass(frozen=True)
 class Grammar:
     """A compiled-on-demand constraint of one request: the grammar and the tokenizer it masks."""
@@ -59,8 +86,7 @@ class Grammar:
     generated: tuple[int, ...] = ()  # output of this grammar already at the end of the prompt
 
     def matcher(self) -> TokenMatcher:
-        llg = _llguidance()
-        m = llg.LLMatcher(self.tokenizer, self.text, log_level=0)
+        m = compiled(self.tokenizer, self.text).deep_copy()
         if self.generated:
             m.consume_tokens(list(self.generated))
         if m.is_error():

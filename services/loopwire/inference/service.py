@@ -17,9 +17,9 @@ import numpy as np
 
 from loopwire.common import grpc_server, telemetry
 from loopwire.common.errors import Code, RequestError, invalid
-from loopwire.common.grammar import ConstraintError, check_grammar, grammar_text
+from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import SequenceHash
-from loopwire.inference.constraint import Grammar, ll_tokenizer
+from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.sampling import SamplingSettings
@@ -233,7 +233,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             if not text:
                 raise ConstraintError("set lark, json_schema or regex")
             tokenizer = ll_tokenizer(definition.tokenizer, (list(start.params.stop_token_ids) or self._stop_ids)[0])
-            check_grammar(text, tokenizer)
+            compiled(tokenizer, text)  # compiles (or refuses) it once; each sequence copies it
         except (ConstraintError, ValueError) as e:
             raise invalid("start.constraint", str(e)[:500]) from None
         kind = start.constraint.WhichOneof("grammar") or ""

@@ -39,7 +39,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -117,7 +117,9 @@ def now_us() -> int:
 class _Spawn:
     argv: list[str]
     fds: list[int] = field(default_factory=list)  # passed to the child, closed once it started
-    info_r: int = -1  # network: bwrap's --info-fd (the sandbox's pid) and --block-fd (go), our ends
+    # Our ends of bwrap's --info-fd (it tells the sandbox's pid) and --block-fd (the command
+    # waits for "go" on it): nothing runs before the harness knows the pid it must kill.
+    info_r: int = -1
     block_w: int = -1
     workspace: str = ""
 
@@ -258,11 +260,13 @@ class Sandbox:
         except (seccomp.SeccompUnavailable, OSError, ValueError) as e:
             return f"bubblewrap ({self.bwrap}) cannot run: {e}"
         try:
+            os.write(spawn.block_w, b"go")  # nothing to kill here: `true` may start at once
             proc = subprocess.run(spawn.argv, capture_output=True, timeout=30, pass_fds=spawn.fds, env={})
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"bubblewrap ({self.bwrap}) cannot run: {e}"
         finally:
             spawn.close()
+            spawn.close_ours()
         if proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip()
             as_uid = f" as host uid {self.host_uid}" if self.host_uid is not None else ""
@@ -271,8 +275,8 @@ class Sandbox:
 
     def _prepare(self, workspace: Path, command: str, *, network: bool) -> _Spawn:
         """The argv ([cgroup join,] setpriv, prlimit, then bwrap) and the descriptors it reads:
-        workspace, seccomp program, the files of /etc and, with network, bwrap's info and block
-        pipes. The caller closes them once the process started."""
+        workspace, seccomp program, the files of /etc, bwrap's info and block pipes. The caller
+        closes them once the process started."""
         spawn = _Spawn([])
         try:
             ws_fd, ws = open_workspace(workspace)  # ToolInputError for "/", system dirs, links
@@ -310,12 +314,13 @@ class Sandbox:
             args += ["--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", ws, "--setenv", "LANG", "C.UTF-8",
                      "--setenv", "USER", SANDBOX_USER, "--setenv", "LOGNAME", SANDBOX_USER,
                      "--setenv", "TERM", "dumb", "--setenv", "PAGER", "cat", "--setenv", "GIT_PAGER", "cat"]
-            if network:  # bwrap tells the sandbox's pid and waits until the proxy listens inside
-                spawn.info_r, info_w = os.pipe()
-                spawn.fds.append(info_w)
-                block_r, spawn.block_w = os.pipe()
-                spawn.fds.append(block_r)
-                args += ["--info-fd", str(info_w), "--block-fd", str(block_r), *egress.proxy_env()]
+            spawn.info_r, info_w = os.pipe()
+            spawn.fds.append(info_w)
+            block_r, spawn.block_w = os.pipe()
+            spawn.fds.append(block_r)
+            args += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
+            if network:
+                args += egress.proxy_env()
             spawn.argv = [*args, "bash", "-c", command]
         except BaseException:
             spawn.close()
@@ -373,14 +378,21 @@ class Sandbox:
         try:
             proc = await asyncio.shield(starting)
         except asyncio.CancelledError:
-            # Cancelled while spawning: the process may exist a moment later; kill it then.
-            starting.add_done_callback(_kill_spawned)
-            spawn.close_ours()
+            # Cancelled while spawning: the process may exist a moment later; reap it then.
+            starting.add_done_callback(functools.partial(_reap_spawned, spawn))
             raise
         process = SandboxedProcess(proc, HeadTailBuffer(self.output_limit), self.limits.largest_file)
+        told = asyncio.ensure_future(_child_pid(spawn.info_r))
         try:
+            pid = await asyncio.shield(told)
+        except BaseException:
+            _keep(_reap(spawn, proc, told))  # kills the sandbox once its pid is known, then bwrap
+            raise
+        try:
+            process.adopt(pid)
             if network:
-                process.proxy = await self._connect(spawn, process)
+                process.proxy = await self._connect(pid, process)
+            os.write(spawn.block_w, b"go")
             if self.limits.workspace_quota > 0:
                 ws_fd, _ = open_workspace(spawn.workspace)
                 process.quota = QuotaWatch(ws_fd, self.limits.workspace_quota, self.limits.quota_interval, proc.pid,
@@ -393,19 +405,16 @@ class Sandbox:
             spawn.close_ours()
         return process
 
-    async def _connect(self, spawn: _Spawn, process: SandboxedProcess) -> egress.Proxy:
-        """Start the command's egress proxy inside its network namespace, then let it run."""
+    async def _connect(self, pid: int, process: SandboxedProcess) -> egress.Proxy:
+        """Start the command's egress proxy inside its network namespace, before it runs."""
         try:
-            pid = await _child_pid(spawn.info_r)
-            proxy = await self.egress.serve(pid)
+            return await self.egress.serve(pid)
         except (OSError, ValueError, TimeoutError) as e:
             process.kill()
             await process.wait(5)
             said = process.buffer.result().text.strip()
             raise SandboxUnavailable(f"the command's network namespace could not be set up ({e})"
                                      + (f": {said}" if said else "")) from None
-        os.write(spawn.block_w, b"go")
-        return proxy
 
     async def run(self, workspace: Path, command: str, *, timeout: float, network: bool = False) -> ShellResult:
         process = await self.start(workspace, command, network=network)
@@ -413,6 +422,38 @@ class Sandbox:
             return await process.result(timeout)
         finally:
             process.kill()
+
+
+_REAPERS: set[asyncio.Task[None]] = set()
+
+
+def _keep(coro: Coroutine[None, None, None]) -> None:
+    task = asyncio.ensure_future(coro)
+    _REAPERS.add(task)
+    task.add_done_callback(_REAPERS.discard)
+
+
+def _reap_spawned(spawn: _Spawn, starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    if starting.cancelled() or starting.exception() is not None:
+        spawn.close_ours()
+    else:
+        _keep(_reap(spawn, starting.result(), asyncio.ensure_future(_child_pid(spawn.info_r))))
+
+
+async def _reap(spawn: _Spawn, proc: asyncio.subprocess.Process, told: asyncio.Future[int]) -> None:
+    """Kill a sandbox whose start was abandoned. Its command waits for "go", so there is time
+    to learn its pid; killing bwrap first could orphan a child that has not yet asked to die
+    with its parent, and that child would run the command once the block pipe closes."""
+    try:
+        with contextlib.suppress(OSError, ValueError, TimeoutError):
+            pid = await told
+            _kill_init(_open_pid(pid))
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    finally:
+        spawn.close_ours()
 
 
 async def _child_pid(fd: int) -> int:
@@ -439,10 +480,22 @@ async def _read_when_ready(fd: int) -> bytes:
     return os.read(fd, 65536)
 
 
-def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    if not spawn.cancelled() and spawn.exception() is None:
+def _open_pid(pid: int) -> int:
+    """A pidfd of the sandbox's init (-1 when it is gone): bwrap is its parent and has not
+    reaped it, so the pid still names it; through the pidfd a later kill cannot hit a reuse."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return -1
+
+
+def _kill_init(pidfd: int) -> None:
+    """SIGKILL to a pid namespace's init ends every process in it, whatever process groups or
+    sessions (``--new-session``) they made."""
+    if pidfd >= 0:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(spawn.result().pid, signal.SIGKILL)
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
 
 
 class SandboxedProcess:
@@ -457,7 +510,11 @@ class SandboxedProcess:
         self.largest_file = largest_file
         self.proxy: egress.Proxy | None = None
         self.quota: QuotaWatch | None = None
+        self._init = -1  # pidfd of the sandbox's init, once bwrap told its pid
         self._noted = False
+
+    def adopt(self, pid: int) -> None:
+        self._init = _open_pid(pid)
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -480,6 +537,9 @@ class SandboxedProcess:
             await self.quota.done  # its last check of the workspace
 
     def _release(self) -> None:
+        if self._init >= 0:
+            os.close(self._init)
+            self._init = -1
         if self.proxy is not None:
             self.proxy.close()
         if self.quota is not None:
@@ -519,6 +579,8 @@ class SandboxedProcess:
         return self.proc.returncode is None
 
     def kill(self) -> None:
+        _kill_init(self._init)
+        self._init = -1
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)

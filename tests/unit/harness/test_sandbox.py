@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
+import processes
 import pytest
 
 from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
@@ -50,10 +52,26 @@ async def test_no_network_unless_granted(sandbox, workspace):
 
 
 async def test_timeout_kills_the_whole_process_tree(sandbox, workspace):
-    r = await sandbox.run(workspace, "(sleep 1; touch child.txt) & sleep 1; touch parent.txt", timeout=0.3)
+    command = "(setsid sleep 987.201; touch child.txt) & (sleep 987.202; touch group.txt) & sleep 987.203"
+    r = await sandbox.run(workspace, command, timeout=0.5)
     assert r.timed_out
-    await asyncio.sleep(1.5)
-    assert not (workspace / "child.txt").exists() and not (workspace / "parent.txt").exists()
+    for marker in ("987.201", "987.202", "987.203"):  # its own session too: the pid namespace ends
+        assert await processes.ended(marker), marker
+
+
+async def test_a_kill_as_soon_as_it_starts_leaves_nothing_running(sandbox, workspace):
+    """The command waits for the harness to know its sandbox's pid: a kill at once, or a start
+    cancelled halfway, cannot orphan a sandbox that then runs the command."""
+    for n in range(8):
+        process = await sandbox.start(workspace, f"touch ran{n}; sleep 987.3{n}")
+        process.kill()
+        start = asyncio.ensure_future(sandbox.start(workspace, f"touch ran{n}; sleep 987.4{n}"))
+        await asyncio.sleep(0.002 * n)
+        start.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            (await start).kill()
+    for n in range(8):
+        assert await processes.ended(f"987.3{n}") and await processes.ended(f"987.4{n}")
 
 
 async def test_exit_code_and_capped_binary_output(sandbox, workspace):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loopwire.v1 import common_pb2, harness_pb2
@@ -44,6 +45,34 @@ class EventPrinter:
         self.stream_text = stream_text
         self._text: list[str] = []
         self._streaming = False
+        self._prefill: Progress | None = None  # a live bar while a long prefill runs (terminal)
+        self._prefill_task: TaskID | None = None
+        self._prefill_said = -1  # the last tenth of the prompt said as a line (not a terminal)
+
+    def _prefill_progress(self, event: harness_pb2.RunPrefillProgress) -> None:
+        """Tokens prefilled of the prompt: a bar on a terminal, a line per tenth otherwise, so a
+        long first prefill on a slow engine is never minutes of silence."""
+        done, total = event.progress.processed_tokens, max(event.progress.total_tokens, 1)
+        if not self.console.is_terminal:
+            tenth = done * 10 // total
+            if tenth > self._prefill_said:
+                self._prefill_said = tenth
+                self.console.print(f"[dim]prefill turn {event.turn}: {done}/{total} prompt tokens[/]", highlight=False)
+            return
+        if self._prefill is None:
+            self._prefill = Progress(TextColumn(f"prefill turn {event.turn}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("prompt tokens"), TimeElapsedColumn(), console=self.console,
+                                     transient=True)
+            self._prefill.start()
+            self._prefill_task = self._prefill.add_task("prefill", total=total)
+        assert self._prefill_task is not None
+        self._prefill.update(self._prefill_task, completed=done, total=total)
+
+    def _end_prefill(self) -> None:
+        if self._prefill is not None:
+            self._prefill.stop()
+            self._prefill = self._prefill_task = None
+        self._prefill_said = -1
 
     def _flush_text(self) -> None:
         if self._streaming:
@@ -56,6 +85,11 @@ class EventPrinter:
 
     def __call__(self, event: harness_pb2.RunResponse) -> None:
         kind = event.WhichOneof("event")
+        if kind == "prefill_progress":
+            self._flush_text()
+            self._prefill_progress(event.prefill_progress)
+            return
+        self._end_prefill()
         if kind == "text_delta":
             if not self.stream_text:
                 self._text.append(event.text_delta.text)

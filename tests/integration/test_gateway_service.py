@@ -67,7 +67,7 @@ async def real_mesh():
     meshes: list[RealMesh] = []
 
     async def make(n: int = 1, time_scale: float = 0.0, routing: str = "cache-aware",
-                   refusing_generate: frozenset[int] = frozenset()) -> RealMesh:
+                   refusing_generate: frozenset[int] = frozenset(), progress_interval_s: float = 0.25) -> RealMesh:
         servers, engines, addresses = [], [], []
         for i in range(n):
             engine = build_engine(EngineOptions(engine="simulated", replica_id=f"sim-{i}", time_scale=time_scale))
@@ -75,7 +75,7 @@ async def real_mesh():
             if i in refusing_generate:  # healthy, polls and cache events answered; Generate never works
                 inference_pb2_grpc.add_InferenceServiceServicer_to_server(RefusesGenerate(engine), server)
             else:
-                add_servicer(server, engine)
+                add_servicer(server, engine, progress_interval_s=progress_interval_s)
             port = server.add_insecure_port("127.0.0.1:0")
             await engine.start()
             await server.start()
@@ -129,6 +129,23 @@ async def test_deltas_are_appends_and_hit_the_prefix_cache(real_mesh):
     assert completed.usage.cached_input_tokens > 0
     assert mesh.gateway.metrics.append_sends == 1 and mesh.gateway.metrics.full_sends == 1
     await call.done_writing()
+
+
+async def test_a_long_prefill_reports_its_progress_before_the_first_token(real_mesh):
+    mesh = await real_mesh(progress_interval_s=0)  # every chunk: the simulated engine takes no wall time
+    call = mesh.stub.Converse()
+    await call.write(create(instructions="You are a careful engineer. " * 200, input=[user("fix the bug")],
+                            replay=common_pb2.ReplayOutput(text="Looking.")))
+    events = await until_end(call)
+    await call.done_writing()
+    kinds = [e.WhichOneof("event") for e in events]
+    progress = [e.prefill_progress for e in events if e.WhichOneof("event") == "prefill_progress"]
+    total = events[-1].completed.usage.input_tokens
+    assert len(progress) >= total // 128 - 1  # a chunk of at most --prefill-chunk-tokens per step
+    assert kinds.index("text_delta") > max(i for i, k in enumerate(kinds) if k == "prefill_progress")
+    done = [p.processed_tokens for p in progress]
+    assert done == sorted(set(done)) and done[-1] < total
+    assert {p.total_tokens for p in progress} == {total}
 
 
 async def test_unknown_previous_response_then_full_resend(real_mesh):

@@ -135,6 +135,8 @@ class ResponseRun:
                 elif kind == "finished" and finished is None:
                     finished = message.finished
                     self._end_output()
+                elif kind == "prefill_progress" and finished is None and not self.generated:
+                    yield self._event(prefill_progress=message.prefill_progress)
                 elif kind == "error":
                     error = message.error
                     if self.remote_prefill and error.field.startswith("start.kv_") and not self.generated:

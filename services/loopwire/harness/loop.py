@@ -255,6 +255,9 @@ class SessionRun:
                 self.emit(text_delta=harness_pb2.RunTextDelta(turn=turn_no, text=event.text_delta.text))
             elif kind == "tool_call_done":
                 running.start(event.tool_call_done.call)
+            elif kind == "prefill_progress":
+                self.emit(prefill_progress=harness_pb2.RunPrefillProgress(turn=turn_no,
+                                                                          progress=event.prefill_progress))
             elif kind == "safety" and not event.safety.allowed:
                 verdict = event.safety
                 self.emit(diagnostic=harness_pb2.RunDiagnostic(

@@ -79,6 +79,7 @@ class _Stream:
 
     tokens: list[int] = field(default_factory=list)
     finished: Finished | None = None
+    prefilled: int = 0  # the latest prefill progress not yet taken
     failure: BaseException | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -150,13 +151,14 @@ class AsyncEngine:
                 await stream.ready.wait()
                 stream.ready.clear()
                 tokens, stream.tokens = stream.tokens, []
+                prefilled, stream.prefilled = stream.prefilled, 0
                 if stream.failure is not None:
                     raise RuntimeError(f"engine step failed: {stream.failure}") from stream.failure
                 if stream.finished is not None:
                     yield RequestOutput(req.request_id, tokens, stream.finished)
                     return
-                if tokens:
-                    yield RequestOutput(req.request_id, tokens)
+                if tokens or prefilled:
+                    yield RequestOutput(req.request_id, tokens, prefilled=0 if tokens else prefilled)
         finally:
             if self._streams.pop(req.request_id, None) is not None and stream.finished is None:
                 # The reader went away (cancelled or disconnected): free the blocks now.
@@ -277,6 +279,7 @@ class AsyncEngine:
             if stream is None:
                 continue
             stream.tokens.extend(out.token_ids)
+            stream.prefilled = max(stream.prefilled, out.prefilled)
             if out.finished is not None:
                 stream.finished = out.finished
             stream.ready.set()

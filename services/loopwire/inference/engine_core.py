@@ -146,6 +146,7 @@ class EngineCore:
             seq.num_computed = item.start + len(item.token_ids)
             if not item.sample:
                 self._commit(seq)
+                outputs.append(RequestOutput(seq.request_id, [], prefilled=seq.num_computed))
                 continue
             if seq.prefill_done is None:
                 seq.prefill_done = now

@@ -124,6 +124,8 @@ class RequestOutput:
     request_id: str
     token_ids: list[int]
     finished: Finished | None = None
+    # Prompt tokens with K/V so far, after a prefill chunk that did not end the prompt (0: none).
+    prefilled: int = 0
 
 
 class SeqStatus(Enum):

@@ -21,7 +21,7 @@ from loopwire.common.service_flags import add_service_token_arguments, service_t
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
-from loopwire.inference.service import InferenceServicer
+from loopwire.inference.service import PROGRESS_INTERVAL_S, InferenceServicer
 from loopwire.v1 import inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.inference")
@@ -140,6 +140,13 @@ def kv_blocks_for(model: ModelConfig, block_size: int = 16, budget_bytes: int = 
     return max(64, min(4096 * 16, budget_bytes // kv_block_bytes(model, block_size)))
 
 
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return number
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = EngineOptions()
     parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50053"), help="host:port (port 0: any free port)")
@@ -182,6 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-chunk-tokens", type=int,
                         default=int(_env("prefill_chunk_tokens", str(d.prefill_chunk_tokens))),
                         help="most prompt tokens one sequence prefills per step under --prefill-policy fair")
+    parser.add_argument("--prefill-progress-ms", type=_non_negative, metavar="MS",
+                        default=int(_env("prefill_progress_ms", str(int(PROGRESS_INTERVAL_S * 1000)))),
+                        help="a prefill still running this long after the last progress event sends another "
+                             "(tokens processed of total; 0: after every chunk)")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
     parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
     parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),
@@ -202,8 +213,9 @@ def describe(engine: Engine) -> str:
 
 
 def add_servicer(server: object, engine: Engine, role: str = "both", service_token: str = "",
-                 peers: frozenset[str] = frozenset()) -> InferenceServicer:
-    servicer = InferenceServicer(engine, role, service_token, peers)
+                 peers: frozenset[str] = frozenset(), progress_interval_s: float = PROGRESS_INTERVAL_S
+                 ) -> InferenceServicer:
+    servicer = InferenceServicer(engine, role, service_token, peers, progress_interval_s)
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     return servicer
 
@@ -217,6 +229,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     telemetry.set_model(engine.definition.name)  # on this replica's server spans and every metric
     token = service_token_from_args(args, "inference")
     server = grpc_server.make_server([ServiceTokenInterceptor(token)] if token else [])
-    add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()))
+    add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()),
+                 args.prefill_progress_ms / 1000)
     await engine.start()
     await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ _ROLES = {
 PREFILL_HOLD_SECONDS = 60.0
 # A peer that does not deliver a prefilled KV within this long is given up on (STATE_LOST).
 PULL_TIMEOUT_S = 30.0
+# A prefill still running this long after the last word to the client gets a progress event:
+# a long prompt on a slow engine shows progress, a short one adds no messages.
+PROGRESS_INTERVAL_S = 0.25
 MAX_PREFILL_HANDLES = 1024
 
 
@@ -126,8 +130,9 @@ class _PrefillHandle:
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     def __init__(self, engine: Engine, role: str = "both", service_token: str = "",
-                 peers: frozenset[str] = frozenset()) -> None:
+                 peers: frozenset[str] = frozenset(), progress_interval_s: float = PROGRESS_INTERVAL_S) -> None:
         self.engine = engine
+        self.progress_interval_s = progress_interval_s
         self.config = engine.config
         self.role = role
         self.service_token = service_token  # sent to peers this replica pulls KV from
@@ -255,7 +260,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             try:
                 if start.kv_handle:
                     await self._pull(start.kv_source, start.kv_handle)
+                said = time.monotonic()
                 async for out in self.engine.generate(req):
+                    if out.prefilled and time.monotonic() - said >= self.progress_interval_s:
+                        said = time.monotonic()
+                        state.outbox.put(inference_pb2.GenerateResponse(
+                            request_id=rid, prefill_progress=common_pb2.PrefillProgress(
+                                processed_tokens=out.prefilled, total_tokens=len(req.prompt))))
                     if out.token_ids:
                         span.first_chunk()
                     state.outbox.tokens(rid, out.token_ids)

@@ -530,6 +530,34 @@ class Usage(_message.Message):
 Global___Usage: _TypeAlias = Usage  # noqa: Y015
 
 @_typing.final
+class PrefillProgress(_message.Message):
+    """How far a prompt's prefill has come, sent between the chunks of a long prefill so
+    a client can show progress instead of silence before the first token.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROCESSED_TOKENS_FIELD_NUMBER: _builtins.int
+    TOTAL_TOKENS_FIELD_NUMBER: _builtins.int
+    processed_tokens: _builtins.int
+    """Prompt tokens whose K/V now exist: served from the prefix cache or computed."""
+    total_tokens: _builtins.int
+    """Tokens of the whole prompt (the replica's sequence for this stream)."""
+    def __init__(
+        self,
+        *,
+        processed_tokens: _builtins.int = ...,
+        total_tokens: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["processed_tokens", b"processed_tokens", "total_tokens", b"total_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PrefillProgress: _TypeAlias = PrefillProgress  # noqa: Y015
+
+@_typing.final
 class Timings(_message.Message):
     """Where the time of one response went, in microseconds, and how much work each
     layer did for it.

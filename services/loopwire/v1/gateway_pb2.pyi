@@ -625,6 +625,7 @@ class ConverseResponse(_message.Message):
     COMPLETED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     KV_HELD_FIELD_NUMBER: _builtins.int
+    PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
     @_builtins.property
     def created(self) -> Global___ResponseCreated: ...
@@ -646,6 +647,10 @@ class ConverseResponse(_message.Message):
     def failed(self) -> Global___ResponseFailed: ...
     @_builtins.property
     def kv_held(self) -> Global___KvHeld: ...
+    @_builtins.property
+    def prefill_progress(self) -> _common_pb2.PrefillProgress:
+        """The replica's prefill progress, relayed as it comes; only before the first output."""
+
     def __init__(
         self,
         *,
@@ -660,12 +665,13 @@ class ConverseResponse(_message.Message):
         completed: Global___ResponseCompleted | None = ...,
         failed: Global___ResponseFailed | None = ...,
         kv_held: Global___KvHeld | None = ...,
+        prefill_progress: _common_pb2.PrefillProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "prefill_progress", b"prefill_progress", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "response_id", b"response_id", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_break", b"cache_break", "completed", b"completed", "created", b"created", "event", b"event", "failed", b"failed", "kv_held", b"kv_held", "prefill_progress", b"prefill_progress", "response_id", b"response_id", "safety", b"safety", "text_delta", b"text_delta", "tool_call_arguments_delta", b"tool_call_arguments_delta", "tool_call_done", b"tool_call_done", "tool_call_started", b"tool_call_started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held", "prefill_progress"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

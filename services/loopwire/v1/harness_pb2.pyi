@@ -487,6 +487,31 @@ class RunTextDelta(_message.Message):
 Global___RunTextDelta: _TypeAlias = RunTextDelta  # noqa: Y015
 
 @_typing.final
+class RunPrefillProgress(_message.Message):
+    """The prefill of a turn's prompt is under way (a long prompt on a slow engine)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TURN_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    turn: _builtins.int
+    @_builtins.property
+    def progress(self) -> _common_pb2.PrefillProgress: ...
+    def __init__(
+        self,
+        *,
+        turn: _builtins.int = ...,
+        progress: _common_pb2.PrefillProgress | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["progress", b"progress", "turn", b"turn"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunPrefillProgress: _TypeAlias = RunPrefillProgress  # noqa: Y015
+
+@_typing.final
 class ToolCallBegan(_message.Message):
     """A tool call began executing."""
 
@@ -849,6 +874,7 @@ class RunResponse(_message.Message):
     COMPLETED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     COMPACTION_FIELD_NUMBER: _builtins.int
+    PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     sequence: _builtins.int
     """Increases by one per event of a session."""
@@ -874,6 +900,8 @@ class RunResponse(_message.Message):
     def failed(self) -> Global___RunFailed: ...
     @_builtins.property
     def compaction(self) -> Global___CompactionCompleted: ...
+    @_builtins.property
+    def prefill_progress(self) -> Global___RunPrefillProgress: ...
     def __init__(
         self,
         *,
@@ -890,12 +918,13 @@ class RunResponse(_message.Message):
         completed: Global___RunCompleted | None = ...,
         failed: Global___RunFailed | None = ...,
         compaction: Global___CompactionCompleted | None = ...,
+        prefill_progress: Global___RunPrefillProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "prefill_progress", b"prefill_progress", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "sequence", b"sequence", "session_id", b"session_id", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_requested", b"approval_requested", "background_task_completed", b"background_task_completed", "compaction", b"compaction", "completed", b"completed", "diagnostic", b"diagnostic", "event", b"event", "failed", b"failed", "prefill_progress", b"prefill_progress", "sequence", b"sequence", "session_id", b"session_id", "started", b"started", "text_delta", b"text_delta", "tool_call_began", b"tool_call_began", "tool_call_ended", b"tool_call_ended", "turn_completed", b"turn_completed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction", "prefill_progress"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

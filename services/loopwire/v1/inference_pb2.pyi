@@ -425,6 +425,7 @@ class GenerateResponse(_message.Message):
     TOKENS_FIELD_NUMBER: _builtins.int
     FINISHED_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     @_builtins.property
     def tokens(self) -> Global___TokenBatch: ...
@@ -432,6 +433,10 @@ class GenerateResponse(_message.Message):
     def finished(self) -> Global___GenerationFinished: ...
     @_builtins.property
     def error(self) -> _common_pb2.Error: ...
+    @_builtins.property
+    def prefill_progress(self) -> _common_pb2.PrefillProgress:
+        """Between the chunks of a prefill split by the scheduler; never after the first token."""
+
     def __init__(
         self,
         *,
@@ -439,12 +444,13 @@ class GenerateResponse(_message.Message):
         tokens: Global___TokenBatch | None = ...,
         finished: Global___GenerationFinished | None = ...,
         error: _common_pb2.Error | None = ...,
+        prefill_progress: _common_pb2.PrefillProgress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "finished", b"finished", "tokens", b"tokens"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "finished", b"finished", "prefill_progress", b"prefill_progress", "tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "finished", b"finished", "request_id", b"request_id", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "finished", b"finished", "prefill_progress", b"prefill_progress", "request_id", b"request_id", "tokens", b"tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["tokens", "finished", "error"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["tokens", "finished", "error", "prefill_progress"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -53,6 +53,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.unavailable_next = 0  # answer this many requests with a retryable UNAVAILABLE
         self.call_gap_s = 0.0  # generation time between two tool calls of one response
         self.first_token_delay_s = 0.0
+        self.prefill_progress: list[tuple[int, int]] = []  # (processed, total) sent before each response's text
         self.unsafe_output = False  # cut every response with a safety verdict
         # Tokens the "model" counts per prompt item (the usage it reports); None: 10 per item.
         self.item_tokens: Callable[[common_pb2.Item], int] | None = None
@@ -111,6 +112,9 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         yield gateway_pb2.ConverseResponse(response_id=rid, created=gateway_pb2.ResponseCreated(response_id=rid))
         out = req.replay if req.HasField("replay") else self.script.pop(0)
         await asyncio.sleep(self.first_token_delay_s)
+        for processed, total in self.prefill_progress:
+            yield gateway_pb2.ConverseResponse(response_id=rid, prefill_progress=common_pb2.PrefillProgress(
+                processed_tokens=processed, total_tokens=total))
         for i in range(0, len(out.text), 7):
             yield gateway_pb2.ConverseResponse(response_id=rid, text_delta=gateway_pb2.TextDelta(text=out.text[i:i + 7]))
         output: list[common_pb2.Item] = []

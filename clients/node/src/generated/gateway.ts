@@ -18,6 +18,7 @@ import type { HoldKv as _loopwire_v1_HoldKv, HoldKv__Output as _loopwire_v1_Hold
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from './loopwire/v1/KvHeld';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
+import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from './loopwire/v1/PrefillProgress';
 import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as _loopwire_v1_ReplayOutput__Output } from './loopwire/v1/ReplayOutput';
 import type { ResponseCompleted as _loopwire_v1_ResponseCompleted, ResponseCompleted__Output as _loopwire_v1_ResponseCompleted__Output } from './loopwire/v1/ResponseCompleted';
 import type { ResponseCreated as _loopwire_v1_ResponseCreated, ResponseCreated__Output as _loopwire_v1_ResponseCreated__Output } from './loopwire/v1/ResponseCreated';
@@ -61,6 +62,7 @@ export interface ProtoGrpcType {
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvHeld: MessageTypeDefinition<_loopwire_v1_KvHeld, _loopwire_v1_KvHeld__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
+      PrefillProgress: MessageTypeDefinition<_loopwire_v1_PrefillProgress, _loopwire_v1_PrefillProgress__Output>
       ReplayOutput: MessageTypeDefinition<_loopwire_v1_ReplayOutput, _loopwire_v1_ReplayOutput__Output>
       ResponseCompleted: MessageTypeDefinition<_loopwire_v1_ResponseCompleted, _loopwire_v1_ResponseCompleted__Output>
       ResponseCreated: MessageTypeDefinition<_loopwire_v1_ResponseCreated, _loopwire_v1_ResponseCreated__Output>

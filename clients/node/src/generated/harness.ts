@@ -21,6 +21,7 @@ import type { ListSessionsRequest as _loopwire_v1_ListSessionsRequest, ListSessi
 import type { ListSessionsResponse as _loopwire_v1_ListSessionsResponse, ListSessionsResponse__Output as _loopwire_v1_ListSessionsResponse__Output } from './loopwire/v1/ListSessionsResponse';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { ModelOptions as _loopwire_v1_ModelOptions, ModelOptions__Output as _loopwire_v1_ModelOptions__Output } from './loopwire/v1/ModelOptions';
+import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from './loopwire/v1/PrefillProgress';
 import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as _loopwire_v1_ReplayOutput__Output } from './loopwire/v1/ReplayOutput';
 import type { ReplayScript as _loopwire_v1_ReplayScript, ReplayScript__Output as _loopwire_v1_ReplayScript__Output } from './loopwire/v1/ReplayScript';
 import type { ReplayTurn as _loopwire_v1_ReplayTurn, ReplayTurn__Output as _loopwire_v1_ReplayTurn__Output } from './loopwire/v1/ReplayTurn';
@@ -28,6 +29,7 @@ import type { ResumeSession as _loopwire_v1_ResumeSession, ResumeSession__Output
 import type { RunCompleted as _loopwire_v1_RunCompleted, RunCompleted__Output as _loopwire_v1_RunCompleted__Output } from './loopwire/v1/RunCompleted';
 import type { RunDiagnostic as _loopwire_v1_RunDiagnostic, RunDiagnostic__Output as _loopwire_v1_RunDiagnostic__Output } from './loopwire/v1/RunDiagnostic';
 import type { RunFailed as _loopwire_v1_RunFailed, RunFailed__Output as _loopwire_v1_RunFailed__Output } from './loopwire/v1/RunFailed';
+import type { RunPrefillProgress as _loopwire_v1_RunPrefillProgress, RunPrefillProgress__Output as _loopwire_v1_RunPrefillProgress__Output } from './loopwire/v1/RunPrefillProgress';
 import type { RunRequest as _loopwire_v1_RunRequest, RunRequest__Output as _loopwire_v1_RunRequest__Output } from './loopwire/v1/RunRequest';
 import type { RunResponse as _loopwire_v1_RunResponse, RunResponse__Output as _loopwire_v1_RunResponse__Output } from './loopwire/v1/RunResponse';
 import type { RunStarted as _loopwire_v1_RunStarted, RunStarted__Output as _loopwire_v1_RunStarted__Output } from './loopwire/v1/RunStarted';
@@ -76,6 +78,7 @@ export interface ProtoGrpcType {
       ListSessionsResponse: MessageTypeDefinition<_loopwire_v1_ListSessionsResponse, _loopwire_v1_ListSessionsResponse__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       ModelOptions: MessageTypeDefinition<_loopwire_v1_ModelOptions, _loopwire_v1_ModelOptions__Output>
+      PrefillProgress: MessageTypeDefinition<_loopwire_v1_PrefillProgress, _loopwire_v1_PrefillProgress__Output>
       ReplayOutput: MessageTypeDefinition<_loopwire_v1_ReplayOutput, _loopwire_v1_ReplayOutput__Output>
       ReplayScript: MessageTypeDefinition<_loopwire_v1_ReplayScript, _loopwire_v1_ReplayScript__Output>
       ReplayTurn: MessageTypeDefinition<_loopwire_v1_ReplayTurn, _loopwire_v1_ReplayTurn__Output>
@@ -84,6 +87,7 @@ export interface ProtoGrpcType {
       RunCompleted: MessageTypeDefinition<_loopwire_v1_RunCompleted, _loopwire_v1_RunCompleted__Output>
       RunDiagnostic: MessageTypeDefinition<_loopwire_v1_RunDiagnostic, _loopwire_v1_RunDiagnostic__Output>
       RunFailed: MessageTypeDefinition<_loopwire_v1_RunFailed, _loopwire_v1_RunFailed__Output>
+      RunPrefillProgress: MessageTypeDefinition<_loopwire_v1_RunPrefillProgress, _loopwire_v1_RunPrefillProgress__Output>
       RunRequest: MessageTypeDefinition<_loopwire_v1_RunRequest, _loopwire_v1_RunRequest__Output>
       RunResponse: MessageTypeDefinition<_loopwire_v1_RunResponse, _loopwire_v1_RunResponse__Output>
       RunStarted: MessageTypeDefinition<_loopwire_v1_RunStarted, _loopwire_v1_RunStarted__Output>

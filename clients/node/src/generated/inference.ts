@@ -27,6 +27,7 @@ import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Outp
 import type { KvBlock as _loopwire_v1_KvBlock, KvBlock__Output as _loopwire_v1_KvBlock__Output } from './loopwire/v1/KvBlock';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { ModelInfo as _loopwire_v1_ModelInfo, ModelInfo__Output as _loopwire_v1_ModelInfo__Output } from './loopwire/v1/ModelInfo';
+import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from './loopwire/v1/PrefillProgress';
 import type { PrefillRequest as _loopwire_v1_PrefillRequest, PrefillRequest__Output as _loopwire_v1_PrefillRequest__Output } from './loopwire/v1/PrefillRequest';
 import type { PrefillResponse as _loopwire_v1_PrefillResponse, PrefillResponse__Output as _loopwire_v1_PrefillResponse__Output } from './loopwire/v1/PrefillResponse';
 import type { PullKvRequest as _loopwire_v1_PullKvRequest, PullKvRequest__Output as _loopwire_v1_PullKvRequest__Output } from './loopwire/v1/PullKvRequest';
@@ -79,6 +80,7 @@ export interface ProtoGrpcType {
       KvBlock: MessageTypeDefinition<_loopwire_v1_KvBlock, _loopwire_v1_KvBlock__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       ModelInfo: MessageTypeDefinition<_loopwire_v1_ModelInfo, _loopwire_v1_ModelInfo__Output>
+      PrefillProgress: MessageTypeDefinition<_loopwire_v1_PrefillProgress, _loopwire_v1_PrefillProgress__Output>
       PrefillRequest: MessageTypeDefinition<_loopwire_v1_PrefillRequest, _loopwire_v1_PrefillRequest__Output>
       PrefillResponse: MessageTypeDefinition<_loopwire_v1_PrefillResponse, _loopwire_v1_PrefillResponse__Output>
       PullKvRequest: MessageTypeDefinition<_loopwire_v1_PullKvRequest, _loopwire_v1_PullKvRequest__Output>

@@ -201,6 +201,14 @@ class Usage(_message.Message):
     verification_steps: int
     def __init__(self, input_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., draft_tokens_proposed: _Optional[int] = ..., draft_tokens_accepted: _Optional[int] = ..., verification_steps: _Optional[int] = ...) -> None: ...
 
+class PrefillProgress(_message.Message):
+    __slots__ = ("processed_tokens", "total_tokens")
+    PROCESSED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    processed_tokens: int
+    total_tokens: int
+    def __init__(self, processed_tokens: _Optional[int] = ..., total_tokens: _Optional[int] = ...) -> None: ...
+
 class Timings(_message.Message):
     __slots__ = ("gateway_overhead_us", "tokenize_us", "queue_us", "prefill_us", "ttft_us", "decode_us", "safety_us", "total_us", "tokens_tokenized", "bytes_received", "tokens_forwarded")
     GATEWAY_OVERHEAD_US_FIELD_NUMBER: _ClassVar[int]

@@ -212,7 +212,7 @@ class KvHeld(_message.Message):
     def __init__(self, blocks: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class ConverseResponse(_message.Message):
-    __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held")
+    __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held", "prefill_progress")
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,7 @@ class ConverseResponse(_message.Message):
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     KV_HELD_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     response_id: str
     created: ResponseCreated
     text_delta: TextDelta
@@ -235,4 +236,5 @@ class ConverseResponse(_message.Message):
     completed: ResponseCompleted
     failed: ResponseFailed
     kv_held: KvHeld
-    def __init__(self, response_id: _Optional[str] = ..., created: _Optional[_Union[ResponseCreated, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_arguments_delta: _Optional[_Union[ToolCallArgumentsDelta, _Mapping]] = ..., tool_call_done: _Optional[_Union[ToolCallDone, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., cache_break: _Optional[_Union[CacheBreak, _Mapping]] = ..., completed: _Optional[_Union[ResponseCompleted, _Mapping]] = ..., failed: _Optional[_Union[ResponseFailed, _Mapping]] = ..., kv_held: _Optional[_Union[KvHeld, _Mapping]] = ...) -> None: ...
+    prefill_progress: _common_pb2.PrefillProgress
+    def __init__(self, response_id: _Optional[str] = ..., created: _Optional[_Union[ResponseCreated, _Mapping]] = ..., text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., tool_call_started: _Optional[_Union[ToolCallStarted, _Mapping]] = ..., tool_call_arguments_delta: _Optional[_Union[ToolCallArgumentsDelta, _Mapping]] = ..., tool_call_done: _Optional[_Union[ToolCallDone, _Mapping]] = ..., safety: _Optional[_Union[SafetyVerdict, _Mapping]] = ..., cache_break: _Optional[_Union[CacheBreak, _Mapping]] = ..., completed: _Optional[_Union[ResponseCompleted, _Mapping]] = ..., failed: _Optional[_Union[ResponseFailed, _Mapping]] = ..., kv_held: _Optional[_Union[KvHeld, _Mapping]] = ..., prefill_progress: _Optional[_Union[_common_pb2.PrefillProgress, _Mapping]] = ...) -> None: ...

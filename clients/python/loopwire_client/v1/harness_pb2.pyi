@@ -184,6 +184,14 @@ class RunTextDelta(_message.Message):
     text: str
     def __init__(self, turn: _Optional[int] = ..., text: _Optional[str] = ...) -> None: ...
 
+class RunPrefillProgress(_message.Message):
+    __slots__ = ("turn", "progress")
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    turn: int
+    progress: _common_pb2.PrefillProgress
+    def __init__(self, turn: _Optional[int] = ..., progress: _Optional[_Union[_common_pb2.PrefillProgress, _Mapping]] = ...) -> None: ...
+
 class ToolCallBegan(_message.Message):
     __slots__ = ("turn", "call", "started_at_us")
     TURN_FIELD_NUMBER: _ClassVar[int]
@@ -319,7 +327,7 @@ class CompactionCompleted(_message.Message):
     def __init__(self, turn: _Optional[int] = ..., prompt_tokens_before: _Optional[int] = ..., threshold_tokens: _Optional[int] = ..., replaced_items: _Optional[int] = ..., kept_items: _Optional[int] = ..., summary_input_tokens: _Optional[int] = ..., summary_output_tokens: _Optional[int] = ..., prompt_tokens_after: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class RunResponse(_message.Message):
-    __slots__ = ("session_id", "sequence", "started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction")
+    __slots__ = ("session_id", "sequence", "started", "text_delta", "tool_call_began", "tool_call_ended", "approval_requested", "background_task_completed", "turn_completed", "diagnostic", "completed", "failed", "compaction", "prefill_progress")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -333,6 +341,7 @@ class RunResponse(_message.Message):
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     COMPACTION_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     sequence: int
     started: RunStarted
@@ -346,7 +355,8 @@ class RunResponse(_message.Message):
     completed: RunCompleted
     failed: RunFailed
     compaction: CompactionCompleted
-    def __init__(self, session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[RunTextDelta, _Mapping]] = ..., tool_call_began: _Optional[_Union[ToolCallBegan, _Mapping]] = ..., tool_call_ended: _Optional[_Union[ToolCallEnded, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., background_task_completed: _Optional[_Union[BackgroundTaskCompleted, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., diagnostic: _Optional[_Union[RunDiagnostic, _Mapping]] = ..., completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., failed: _Optional[_Union[RunFailed, _Mapping]] = ..., compaction: _Optional[_Union[CompactionCompleted, _Mapping]] = ...) -> None: ...
+    prefill_progress: RunPrefillProgress
+    def __init__(self, session_id: _Optional[str] = ..., sequence: _Optional[int] = ..., started: _Optional[_Union[RunStarted, _Mapping]] = ..., text_delta: _Optional[_Union[RunTextDelta, _Mapping]] = ..., tool_call_began: _Optional[_Union[ToolCallBegan, _Mapping]] = ..., tool_call_ended: _Optional[_Union[ToolCallEnded, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., background_task_completed: _Optional[_Union[BackgroundTaskCompleted, _Mapping]] = ..., turn_completed: _Optional[_Union[TurnCompleted, _Mapping]] = ..., diagnostic: _Optional[_Union[RunDiagnostic, _Mapping]] = ..., completed: _Optional[_Union[RunCompleted, _Mapping]] = ..., failed: _Optional[_Union[RunFailed, _Mapping]] = ..., compaction: _Optional[_Union[CompactionCompleted, _Mapping]] = ..., prefill_progress: _Optional[_Union[RunPrefillProgress, _Mapping]] = ...) -> None: ...
 
 class GetSessionRequest(_message.Message):
     __slots__ = ("session_id",)

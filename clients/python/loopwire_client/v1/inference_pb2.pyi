@@ -150,16 +150,18 @@ class GenerationFinished(_message.Message):
     def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., sequence_length: _Optional[int] = ..., sequence_hash: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "tokens", "finished", "error")
+    __slots__ = ("request_id", "tokens", "finished", "error", "prefill_progress")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_PROGRESS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tokens: TokenBatch
     finished: GenerationFinished
     error: _common_pb2.Error
-    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
+    prefill_progress: _common_pb2.PrefillProgress
+    def __init__(self, request_id: _Optional[str] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., finished: _Optional[_Union[GenerationFinished, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ..., prefill_progress: _Optional[_Union[_common_pb2.PrefillProgress, _Mapping]] = ...) -> None: ...
 
 class PrefillRequest(_message.Message):
     __slots__ = ("request_id", "token_ids", "params", "cache_salt")

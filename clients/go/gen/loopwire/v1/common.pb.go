@@ -1119,6 +1119,62 @@ func (x *Usage) GetVerificationSteps() uint32 {
 	return 0
 }
 
+// How far a prompt's prefill has come, sent between the chunks of a long prefill so
+// a client can show progress instead of silence before the first token.
+type PrefillProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prompt tokens whose K/V now exist: served from the prefix cache or computed.
+	ProcessedTokens uint32 `protobuf:"varint,1,opt,name=processed_tokens,json=processedTokens,proto3" json:"processed_tokens,omitempty"`
+	// Tokens of the whole prompt (the replica's sequence for this stream).
+	TotalTokens   uint32 `protobuf:"varint,2,opt,name=total_tokens,json=totalTokens,proto3" json:"total_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefillProgress) Reset() {
+	*x = PrefillProgress{}
+	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefillProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefillProgress) ProtoMessage() {}
+
+func (x *PrefillProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefillProgress.ProtoReflect.Descriptor instead.
+func (*PrefillProgress) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PrefillProgress) GetProcessedTokens() uint32 {
+	if x != nil {
+		return x.ProcessedTokens
+	}
+	return 0
+}
+
+func (x *PrefillProgress) GetTotalTokens() uint32 {
+	if x != nil {
+		return x.TotalTokens
+	}
+	return 0
+}
+
 // Where the time of one response went, in microseconds, and how much work each
 // layer did for it.
 type Timings struct {
@@ -1144,7 +1200,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	mi := &file_loopwire_v1_common_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1156,7 +1212,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[12]
+	mi := &file_loopwire_v1_common_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1169,7 +1225,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Timings) GetGatewayOverheadUs() uint64 {
@@ -1265,7 +1321,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_loopwire_v1_common_proto_msgTypes[13]
+	mi := &file_loopwire_v1_common_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1333,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_common_proto_msgTypes[13]
+	mi := &file_loopwire_v1_common_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1346,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Error) GetCode() ErrorCode {
@@ -1387,7 +1443,10 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\routput_tokens\x18\x03 \x01(\rR\foutputTokens\x122\n" +
 	"\x15draft_tokens_proposed\x18\x04 \x01(\rR\x13draftTokensProposed\x122\n" +
 	"\x15draft_tokens_accepted\x18\x05 \x01(\rR\x13draftTokensAccepted\x12-\n" +
-	"\x12verification_steps\x18\x06 \x01(\rR\x11verificationSteps\"\xff\x02\n" +
+	"\x12verification_steps\x18\x06 \x01(\rR\x11verificationSteps\"_\n" +
+	"\x0fPrefillProgress\x12)\n" +
+	"\x10processed_tokens\x18\x01 \x01(\rR\x0fprocessedTokens\x12!\n" +
+	"\ftotal_tokens\x18\x02 \x01(\rR\vtotalTokens\"\xff\x02\n" +
 	"\aTimings\x12.\n" +
 	"\x13gateway_overhead_us\x18\x01 \x01(\x04R\x11gatewayOverheadUs\x12\x1f\n" +
 	"\vtokenize_us\x18\x02 \x01(\x04R\n" +
@@ -1459,7 +1518,7 @@ func file_loopwire_v1_common_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loopwire_v1_common_proto_goTypes = []any{
 	(Role)(0),                  // 0: loopwire.v1.Role
 	(ToolChoiceMode)(0),        // 1: loopwire.v1.ToolChoiceMode
@@ -1477,8 +1536,9 @@ var file_loopwire_v1_common_proto_goTypes = []any{
 	(*SamplingParams)(nil),     // 13: loopwire.v1.SamplingParams
 	(*ReplayOutput)(nil),       // 14: loopwire.v1.ReplayOutput
 	(*Usage)(nil),              // 15: loopwire.v1.Usage
-	(*Timings)(nil),            // 16: loopwire.v1.Timings
-	(*Error)(nil),              // 17: loopwire.v1.Error
+	(*PrefillProgress)(nil),    // 16: loopwire.v1.PrefillProgress
+	(*Timings)(nil),            // 17: loopwire.v1.Timings
+	(*Error)(nil),              // 18: loopwire.v1.Error
 }
 var file_loopwire_v1_common_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.Message.role:type_name -> loopwire.v1.Role
@@ -1521,7 +1581,7 @@ func file_loopwire_v1_common_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_common_proto_rawDesc), len(file_loopwire_v1_common_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1271,6 +1271,7 @@ type ConverseResponse struct {
 	//	*ConverseResponse_Completed
 	//	*ConverseResponse_Failed
 	//	*ConverseResponse_KvHeld
+	//	*ConverseResponse_PrefillProgress
 	Event         isConverseResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1410,6 +1411,15 @@ func (x *ConverseResponse) GetKvHeld() *KvHeld {
 	return nil
 }
 
+func (x *ConverseResponse) GetPrefillProgress() *PrefillProgress {
+	if x != nil {
+		if x, ok := x.Event.(*ConverseResponse_PrefillProgress); ok {
+			return x.PrefillProgress
+		}
+	}
+	return nil
+}
+
 type isConverseResponse_Event interface {
 	isConverseResponse_Event()
 }
@@ -1454,6 +1464,11 @@ type ConverseResponse_KvHeld struct {
 	KvHeld *KvHeld `protobuf:"bytes,11,opt,name=kv_held,json=kvHeld,proto3,oneof"`
 }
 
+type ConverseResponse_PrefillProgress struct {
+	// The replica's prefill progress, relayed as it comes; only before the first output.
+	PrefillProgress *PrefillProgress `protobuf:"bytes,12,opt,name=prefill_progress,json=prefillProgress,proto3,oneof"`
+}
+
 func (*ConverseResponse_Created) isConverseResponse_Event() {}
 
 func (*ConverseResponse_TextDelta) isConverseResponse_Event() {}
@@ -1473,6 +1488,8 @@ func (*ConverseResponse_Completed) isConverseResponse_Event() {}
 func (*ConverseResponse_Failed) isConverseResponse_Event() {}
 
 func (*ConverseResponse_KvHeld) isConverseResponse_Event() {}
+
+func (*ConverseResponse_PrefillProgress) isConverseResponse_Event() {}
 
 var File_loopwire_v1_gateway_proto protoreflect.FileDescriptor
 
@@ -1566,7 +1583,7 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x06KvHeld\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\rR\x06blocks\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x02 \x01(\tR\treplicaId\"\xb9\x05\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\"\x84\x06\n" +
 	"\x10ConverseResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\x128\n" +
@@ -1582,7 +1599,8 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\tcompleted\x18\t \x01(\v2\x1e.loopwire.v1.ResponseCompletedH\x00R\tcompleted\x125\n" +
 	"\x06failed\x18\n" +
 	" \x01(\v2\x1b.loopwire.v1.ResponseFailedH\x00R\x06failed\x12.\n" +
-	"\akv_held\x18\v \x01(\v2\x13.loopwire.v1.KvHeldH\x00R\x06kvHeldB\a\n" +
+	"\akv_held\x18\v \x01(\v2\x13.loopwire.v1.KvHeldH\x00R\x06kvHeld\x12I\n" +
+	"\x10prefill_progress\x18\f \x01(\v2\x1c.loopwire.v1.PrefillProgressH\x00R\x0fprefillProgressB\a\n" +
 	"\x05event*\x82\x01\n" +
 	"\n" +
 	"SafetyMode\x12\x1b\n" +
@@ -1645,6 +1663,7 @@ var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(*Usage)(nil),                  // 28: loopwire.v1.Usage
 	(*Timings)(nil),                // 29: loopwire.v1.Timings
 	(*Error)(nil),                  // 30: loopwire.v1.Error
+	(*PrefillProgress)(nil),        // 31: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	21, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
@@ -1675,15 +1694,16 @@ var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	16, // 25: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
 	17, // 26: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
 	18, // 27: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	8,  // 28: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	2,  // 29: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	19, // 30: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	3,  // 31: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	30, // [30:32] is the sub-list for method output_type
-	28, // [28:30] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	31, // 28: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	8,  // 29: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	2,  // 30: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	19, // 31: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	3,  // 32: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	31, // [31:33] is the sub-list for method output_type
+	29, // [29:31] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1709,6 +1729,7 @@ func file_loopwire_v1_gateway_proto_init() {
 		(*ConverseResponse_Completed)(nil),
 		(*ConverseResponse_Failed)(nil),
 		(*ConverseResponse_KvHeld)(nil),
+		(*ConverseResponse_PrefillProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

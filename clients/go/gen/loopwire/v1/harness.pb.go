@@ -1035,6 +1035,59 @@ func (x *RunTextDelta) GetText() string {
 	return ""
 }
 
+// The prefill of a turn's prompt is under way (a long prompt on a slow engine).
+type RunPrefillProgress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Turn          uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	Progress      *PrefillProgress       `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunPrefillProgress) Reset() {
+	*x = RunPrefillProgress{}
+	mi := &file_loopwire_v1_harness_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunPrefillProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunPrefillProgress) ProtoMessage() {}
+
+func (x *RunPrefillProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_harness_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunPrefillProgress.ProtoReflect.Descriptor instead.
+func (*RunPrefillProgress) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RunPrefillProgress) GetTurn() uint32 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *RunPrefillProgress) GetProgress() *PrefillProgress {
+	if x != nil {
+		return x.Progress
+	}
+	return nil
+}
+
 // A tool call began executing.
 type ToolCallBegan struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1047,7 +1100,7 @@ type ToolCallBegan struct {
 
 func (x *ToolCallBegan) Reset() {
 	*x = ToolCallBegan{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[12]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1112,7 @@ func (x *ToolCallBegan) String() string {
 func (*ToolCallBegan) ProtoMessage() {}
 
 func (x *ToolCallBegan) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[12]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1125,7 @@ func (x *ToolCallBegan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallBegan.ProtoReflect.Descriptor instead.
 func (*ToolCallBegan) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallBegan) GetTurn() uint32 {
@@ -1117,7 +1170,7 @@ type ToolCallEnded struct {
 
 func (x *ToolCallEnded) Reset() {
 	*x = ToolCallEnded{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[13]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1182,7 @@ func (x *ToolCallEnded) String() string {
 func (*ToolCallEnded) ProtoMessage() {}
 
 func (x *ToolCallEnded) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[13]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1195,7 @@ func (x *ToolCallEnded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallEnded.ProtoReflect.Descriptor instead.
 func (*ToolCallEnded) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallEnded) GetTurn() uint32 {
@@ -1226,7 +1279,7 @@ type ApprovalRequested struct {
 
 func (x *ApprovalRequested) Reset() {
 	*x = ApprovalRequested{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[14]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1291,7 @@ func (x *ApprovalRequested) String() string {
 func (*ApprovalRequested) ProtoMessage() {}
 
 func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[14]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1304,7 @@ func (x *ApprovalRequested) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequested.ProtoReflect.Descriptor instead.
 func (*ApprovalRequested) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApprovalRequested) GetApprovalId() string {
@@ -1280,7 +1333,7 @@ type BackgroundTaskCompleted struct {
 
 func (x *BackgroundTaskCompleted) Reset() {
 	*x = BackgroundTaskCompleted{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[15]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1292,7 +1345,7 @@ func (x *BackgroundTaskCompleted) String() string {
 func (*BackgroundTaskCompleted) ProtoMessage() {}
 
 func (x *BackgroundTaskCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[15]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1305,7 +1358,7 @@ func (x *BackgroundTaskCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackgroundTaskCompleted.ProtoReflect.Descriptor instead.
 func (*BackgroundTaskCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{15}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BackgroundTaskCompleted) GetHandle() string {
@@ -1355,7 +1408,7 @@ type TurnProfile struct {
 
 func (x *TurnProfile) Reset() {
 	*x = TurnProfile{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[16]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1420,7 @@ func (x *TurnProfile) String() string {
 func (*TurnProfile) ProtoMessage() {}
 
 func (x *TurnProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[16]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1433,7 @@ func (x *TurnProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnProfile.ProtoReflect.Descriptor instead.
 func (*TurnProfile) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{16}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnProfile) GetTurn() uint32 {
@@ -1477,7 +1530,7 @@ type TurnCompleted struct {
 
 func (x *TurnCompleted) Reset() {
 	*x = TurnCompleted{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[17]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1542,7 @@ func (x *TurnCompleted) String() string {
 func (*TurnCompleted) ProtoMessage() {}
 
 func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[17]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1555,7 @@ func (x *TurnCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnCompleted.ProtoReflect.Descriptor instead.
 func (*TurnCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{17}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TurnCompleted) GetProfile() *TurnProfile {
@@ -1523,7 +1576,7 @@ type RunDiagnostic struct {
 
 func (x *RunDiagnostic) Reset() {
 	*x = RunDiagnostic{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[18]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1588,7 @@ func (x *RunDiagnostic) String() string {
 func (*RunDiagnostic) ProtoMessage() {}
 
 func (x *RunDiagnostic) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[18]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1601,7 @@ func (x *RunDiagnostic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunDiagnostic.ProtoReflect.Descriptor instead.
 func (*RunDiagnostic) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{18}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RunDiagnostic) GetSource() string {
@@ -1578,7 +1631,7 @@ type RunCompleted struct {
 
 func (x *RunCompleted) Reset() {
 	*x = RunCompleted{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[19]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1590,7 +1643,7 @@ func (x *RunCompleted) String() string {
 func (*RunCompleted) ProtoMessage() {}
 
 func (x *RunCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[19]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1603,7 +1656,7 @@ func (x *RunCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCompleted.ProtoReflect.Descriptor instead.
 func (*RunCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{19}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RunCompleted) GetFinalText() string {
@@ -1644,7 +1697,7 @@ type RunFailed struct {
 
 func (x *RunFailed) Reset() {
 	*x = RunFailed{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[20]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1709,7 @@ func (x *RunFailed) String() string {
 func (*RunFailed) ProtoMessage() {}
 
 func (x *RunFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[20]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1722,7 @@ func (x *RunFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunFailed.ProtoReflect.Descriptor instead.
 func (*RunFailed) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{20}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RunFailed) GetError() *Error {
@@ -1704,7 +1757,7 @@ type CompactionCompleted struct {
 
 func (x *CompactionCompleted) Reset() {
 	*x = CompactionCompleted{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1716,7 +1769,7 @@ func (x *CompactionCompleted) String() string {
 func (*CompactionCompleted) ProtoMessage() {}
 
 func (x *CompactionCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[21]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1729,7 +1782,7 @@ func (x *CompactionCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactionCompleted.ProtoReflect.Descriptor instead.
 func (*CompactionCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{21}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CompactionCompleted) GetTurn() uint32 {
@@ -1814,6 +1867,7 @@ type RunResponse struct {
 	//	*RunResponse_Completed
 	//	*RunResponse_Failed
 	//	*RunResponse_Compaction
+	//	*RunResponse_PrefillProgress
 	Event         isRunResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1821,7 +1875,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1833,7 +1887,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[22]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1846,7 +1900,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{22}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RunResponse) GetSessionId() string {
@@ -1969,6 +2023,15 @@ func (x *RunResponse) GetCompaction() *CompactionCompleted {
 	return nil
 }
 
+func (x *RunResponse) GetPrefillProgress() *RunPrefillProgress {
+	if x != nil {
+		if x, ok := x.Event.(*RunResponse_PrefillProgress); ok {
+			return x.PrefillProgress
+		}
+	}
+	return nil
+}
+
 type isRunResponse_Event interface {
 	isRunResponse_Event()
 }
@@ -2017,6 +2080,10 @@ type RunResponse_Compaction struct {
 	Compaction *CompactionCompleted `protobuf:"bytes,13,opt,name=compaction,proto3,oneof"`
 }
 
+type RunResponse_PrefillProgress struct {
+	PrefillProgress *RunPrefillProgress `protobuf:"bytes,14,opt,name=prefill_progress,json=prefillProgress,proto3,oneof"`
+}
+
 func (*RunResponse_Started) isRunResponse_Event() {}
 
 func (*RunResponse_TextDelta) isRunResponse_Event() {}
@@ -2039,6 +2106,8 @@ func (*RunResponse_Failed) isRunResponse_Event() {}
 
 func (*RunResponse_Compaction) isRunResponse_Event() {}
 
+func (*RunResponse_PrefillProgress) isRunResponse_Event() {}
+
 // Ask for one stored session.
 type GetSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2049,7 +2118,7 @@ type GetSessionRequest struct {
 
 func (x *GetSessionRequest) Reset() {
 	*x = GetSessionRequest{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2130,7 @@ func (x *GetSessionRequest) String() string {
 func (*GetSessionRequest) ProtoMessage() {}
 
 func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[23]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2143,7 @@ func (x *GetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionRequest.ProtoReflect.Descriptor instead.
 func (*GetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{23}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetSessionRequest) GetSessionId() string {
@@ -2102,7 +2171,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2114,7 +2183,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[24]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2127,7 +2196,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{24}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Session) GetSessionId() string {
@@ -2207,7 +2276,7 @@ type GetSessionResponse struct {
 
 func (x *GetSessionResponse) Reset() {
 	*x = GetSessionResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2288,7 @@ func (x *GetSessionResponse) String() string {
 func (*GetSessionResponse) ProtoMessage() {}
 
 func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[25]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2301,7 @@ func (x *GetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSessionResponse.ProtoReflect.Descriptor instead.
 func (*GetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{25}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetSessionResponse) GetSession() *Session {
@@ -2281,7 +2350,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2362,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[26]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2375,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{26}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSessionsRequest) GetPageSize() uint32 {
@@ -2334,7 +2403,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2415,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_harness_proto_msgTypes[27]
+	mi := &file_loopwire_v1_harness_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2428,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{27}
+	return file_loopwire_v1_harness_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2450,7 +2519,10 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\rreplay_source\x18\x05 \x01(\tR\freplaySource\"6\n" +
 	"\fRunTextDelta\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\rR\x04turn\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"v\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"b\n" +
+	"\x12RunPrefillProgress\x12\x12\n" +
+	"\x04turn\x18\x01 \x01(\rR\x04turn\x128\n" +
+	"\bprogress\x18\x02 \x01(\v2\x1c.loopwire.v1.PrefillProgressR\bprogress\"v\n" +
 	"\rToolCallBegan\x12\x12\n" +
 	"\x04turn\x18\x01 \x01(\rR\x04turn\x12-\n" +
 	"\x04call\x18\x02 \x01(\v2\x19.loopwire.v1.FunctionCallR\x04call\x12\"\n" +
@@ -2515,7 +2587,7 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x14summary_input_tokens\x18\x06 \x01(\rR\x12summaryInputTokens\x122\n" +
 	"\x15summary_output_tokens\x18\a \x01(\rR\x13summaryOutputTokens\x12.\n" +
 	"\x13prompt_tokens_after\x18\b \x01(\rR\x11promptTokensAfter\x12(\n" +
-	"\x05error\x18\t \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\xb7\x06\n" +
+	"\x05error\x18\t \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"\x85\a\n" +
 	"\vRunResponse\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1a\n" +
@@ -2536,7 +2608,8 @@ const file_loopwire_v1_harness_proto_rawDesc = "" +
 	"\x06failed\x18\f \x01(\v2\x16.loopwire.v1.RunFailedH\x00R\x06failed\x12B\n" +
 	"\n" +
 	"compaction\x18\r \x01(\v2 .loopwire.v1.CompactionCompletedH\x00R\n" +
-	"compactionB\a\n" +
+	"compaction\x12L\n" +
+	"\x10prefill_progress\x18\x0e \x01(\v2\x1f.loopwire.v1.RunPrefillProgressH\x00R\x0fprefillProgressB\a\n" +
 	"\x05event\"2\n" +
 	"\x11GetSessionRequest\x12\x1d\n" +
 	"\n" +
@@ -2604,7 +2677,7 @@ func file_loopwire_v1_harness_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_harness_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_loopwire_v1_harness_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_loopwire_v1_harness_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_loopwire_v1_harness_proto_goTypes = []any{
 	(ApprovalMode)(0),               // 0: loopwire.v1.ApprovalMode
 	(ConversationMode)(0),           // 1: loopwire.v1.ConversationMode
@@ -2621,44 +2694,46 @@ var file_loopwire_v1_harness_proto_goTypes = []any{
 	(*RunRequest)(nil),              // 12: loopwire.v1.RunRequest
 	(*RunStarted)(nil),              // 13: loopwire.v1.RunStarted
 	(*RunTextDelta)(nil),            // 14: loopwire.v1.RunTextDelta
-	(*ToolCallBegan)(nil),           // 15: loopwire.v1.ToolCallBegan
-	(*ToolCallEnded)(nil),           // 16: loopwire.v1.ToolCallEnded
-	(*ApprovalRequested)(nil),       // 17: loopwire.v1.ApprovalRequested
-	(*BackgroundTaskCompleted)(nil), // 18: loopwire.v1.BackgroundTaskCompleted
-	(*TurnProfile)(nil),             // 19: loopwire.v1.TurnProfile
-	(*TurnCompleted)(nil),           // 20: loopwire.v1.TurnCompleted
-	(*RunDiagnostic)(nil),           // 21: loopwire.v1.RunDiagnostic
-	(*RunCompleted)(nil),            // 22: loopwire.v1.RunCompleted
-	(*RunFailed)(nil),               // 23: loopwire.v1.RunFailed
-	(*CompactionCompleted)(nil),     // 24: loopwire.v1.CompactionCompleted
-	(*RunResponse)(nil),             // 25: loopwire.v1.RunResponse
-	(*GetSessionRequest)(nil),       // 26: loopwire.v1.GetSessionRequest
-	(*Session)(nil),                 // 27: loopwire.v1.Session
-	(*GetSessionResponse)(nil),      // 28: loopwire.v1.GetSessionResponse
-	(*ListSessionsRequest)(nil),     // 29: loopwire.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),    // 30: loopwire.v1.ListSessionsResponse
-	nil,                             // 31: loopwire.v1.ApprovalPolicy.PerToolEntry
-	(*SamplingParams)(nil),          // 32: loopwire.v1.SamplingParams
-	(*ToolChoice)(nil),              // 33: loopwire.v1.ToolChoice
-	(*ReplayOutput)(nil),            // 34: loopwire.v1.ReplayOutput
-	(*Item)(nil),                    // 35: loopwire.v1.Item
-	(*Tool)(nil),                    // 36: loopwire.v1.Tool
-	(*FunctionCall)(nil),            // 37: loopwire.v1.FunctionCall
-	(*Usage)(nil),                   // 38: loopwire.v1.Usage
-	(*Timings)(nil),                 // 39: loopwire.v1.Timings
-	(FinishReason)(0),               // 40: loopwire.v1.FinishReason
-	(*Error)(nil),                   // 41: loopwire.v1.Error
+	(*RunPrefillProgress)(nil),      // 15: loopwire.v1.RunPrefillProgress
+	(*ToolCallBegan)(nil),           // 16: loopwire.v1.ToolCallBegan
+	(*ToolCallEnded)(nil),           // 17: loopwire.v1.ToolCallEnded
+	(*ApprovalRequested)(nil),       // 18: loopwire.v1.ApprovalRequested
+	(*BackgroundTaskCompleted)(nil), // 19: loopwire.v1.BackgroundTaskCompleted
+	(*TurnProfile)(nil),             // 20: loopwire.v1.TurnProfile
+	(*TurnCompleted)(nil),           // 21: loopwire.v1.TurnCompleted
+	(*RunDiagnostic)(nil),           // 22: loopwire.v1.RunDiagnostic
+	(*RunCompleted)(nil),            // 23: loopwire.v1.RunCompleted
+	(*RunFailed)(nil),               // 24: loopwire.v1.RunFailed
+	(*CompactionCompleted)(nil),     // 25: loopwire.v1.CompactionCompleted
+	(*RunResponse)(nil),             // 26: loopwire.v1.RunResponse
+	(*GetSessionRequest)(nil),       // 27: loopwire.v1.GetSessionRequest
+	(*Session)(nil),                 // 28: loopwire.v1.Session
+	(*GetSessionResponse)(nil),      // 29: loopwire.v1.GetSessionResponse
+	(*ListSessionsRequest)(nil),     // 30: loopwire.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),    // 31: loopwire.v1.ListSessionsResponse
+	nil,                             // 32: loopwire.v1.ApprovalPolicy.PerToolEntry
+	(*SamplingParams)(nil),          // 33: loopwire.v1.SamplingParams
+	(*ToolChoice)(nil),              // 34: loopwire.v1.ToolChoice
+	(*ReplayOutput)(nil),            // 35: loopwire.v1.ReplayOutput
+	(*Item)(nil),                    // 36: loopwire.v1.Item
+	(*Tool)(nil),                    // 37: loopwire.v1.Tool
+	(*PrefillProgress)(nil),         // 38: loopwire.v1.PrefillProgress
+	(*FunctionCall)(nil),            // 39: loopwire.v1.FunctionCall
+	(*Usage)(nil),                   // 40: loopwire.v1.Usage
+	(*Timings)(nil),                 // 41: loopwire.v1.Timings
+	(FinishReason)(0),               // 42: loopwire.v1.FinishReason
+	(*Error)(nil),                   // 43: loopwire.v1.Error
 }
 var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.ApprovalPolicy.default_mode:type_name -> loopwire.v1.ApprovalMode
-	31, // 1: loopwire.v1.ApprovalPolicy.per_tool:type_name -> loopwire.v1.ApprovalPolicy.PerToolEntry
-	32, // 2: loopwire.v1.ModelOptions.sampling:type_name -> loopwire.v1.SamplingParams
+	32, // 1: loopwire.v1.ApprovalPolicy.per_tool:type_name -> loopwire.v1.ApprovalPolicy.PerToolEntry
+	33, // 2: loopwire.v1.ModelOptions.sampling:type_name -> loopwire.v1.SamplingParams
 	1,  // 3: loopwire.v1.ModelOptions.conversation_mode:type_name -> loopwire.v1.ConversationMode
-	33, // 4: loopwire.v1.ModelOptions.tool_choice:type_name -> loopwire.v1.ToolChoice
-	34, // 5: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
-	35, // 6: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
+	34, // 4: loopwire.v1.ModelOptions.tool_choice:type_name -> loopwire.v1.ToolChoice
+	35, // 5: loopwire.v1.ReplayTurn.output:type_name -> loopwire.v1.ReplayOutput
+	36, // 6: loopwire.v1.ReplayTurn.followups:type_name -> loopwire.v1.Item
 	5,  // 7: loopwire.v1.ReplayScript.turns:type_name -> loopwire.v1.ReplayTurn
-	36, // 8: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
+	37, // 8: loopwire.v1.ReplayScript.tools:type_name -> loopwire.v1.Tool
 	3,  // 9: loopwire.v1.StartTask.approval_policy:type_name -> loopwire.v1.ApprovalPolicy
 	4,  // 10: loopwire.v1.StartTask.model:type_name -> loopwire.v1.ModelOptions
 	6,  // 11: loopwire.v1.StartTask.replay:type_name -> loopwire.v1.ReplayScript
@@ -2667,44 +2742,46 @@ var file_loopwire_v1_harness_proto_depIdxs = []int32{
 	9,  // 14: loopwire.v1.RunRequest.approval:type_name -> loopwire.v1.ApprovalDecision
 	10, // 15: loopwire.v1.RunRequest.user_message:type_name -> loopwire.v1.AddUserMessage
 	11, // 16: loopwire.v1.RunRequest.cancel:type_name -> loopwire.v1.CancelRun
-	37, // 17: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
-	37, // 18: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
-	38, // 19: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
-	39, // 20: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
-	40, // 21: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
-	19, // 22: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
-	38, // 23: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
-	41, // 24: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
-	41, // 25: loopwire.v1.CompactionCompleted.error:type_name -> loopwire.v1.Error
-	13, // 26: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
-	14, // 27: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
-	15, // 28: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
-	16, // 29: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
-	17, // 30: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
-	18, // 31: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
-	20, // 32: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
-	21, // 33: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
-	22, // 34: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
-	23, // 35: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
-	24, // 36: loopwire.v1.RunResponse.compaction:type_name -> loopwire.v1.CompactionCompleted
-	2,  // 37: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
-	27, // 38: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
-	36, // 39: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
-	35, // 40: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
-	19, // 41: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
-	27, // 42: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
-	0,  // 43: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
-	12, // 44: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
-	26, // 45: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
-	29, // 46: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
-	25, // 47: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
-	28, // 48: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
-	30, // 49: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
-	47, // [47:50] is the sub-list for method output_type
-	44, // [44:47] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	38, // 17: loopwire.v1.RunPrefillProgress.progress:type_name -> loopwire.v1.PrefillProgress
+	39, // 18: loopwire.v1.ToolCallBegan.call:type_name -> loopwire.v1.FunctionCall
+	39, // 19: loopwire.v1.ApprovalRequested.call:type_name -> loopwire.v1.FunctionCall
+	40, // 20: loopwire.v1.TurnProfile.usage:type_name -> loopwire.v1.Usage
+	41, // 21: loopwire.v1.TurnProfile.timings:type_name -> loopwire.v1.Timings
+	42, // 22: loopwire.v1.TurnProfile.finish_reason:type_name -> loopwire.v1.FinishReason
+	20, // 23: loopwire.v1.TurnCompleted.profile:type_name -> loopwire.v1.TurnProfile
+	40, // 24: loopwire.v1.RunCompleted.usage:type_name -> loopwire.v1.Usage
+	43, // 25: loopwire.v1.RunFailed.error:type_name -> loopwire.v1.Error
+	43, // 26: loopwire.v1.CompactionCompleted.error:type_name -> loopwire.v1.Error
+	13, // 27: loopwire.v1.RunResponse.started:type_name -> loopwire.v1.RunStarted
+	14, // 28: loopwire.v1.RunResponse.text_delta:type_name -> loopwire.v1.RunTextDelta
+	16, // 29: loopwire.v1.RunResponse.tool_call_began:type_name -> loopwire.v1.ToolCallBegan
+	17, // 30: loopwire.v1.RunResponse.tool_call_ended:type_name -> loopwire.v1.ToolCallEnded
+	18, // 31: loopwire.v1.RunResponse.approval_requested:type_name -> loopwire.v1.ApprovalRequested
+	19, // 32: loopwire.v1.RunResponse.background_task_completed:type_name -> loopwire.v1.BackgroundTaskCompleted
+	21, // 33: loopwire.v1.RunResponse.turn_completed:type_name -> loopwire.v1.TurnCompleted
+	22, // 34: loopwire.v1.RunResponse.diagnostic:type_name -> loopwire.v1.RunDiagnostic
+	23, // 35: loopwire.v1.RunResponse.completed:type_name -> loopwire.v1.RunCompleted
+	24, // 36: loopwire.v1.RunResponse.failed:type_name -> loopwire.v1.RunFailed
+	25, // 37: loopwire.v1.RunResponse.compaction:type_name -> loopwire.v1.CompactionCompleted
+	15, // 38: loopwire.v1.RunResponse.prefill_progress:type_name -> loopwire.v1.RunPrefillProgress
+	2,  // 39: loopwire.v1.Session.status:type_name -> loopwire.v1.SessionStatus
+	28, // 40: loopwire.v1.GetSessionResponse.session:type_name -> loopwire.v1.Session
+	37, // 41: loopwire.v1.GetSessionResponse.tools:type_name -> loopwire.v1.Tool
+	36, // 42: loopwire.v1.GetSessionResponse.items:type_name -> loopwire.v1.Item
+	20, // 43: loopwire.v1.GetSessionResponse.turns:type_name -> loopwire.v1.TurnProfile
+	28, // 44: loopwire.v1.ListSessionsResponse.sessions:type_name -> loopwire.v1.Session
+	0,  // 45: loopwire.v1.ApprovalPolicy.PerToolEntry.value:type_name -> loopwire.v1.ApprovalMode
+	12, // 46: loopwire.v1.HarnessService.Run:input_type -> loopwire.v1.RunRequest
+	27, // 47: loopwire.v1.HarnessService.GetSession:input_type -> loopwire.v1.GetSessionRequest
+	30, // 48: loopwire.v1.HarnessService.ListSessions:input_type -> loopwire.v1.ListSessionsRequest
+	26, // 49: loopwire.v1.HarnessService.Run:output_type -> loopwire.v1.RunResponse
+	29, // 50: loopwire.v1.HarnessService.GetSession:output_type -> loopwire.v1.GetSessionResponse
+	31, // 51: loopwire.v1.HarnessService.ListSessions:output_type -> loopwire.v1.ListSessionsResponse
+	49, // [49:52] is the sub-list for method output_type
+	46, // [46:49] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_harness_proto_init() }
@@ -2720,7 +2797,7 @@ func file_loopwire_v1_harness_proto_init() {
 		(*RunRequest_UserMessage)(nil),
 		(*RunRequest_Cancel)(nil),
 	}
-	file_loopwire_v1_harness_proto_msgTypes[22].OneofWrappers = []any{
+	file_loopwire_v1_harness_proto_msgTypes[23].OneofWrappers = []any{
 		(*RunResponse_Started)(nil),
 		(*RunResponse_TextDelta)(nil),
 		(*RunResponse_ToolCallBegan)(nil),
@@ -2732,6 +2809,7 @@ func file_loopwire_v1_harness_proto_init() {
 		(*RunResponse_Completed)(nil),
 		(*RunResponse_Failed)(nil),
 		(*RunResponse_Compaction)(nil),
+		(*RunResponse_PrefillProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2739,7 +2817,7 @@ func file_loopwire_v1_harness_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_harness_proto_rawDesc), len(file_loopwire_v1_harness_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -897,6 +897,7 @@ type GenerateResponse struct {
 	//	*GenerateResponse_Tokens
 	//	*GenerateResponse_Finished
 	//	*GenerateResponse_Error
+	//	*GenerateResponse_PrefillProgress
 	Event         isGenerateResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -973,6 +974,15 @@ func (x *GenerateResponse) GetError() *Error {
 	return nil
 }
 
+func (x *GenerateResponse) GetPrefillProgress() *PrefillProgress {
+	if x != nil {
+		if x, ok := x.Event.(*GenerateResponse_PrefillProgress); ok {
+			return x.PrefillProgress
+		}
+	}
+	return nil
+}
+
 type isGenerateResponse_Event interface {
 	isGenerateResponse_Event()
 }
@@ -989,11 +999,18 @@ type GenerateResponse_Error struct {
 	Error *Error `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
+type GenerateResponse_PrefillProgress struct {
+	// Between the chunks of a prefill split by the scheduler; never after the first token.
+	PrefillProgress *PrefillProgress `protobuf:"bytes,5,opt,name=prefill_progress,json=prefillProgress,proto3,oneof"`
+}
+
 func (*GenerateResponse_Tokens) isGenerateResponse_Event() {}
 
 func (*GenerateResponse_Finished) isGenerateResponse_Event() {}
 
 func (*GenerateResponse_Error) isGenerateResponse_Event() {}
+
+func (*GenerateResponse_PrefillProgress) isGenerateResponse_Event() {}
 
 // Prefill on a prefill-role replica.
 type PrefillRequest struct {
@@ -2197,13 +2214,14 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0fsequence_length\x18\x04 \x01(\rR\x0esequenceLength\x12#\n" +
 	"\rsequence_hash\x18\x05 \x01(\x04R\fsequenceHash\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x06 \x01(\tR\treplicaId\"\xd8\x01\n" +
+	"replica_id\x18\x06 \x01(\tR\treplicaId\"\xa3\x02\n" +
 	"\x10GenerateResponse\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x121\n" +
 	"\x06tokens\x18\x02 \x01(\v2\x17.loopwire.v1.TokenBatchH\x00R\x06tokens\x12=\n" +
 	"\bfinished\x18\x03 \x01(\v2\x1f.loopwire.v1.GenerationFinishedH\x00R\bfinished\x12*\n" +
-	"\x05error\x18\x04 \x01(\v2\x12.loopwire.v1.ErrorH\x00R\x05errorB\a\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.loopwire.v1.ErrorH\x00R\x05error\x12I\n" +
+	"\x10prefill_progress\x18\x05 \x01(\v2\x1c.loopwire.v1.PrefillProgressH\x00R\x0fprefillProgressB\a\n" +
 	"\x05event\"\xa2\x01\n" +
 	"\x0ePrefillRequest\x12\x1d\n" +
 	"\n" +
@@ -2380,6 +2398,7 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*Usage)(nil),                // 30: loopwire.v1.Usage
 	(*Timings)(nil),              // 31: loopwire.v1.Timings
 	(*Error)(nil),                // 32: loopwire.v1.Error
+	(*PrefillProgress)(nil),      // 33: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
@@ -2395,33 +2414,34 @@ var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	9,  // 10: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
 	10, // 11: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
 	32, // 12: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
-	4,  // 13: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	31, // 14: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
-	15, // 15: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
-	0,  // 16: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
-	1,  // 17: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
-	20, // 18: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	28, // 19: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	25, // 20: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
-	8,  // 21: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	12, // 22: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	14, // 23: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	17, // 24: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	19, // 25: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	22, // 26: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	23, // 27: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
-	11, // 28: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	13, // 29: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	16, // 30: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	18, // 31: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	21, // 32: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	26, // 33: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	24, // 34: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	33, // 13: loopwire.v1.GenerateResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	4,  // 14: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
+	31, // 15: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	15, // 16: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
+	0,  // 17: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
+	1,  // 18: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
+	20, // 19: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
+	28, // 20: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	25, // 21: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	8,  // 22: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	12, // 23: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	14, // 24: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	17, // 25: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	19, // 26: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	22, // 27: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	23, // 28: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	11, // 29: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	13, // 30: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	16, // 31: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	18, // 32: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	21, // 33: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	26, // 34: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	24, // 35: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	29, // [29:36] is the sub-list for method output_type
+	22, // [22:29] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }
@@ -2448,6 +2468,7 @@ func file_loopwire_v1_inference_proto_init() {
 		(*GenerateResponse_Tokens)(nil),
 		(*GenerateResponse_Finished)(nil),
 		(*GenerateResponse_Error)(nil),
+		(*GenerateResponse_PrefillProgress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -10,6 +10,7 @@ import type { CacheBreak as _loopwire_v1_CacheBreak, CacheBreak__Output as _loop
 import type { ResponseCompleted as _loopwire_v1_ResponseCompleted, ResponseCompleted__Output as _loopwire_v1_ResponseCompleted__Output } from '../../loopwire/v1/ResponseCompleted';
 import type { ResponseFailed as _loopwire_v1_ResponseFailed, ResponseFailed__Output as _loopwire_v1_ResponseFailed__Output } from '../../loopwire/v1/ResponseFailed';
 import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from '../../loopwire/v1/KvHeld';
+import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from '../../loopwire/v1/PrefillProgress';
 
 export interface ConverseResponse {
   'responseId'?: (string);
@@ -23,7 +24,8 @@ export interface ConverseResponse {
   'completed'?: (_loopwire_v1_ResponseCompleted | null);
   'failed'?: (_loopwire_v1_ResponseFailed | null);
   'kvHeld'?: (_loopwire_v1_KvHeld | null);
-  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld";
+  'prefillProgress'?: (_loopwire_v1_PrefillProgress | null);
+  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld"|"prefillProgress";
 }
 
 export interface ConverseResponse__Output {
@@ -38,5 +40,6 @@ export interface ConverseResponse__Output {
   'completed'?: (_loopwire_v1_ResponseCompleted__Output | null);
   'failed'?: (_loopwire_v1_ResponseFailed__Output | null);
   'kvHeld'?: (_loopwire_v1_KvHeld__Output | null);
-  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld";
+  'prefillProgress'?: (_loopwire_v1_PrefillProgress__Output | null);
+  'event'?: "created"|"textDelta"|"toolCallStarted"|"toolCallArgumentsDelta"|"toolCallDone"|"safety"|"cacheBreak"|"completed"|"failed"|"kvHeld"|"prefillProgress";
 }

@@ -11,6 +11,7 @@ import type { RunDiagnostic as _loopwire_v1_RunDiagnostic, RunDiagnostic__Output
 import type { RunCompleted as _loopwire_v1_RunCompleted, RunCompleted__Output as _loopwire_v1_RunCompleted__Output } from '../../loopwire/v1/RunCompleted';
 import type { RunFailed as _loopwire_v1_RunFailed, RunFailed__Output as _loopwire_v1_RunFailed__Output } from '../../loopwire/v1/RunFailed';
 import type { CompactionCompleted as _loopwire_v1_CompactionCompleted, CompactionCompleted__Output as _loopwire_v1_CompactionCompleted__Output } from '../../loopwire/v1/CompactionCompleted';
+import type { RunPrefillProgress as _loopwire_v1_RunPrefillProgress, RunPrefillProgress__Output as _loopwire_v1_RunPrefillProgress__Output } from '../../loopwire/v1/RunPrefillProgress';
 import type { Long } from '@grpc/proto-loader';
 
 export interface RunResponse {
@@ -27,7 +28,8 @@ export interface RunResponse {
   'completed'?: (_loopwire_v1_RunCompleted | null);
   'failed'?: (_loopwire_v1_RunFailed | null);
   'compaction'?: (_loopwire_v1_CompactionCompleted | null);
-  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction";
+  'prefillProgress'?: (_loopwire_v1_RunPrefillProgress | null);
+  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction"|"prefillProgress";
 }
 
 export interface RunResponse__Output {
@@ -44,5 +46,6 @@ export interface RunResponse__Output {
   'completed'?: (_loopwire_v1_RunCompleted__Output | null);
   'failed'?: (_loopwire_v1_RunFailed__Output | null);
   'compaction'?: (_loopwire_v1_CompactionCompleted__Output | null);
-  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction";
+  'prefillProgress'?: (_loopwire_v1_RunPrefillProgress__Output | null);
+  'event'?: "started"|"textDelta"|"toolCallBegan"|"toolCallEnded"|"approvalRequested"|"backgroundTaskCompleted"|"turnCompleted"|"diagnostic"|"completed"|"failed"|"compaction"|"prefillProgress";
 }

@@ -28,8 +28,8 @@ BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 HOLD_TIMEOUT_S = 15.0  # a KV hold is a hint: the harness never waits long for one
 _TRANSIENT = (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_RESOURCE_EXHAUSTED)
-# The context window each gateway reported (one model per gateway; asked once per process).
-_WINDOWS: dict[str, int] = {}
+# What each gateway said of its model (one model per gateway; asked once per process).
+_MODELS: dict[str, gateway_pb2.GetModelResponse] = {}
 log = logging.getLogger("loopwire.harness")
 
 
@@ -97,19 +97,19 @@ class Conversation:
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
 
-    async def context_window(self) -> int:
-        """The served model's context window, asked once per gateway (0 when it does not say)."""
+    async def model(self) -> gateway_pb2.GetModelResponse | None:
+        """What the gateway serves (window, tool-call format), asked once per gateway; None when
+        it does not answer (the run goes on without it)."""
         key = self.target
-        if key not in _WINDOWS:
+        if key not in _MODELS:
             try:
                 async with insecure_channel(self.target) as channel:
-                    info = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
+                    _MODELS[key] = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
                         gateway_pb2.GetModelRequest(), metadata=self.metadata, timeout=10)
-                _WINDOWS[key] = info.context_length
             except grpc.aio.AioRpcError as e:
-                log.warning("gateway %s did not tell its model's context window: %s", self.target, e.details())
-                return 0
-        return _WINDOWS[key]
+                log.warning("gateway %s did not tell what model it serves: %s", self.target, e.details())
+                return None
+        return _MODELS[key]
 
     async def respond(self, base: gateway_pb2.CreateResponse, transcript: Sequence[common_pb2.Item],
                       on_event: EventHandler) -> ModelTurn:

@@ -109,6 +109,23 @@ class SessionRun:
 
     # -- the run ---------------------------------------------------------------------
 
+    async def _learn_model(self) -> None:
+        """The window for compaction, and one line when the model's own template cannot lay out
+        tools (loopwire writes them into the system message instead: a small model may follow
+        that layout less well than its own)."""
+        wants_window = not self.context_window and self.config.compact_at > 0
+        if not wants_window and not self.stored.tools:
+            return
+        model = await self.conversation.model()
+        if model is None:
+            return
+        if wants_window:
+            self.context_window = model.context_length
+        if self.stored.tools and not model.template_lays_out_tools:
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=(
+                f"{model.name}'s chat template has no tool support: loopwire lays the {len(self.stored.tools)} "
+                f"tools out in the system message and parses {model.tool_call_format or 'hermes'} calls")))
+
     async def run(self, *, resumed: bool) -> None:
         telemetry.bind_log_ids(session_id=self.session_id)  # this run's task: its log lines name the session
         self.emit(started=harness_pb2.RunStarted(
@@ -117,8 +134,7 @@ class SessionRun:
         if self.sandbox.unavailable_reason and (not self.replay or self.replay.run_tools):
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="sandbox", message=self.sandbox.unavailable_reason))
         try:
-            if not self.context_window and self.config.compact_at > 0:
-                self.context_window = await self.conversation.context_window()
+            await self._learn_model()
             await self._store(self.store.set_status, self.session_id, Status.SESSION_STATUS_RUNNING)
             if await self._settle_open_turn() is Step.SUSPENDED or await self._loop() is Step.SUSPENDED:
                 self.suspended = True

@@ -3,10 +3,8 @@ from its output, and compaction in a running session (including a failed summary
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from harness_testkit import answer, call, harness_env, kinds, of
+from harness_testkit import answer, harness_env, kinds, long_script, of
 
 from loopwire.harness import compaction
 from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS, cut_point, view
@@ -75,11 +73,6 @@ def _summaries(h, fail: bool = False) -> list[gateway_pb2.CreateResponse]:  # no
     return seen
 
 
-def long_script(turns: int) -> list:
-    return [answer("", call("shell", json.dumps({"command": f"seq 1 400 | sed 's/^/turn {i} line /'"}), f"c{i}"))
-            for i in range(turns)] + [answer("finished")]
-
-
 async def test_a_long_session_is_compacted_and_goes_on_under_the_window(tmp_path):
     async with harness_env(tmp_path, context_window=12_000, compact_at=0.9, compact_keep=0.25) as h:
         seen = _summaries(h)
@@ -121,7 +114,7 @@ async def test_a_failed_summary_call_is_reported_and_the_session_goes_on(tmp_pat
 async def test_the_window_comes_from_the_gateway_when_no_flag_sets_it(tmp_path):
     from loopwire.harness import conversation
 
-    conversation._WINDOWS.clear()
+    conversation._MODELS.clear()
     async with harness_env(tmp_path, compact_at=0.9, compact_keep=0.25) as h:
         assert h.config.context_window == 0
         h.gateway.context_length = 12_000
@@ -131,4 +124,4 @@ async def test_the_window_comes_from_the_gateway_when_no_flag_sets_it(tmp_path):
         assert kinds(events)[-1] == "completed"
         compactions = of(events, "compaction")
         assert compactions and compactions[0].threshold_tokens == 10_800
-    conversation._WINDOWS.clear()
+    conversation._MODELS.clear()

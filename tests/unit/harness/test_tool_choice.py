@@ -58,3 +58,19 @@ async def test_the_shell_tool_set_offers_shell_and_finish_only(tmp_path):
         assert [t.name for t in required.tools] == ["finish", "shell"]
         assert list(required.tool_choice.allowed_tools) == ["shell"]
         assert [t.name for t in auto.tools] == ["shell"]
+
+
+async def test_one_line_says_when_loopwire_lays_out_the_tools_for_the_model(tmp_path):
+    for lays_out in (False, True):
+        (tmp_path / str(lays_out)).mkdir()
+        async with harness_env(tmp_path / str(lays_out)) as h:
+            h.gateway.template_lays_out_tools = lays_out
+            h.gateway.script = [answer("done")]
+            events = await h.start("say done")
+            assert kinds(events)[-1] == "completed"
+            said = [d.message for d in of(events, "diagnostic") if "no tool support" in d.message]
+            if lays_out:
+                assert said == []
+            else:
+                assert len(said) == 1 and said[0].startswith("fake's chat template has no tool support")
+                assert "parses hermes calls" in said[0]

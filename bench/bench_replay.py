@@ -25,16 +25,25 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loopwire.analyze import expand_paths
-from loopwire.common.recorded import load_session
-from loopwire.replay import ALL_MODES, SERVICE_ARGS, ModeResult, replay_sessions
+from loopwire.common.recorded import RecordedSession
+from loopwire.replay import (
+    ALL_MODES,
+    SERVICE_ARGS,
+    ModeResult,
+    early_ends,
+    ended_early,
+    load_for_replay,
+    replay_sessions,
+)
 
 import interrupts
 import provenance
@@ -91,7 +100,8 @@ METRICS = (  # (ratio column, Summary field)
 )
 
 
-def summarize(config: Config, result: ModeResult, real_s: float) -> Summary:
+def summarize(config: Config, result: ModeResult, real_s: float, recorded: Sequence[RecordedSession] = ()) -> Summary:
+    """Sums over the runs; a run that ended before its ``recorded`` session did counts as failed."""
     turns = [p for r in result.runs for p in r.turns]
     n = max(1, len(turns))
     sessions = max(1, len(result.runs))
@@ -105,7 +115,8 @@ def summarize(config: Config, result: ModeResult, real_s: float) -> Summary:
         mean_ttft_ms=sum(p.timings.ttft_us for p in turns) / n / 1000,
         session_s=modelled / sessions,
         real_s=real_s,
-        failed=sum(not r.completed for r in result.runs),
+        failed=sum(not r.completed for r in result.runs)
+        + sum(ended_early(s, r) for s, r in zip(recorded, result.runs, strict=False)),
     )
 
 
@@ -132,7 +143,7 @@ def configs(settings: list[tuple[int, str]], concurrencies: list[int]) -> list[C
             for concurrency in concurrencies for replicas, routing in settings for mode in ALL_MODES]
 
 
-async def run_config(config: Config, sessions, progress: Progress) -> Summary:  # type: ignore[no-untyped-def]
+async def run_config(config: Config, sessions: list[RecordedSession], progress: Progress) -> Summary:
     # Each mode's own service flags (the prefix cache off for stateless-nocache), but the setting's
     # routing for every mode, so a setting's rows differ in conversation mode and cache only.
     extra = {"inference": [*SIM_ARGS, *SERVICE_ARGS[config.mode].get("inference", [])],
@@ -144,7 +155,9 @@ async def run_config(config: Config, sessions, progress: Progress) -> Summary:  
             t0 = time.perf_counter()
             result = await replay_sessions(mesh.harness, sessions, config.mode, config.concurrency, progress,
                                            api_key=mesh.api_key)
-            return summarize(config, result, time.perf_counter() - t0)
+            for line in early_ends(sessions, [result]):
+                progress.console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+            return summarize(config, result, time.perf_counter() - t0, sessions)
         finally:
             await asyncio.to_thread(interrupts.stop, mesh)
 
@@ -184,14 +197,15 @@ def main() -> int:
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     console = Console(width=160)
-    paths = expand_paths([args.traces])
-    if args.quick:
-        paths = paths[:4]
-    sessions = [load_session(p) for p in paths]
     max_turns = 20 if args.quick else args.max_turns
-    for s in sessions:
-        s.turns = s.turns[:max_turns] if max_turns else s.turns
-    used = [(p, len(s.turns)) for p, s in zip(paths, sessions, strict=True)]
+    loaded = load_for_replay([args.traces], max_turns, console)  # skips what `loopwire replay` skips
+    if args.quick:
+        loaded = loaded[:4]
+    if not loaded:
+        console.print("[red]no sessions to replay[/]")
+        return 1
+    sessions = [s for _, s in loaded]
+    used = [(p, len(s.turns)) for p, s in loaded]
     note = f"first {max_turns} turns of each" if max_turns else "every turn"
     data = provenance.describe_sessions(used, note=note)
     short = provenance.short_data(used, note)

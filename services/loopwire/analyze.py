@@ -12,14 +12,15 @@ import json
 import re
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from loopwire.common.model_def import ModelDefinition, dummy_definition
 from loopwire.common.prompt import ChatPrompt, assistant_text
-from loopwire.common.recorded import RecordedSession, load_session, user_item
+from loopwire.common.recorded import RecordedSession, load_sessions, user_item
+from loopwire.common.recorded import expand_paths as expand_paths  # its old home, still importable
 from loopwire.console import wide_console
 from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2
@@ -119,16 +120,6 @@ def profile_session(session: RecordedSession, model: ModelDefinition) -> Session
     )
 
 
-def expand_paths(paths: list[str]) -> list[Path]:
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            out += sorted(q for q in p.rglob("*") if q.suffix in (".json", ".traj") and q.is_file())
-        else:
-            out.append(p)
-    return out
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", help="session files or directories")
     parser.add_argument("--json", action="store_true", help="print one JSON object per session")
@@ -137,12 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     model = dummy_definition()
     console = wide_console()
-    profiles = []
-    for path in expand_paths(args.paths):
-        try:
-            profiles.append(profile_session(load_session(path), model))
-        except ValueError as e:  # on stderr, so --json output stays pure JSON
-            Console(stderr=True).print(f"[yellow]skipped[/] {e}")
+    stderr = Console(stderr=True)  # skips on stderr, so --json output stays pure JSON
+    loaded = load_sessions(args.paths, lambda line: stderr.print(f"[yellow]{escape(line)}[/]", soft_wrap=True))
+    profiles = [profile_session(session, model) for _, session in loaded]
     if args.json:
         for p in profiles:
             print(json.dumps({**asdict(p), "token_ratio": p.token_ratio, "byte_ratio": p.byte_ratio}))

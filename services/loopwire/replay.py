@@ -22,12 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loopwire.analyze import expand_paths
 from loopwire.client import RunResult, run_task
-from loopwire.common.recorded import RecordedSession, load_session
+from loopwire.common.recorded import RecordedSession, load_sessions
 from loopwire.console import EventPrinter, wide_console
 from loopwire.v1 import harness_pb2
 
@@ -126,6 +127,39 @@ async def replay_sessions(
 
     result.runs = list(await asyncio.gather(*(one(s) for s in sessions)))
     return result
+
+
+def load_for_replay(paths: list[str], max_turns: int, console: Console) -> list[tuple[Path, RecordedSession]]:
+    """The sessions to replay (the first ``max_turns`` turns of each when set), skipping what
+    :func:`~loopwire.common.recorded.load_sessions` skips, with its words, on ``console``."""
+    loaded = load_sessions(paths, lambda line: console.print(f"[yellow]{escape(line)}[/]", soft_wrap=True))
+    if max_turns:
+        for _, s in loaded:
+            s.turns = s.turns[:max_turns]
+    return loaded
+
+
+def ended_early(session: RecordedSession, run: RunResult) -> bool:
+    """A run that completed with fewer turns than its script: its numbers measure a cut session."""
+    return run.completed and len(run.turns) < len(session.turns)
+
+
+def early_ends(sessions: list[RecordedSession], results: list[ModeResult]) -> list[str]:
+    """One line per session whose replay stopped before its recording did, naming the last turn
+    played and the modes; a replay that ends early must fail, not report ratios of 1.0x."""
+    by_stop: dict[tuple[int, int], list[str]] = {}
+    for r in results:
+        for i, (session, run) in enumerate(zip(sessions, r.runs, strict=True)):
+            if ended_early(session, run):
+                by_stop.setdefault((i, len(run.turns)), []).append(r.mode)
+    lines = []
+    for (i, played), modes in sorted(by_stop.items()):
+        session = sessions[i]
+        why = (f"recorded turn {played} has no tool call, so the harness took it as the final answer"
+               if played and not session.turns[played - 1].calls else "the harness completed the run there")
+        lines.append(f"{session.source} ({session.format}): the replay ended after turn {played} of "
+                     f"{len(session.turns)} recorded ({', '.join(modes)}): {why}")
+    return lines
 
 
 def comparison_table(results: list[ModeResult], title: str) -> Table:
@@ -234,16 +268,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     console = wide_console()
-    sessions = []
-    for path in expand_paths(args.paths):
-        try:
-            s = load_session(path)
-        except ValueError as e:
-            console.print(f"[yellow]skipped[/] {e}")
-            continue
-        if args.max_turns:
-            s.turns = s.turns[: args.max_turns]
-        sessions.append(s)
+    sessions = [s for _, s in load_for_replay(args.paths, args.max_turns, console)]
     if not sessions:
         console.print("[red]no sessions to replay[/]")
         return 1
@@ -267,8 +292,11 @@ def main(args: argparse.Namespace) -> int:
         for written in plot(results, args.plots):
             console.print(f"wrote {written}")
     for mode, error in failed:
-        console.print(f"[red]{mode} session failed:[/] {error}")
-    return 1 if failed else 0
+        console.print(f"[red]{mode} session failed:[/] {escape(error)}")
+    early = early_ends(sessions, results)
+    for line in early:
+        console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
+    return 1 if failed or early else 0
 
 
 async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession], mode: str,

@@ -8,11 +8,20 @@ Nothing the recorded model generated is dropped: a reasoning model's ``reasoning
 stays in the turn's text, in the ``<think>`` block such models emit, so its output tokens
 count. SWE-agent demonstrations (``is_demo`` messages) are part of the prompt prefix, kept
 with the instructions; the task is the first user message that is not a demonstration.
+
+SWE-agent with a thought/action parser records no ``tool_calls``: its command is the message's
+``action``. Such a turn becomes a ``bash`` call of that command, its ``thought`` the turn's
+text and the observation that follows the call's output, so the replay goes on past it (a turn
+without calls is the model's final answer to the harness).
+
+:func:`load_sessions` is the one decision every command shares on which files are sessions and
+which are skipped, and why.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,22 +88,64 @@ def user_item(text: str) -> common_pb2.Item:
     )
 
 
+SESSION_SUFFIXES = (".json", ".traj")  # .traj.json too
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given, directories as the session files under them (sorted)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(q for q in p.rglob("*") if q.suffix in SESSION_SUFFIXES and q.is_file())
+        else:
+            out.append(p)
+    return out
+
+
+def load_sessions(paths: Iterable[str | Path], on_skip: Callable[[str], None]) -> list[tuple[Path, RecordedSession]]:
+    """Every session under ``paths``; each file that is not one (unreadable, unknown format, no
+    assistant turn) is left out with one ``skipped PATH: why`` line to ``on_skip``, so replay,
+    analyze and the benchmarks skip the same files with the same words instead of one crashing."""
+    loaded = []
+    for path in expand_paths(paths):
+        try:
+            loaded.append((path, load_session(path)))
+        except ValueError as e:
+            on_skip(f"skipped {e}")
+    return loaded
+
+
 def load_session(path: str | Path) -> RecordedSession:
-    """Read a recorded session; the format is recognised from its content."""
+    """Read a recorded session; the format is recognised from its content. Anything that is not a
+    replayable session raises ValueError naming the file."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{path}: not a readable JSON session: {e}") from e
-    if isinstance(data, dict) and data.get("trajectory_format", "").startswith("mini-swe-agent"):
-        return _from_messages(path.name, "mini-swe-agent", data["messages"], [])
-    if isinstance(data, dict) and "history" in data:
-        return _from_messages(path.name, "swe-agent", data["history"], [])
-    if isinstance(data, dict) and "messages" in data:
-        return _from_messages(path.name, "openai-chat", data["messages"], data.get("tools") or [])
-    if isinstance(data, list):
-        return _from_messages(path.name, "openai-chat", data, [])
-    raise ValueError(f"{path}: unknown session format (expected mini-swe-agent, SWE-agent or OpenAI chat JSON)")
+    specs: list[dict] = []
+    if isinstance(data, dict) and str(data.get("trajectory_format", "")).startswith("mini-swe-agent"):
+        fmt, messages = "mini-swe-agent", data.get("messages")
+    elif isinstance(data, dict) and "history" in data:
+        fmt, messages = "swe-agent", data["history"]
+    elif isinstance(data, dict) and "messages" in data:
+        fmt, messages, specs = "openai-chat", data["messages"], data.get("tools") or []
+    elif isinstance(data, list):
+        fmt, messages = "openai-chat", data
+    else:
+        raise ValueError(f"{path}: unknown session format (expected mini-swe-agent, SWE-agent or OpenAI chat JSON)")
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise ValueError(f"{path}: malformed {fmt} session: its messages are not a list of objects")
+    try:
+        return _from_messages(path.name, fmt, messages, specs)
+    except _NotASession as e:
+        raise ValueError(f"{path}: {e}") from None
+    except (KeyError, TypeError, AttributeError) as e:  # a field of the wrong shape
+        raise ValueError(f"{path}: malformed {fmt} session: {type(e).__name__}: {e}") from e
+
+
+class _NotASession(Exception):
+    """Why a well-formed file still has nothing to replay (load_session adds its path)."""
 
 
 def _text(content: object) -> str:
@@ -105,8 +156,8 @@ def _text(content: object) -> str:
     return "" if content is None else str(content)
 
 
-def _assistant_text(m: dict) -> str:
-    text = _text(m.get("content"))
+def _assistant_text(m: dict, text: str | None = None) -> str:
+    text = _text(m.get("content")) if text is None else text
     reasoning = m.get("reasoning_content")
     if isinstance(reasoning, str) and reasoning.strip():
         return f"<think>\n{reasoning.strip()}\n</think>\n\n{text}" if text else f"<think>\n{reasoning.strip()}\n</think>"
@@ -118,6 +169,7 @@ def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list
     task = ""
     turns: list[RecordedTurn] = []
     tool_names: list[str] = []
+    awaiting = ""  # the call of a SWE-agent action turn whose observation has not come yet
     for i, m in enumerate(messages):
         role = m.get("role")
         text = _text(m.get("content"))
@@ -136,8 +188,27 @@ def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list
                 if name and name not in tool_names:
                     tool_names.append(name)
                 calls.append(common_pb2.FunctionCall(call_id=tc.get("id") or f"call_{i}_{j}", name=name, arguments=args))
-            turns.append(RecordedTurn(text=_assistant_text(m), calls=calls))
+            action = m.get("action")
+            awaiting = ""
+            if fmt == "swe-agent" and not calls and isinstance(action, str) and action.strip():
+                # A thought/action turn: the command ran in SWE-agent's shell (its own commands included).
+                awaiting = f"call_{i}_0"
+                calls.append(common_pb2.FunctionCall(call_id=awaiting, name="bash",
+                                                     arguments=json.dumps({"command": action})))
+                if "bash" not in tool_names:
+                    tool_names.append("bash")
+                thought = m.get("thought")
+                text = _assistant_text(m, thought if isinstance(thought, str) else None)
+            else:
+                text = _assistant_text(m)
+            turns.append(RecordedTurn(text=text, calls=calls))
+        elif role == "user" and awaiting and m.get("message_type", "observation") == "observation":
+            turns[-1].followups.append(
+                common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(call_id=awaiting, output=text))
+            )
+            awaiting = ""
         elif role == "tool" and turns:
+            awaiting = ""
             ids = m.get("tool_call_ids") or [m.get("tool_call_id")]
             call_id = ids[0] if ids and ids[0] else (turns[-1].calls[0].call_id if turns[-1].calls else "")
             turns[-1].followups.append(
@@ -147,7 +218,7 @@ def _from_messages(source: str, fmt: str, messages: list[dict], tool_specs: list
             turns[-1].followups.append(user_item(text))
         # "exit" (mini-swe-agent's submission record) and late system messages are metadata.
     if not turns:
-        raise ValueError(f"{source}: no assistant turns")
+        raise _NotASession("no assistant turns, nothing to replay")
     tools = _tools(tool_specs, tool_names)
     return RecordedSession(source, fmt, "\n\n".join(instructions_parts), task, tools, turns)
 

@@ -20,8 +20,18 @@ class Verdict(Enum):
     REFUSE = "refuse"
 
 
+# They run commands as `shell` does: a policy that names shell and not them holds for them too,
+# so a client asking to approve every command is not bypassed through the pty tools.
+COMMAND_TOOLS = ("exec_command", "write_stdin")
+
+
 def mode_for(policy: harness_pb2.ApprovalPolicy, tool: str) -> int:
-    mode = policy.per_tool.get(tool, policy.default_mode)
+    if tool in policy.per_tool:
+        mode = policy.per_tool[tool]
+    elif tool in COMMAND_TOOLS and "shell" in policy.per_tool:
+        mode = policy.per_tool["shell"]
+    else:
+        mode = policy.default_mode
     return mode or Mode.APPROVAL_MODE_ON_REQUEST
 
 

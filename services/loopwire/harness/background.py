@@ -7,6 +7,9 @@ Handles outlive the run that made them: a run that suspends for approval parks i
 with the service and the resumed run takes them back. A harness restart kills them (they die
 with their parent); the resumed run finds their handles in the transcript and reports them
 as lost, so the model is told instead of waiting for a result that cannot come.
+
+The session's interactive exec sessions (``exec_sessions``) live here too, so they share that
+lifetime: parked while the session waits for approval, killed with ``kill_all``, lost on restart.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import itertools
 import re
 from dataclasses import dataclass, field
 
+from loopwire.harness.exec_sessions import ExecSessions
 from loopwire.harness.sandbox import SandboxedProcess, ShellResult
 
 
@@ -55,6 +59,7 @@ class BackgroundTasks:
         self.lost: set[str] = set()  # detached by an earlier harness process that has since died
         self._numbers = itertools.count(1)
         self._changed = asyncio.Event()
+        self.exec = ExecSessions()  # interactive commands on a pty (exec_command / write_stdin)
 
     def adopt(self, texts: list[str]) -> list[str]:
         """Reconcile with the transcript: handles it names that no task here runs are lost.
@@ -69,7 +74,7 @@ class BackgroundTasks:
         highest = max((int(h.split("-")[1]) for h in detached), default=0)
         highest = max([highest, *(int(h.split("-")[1]) for h in self.tasks)])
         self._numbers = itertools.count(highest + 1)
-        return newly_lost
+        return newly_lost + self.exec.adopt(texts)
 
     def detach(self, process: SandboxedProcess, command: str, timeout: float) -> str:
         handle = f"bg-{next(self._numbers)}"
@@ -109,8 +114,9 @@ class BackgroundTasks:
 
     @property
     def pending(self) -> bool:
-        """Some task is still running or its result has not reached the model."""
-        return any(not t.delivered for t in self.tasks.values())
+        """Some task is still running or its result has not reached the model, or an exec
+        session runs (it waits for the model's next input)."""
+        return any(not t.delivered for t in self.tasks.values()) or self.exec.live
 
     async def next_completion(self) -> None:
         """Return once some task has finished that the model has not seen."""
@@ -122,3 +128,4 @@ class BackgroundTasks:
         for t in self.tasks.values():
             t.process.kill()
             t.waiter.cancel()
+        self.exec.kill_all()

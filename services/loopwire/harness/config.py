@@ -25,8 +25,8 @@ class HarnessConfig:
     # How turns use the tools when a StartTask does not say: "auto" (calls when the model opens
     # one, always schema-valid) or "required" (a call every turn, until `finish`).
     tool_choice: str = "auto"
-    # "full": shell, file tools, wait (and the extensions); "shell": shell (and finish) only, the
-    # one choice a very small model makes well.
+    # "full": shell, file tools, wait, exec_command/write_stdin (and the extensions); "shell": shell
+    # (and finish) only, the one choice a very small model makes well.
     tool_set: str = "full"
     # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this
     # process, and MCP servers (`mcp_client.McpServer`) whose tools join the catalog.
@@ -44,6 +44,8 @@ class HarnessConfig:
     code_mode: bool = False
     js_timeout: float = 60.0
     js_memory_mb: int = 128
+    # Interactive commands on a pty (exec_command) one tenant may run at once, over all its sessions.
+    exec_sessions_per_tenant: int = 8
     # Tenants apart in the shell sandbox (harness as root; `sandbox.py`, `tenant_uids.py`, `tenant_limits.py`,
     # `egress.py`): each tenant's commands run as a host uid of its own from [uid_base, uid_base + uid_count)
     # (assignments kept in <workspace_root>/.tenant-uids.json); processes, memory (MiB) and CPUs per tenant

@@ -351,7 +351,10 @@ class Sandbox:
                     args += ["--ro-bind", src, src]
         return [*args, "--remount-ro", "/etc"]
 
-    async def start(self, workspace: Path, command: str, *, network: bool = False) -> SandboxedProcess:
+    async def start(self, workspace: Path, command: str, *, network: bool = False, stdin: bool = False,
+                    buffer: HeadTailBuffer | None = None) -> SandboxedProcess:
+        """Start ``command``; ``stdin``: a pipe the caller writes (an interactive program), else
+        /dev/null; ``buffer``: where its output goes (a head-and-tail buffer of output_limit)."""
         if self.unavailable_reason:
             raise SandboxUnavailable(self.unavailable_reason)
         if network and os.geteuid() != 0:
@@ -363,7 +366,7 @@ class Sandbox:
             # early could be reused by another thread and passed into the sandbox instead.
             starting = asyncio.ensure_future(asyncio.create_subprocess_exec(
                 *spawn.argv,
-                stdin=asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
                 pass_fds=spawn.fds,
@@ -381,7 +384,7 @@ class Sandbox:
             # Cancelled while spawning: the process may exist a moment later; reap it then.
             starting.add_done_callback(functools.partial(_reap_spawned, spawn))
             raise
-        process = SandboxedProcess(proc, HeadTailBuffer(self.output_limit), self.limits.largest_file)
+        process = SandboxedProcess(proc, buffer or HeadTailBuffer(self.output_limit), self.limits.largest_file)
         told = asyncio.ensure_future(_child_pid(spawn.info_r))
         try:
             pid = await asyncio.shield(told)

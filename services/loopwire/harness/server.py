@@ -12,6 +12,7 @@ from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
 from loopwire.common.config import env as _env
 from loopwire.common.service_flags import add_insecure_dev_argument, load_authenticator
+from loopwire.harness import exec_sessions
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
@@ -54,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "call is always schema-valid) or 'required' (a tool call every turn until the model "
                              "calls `finish` with its answer: what small models need)")
     parser.add_argument("--tool-set", choices=["full", "shell"], default=_env("tool-set", "full"),
-                        help="tools of new sessions: 'full' (shell, read_file, edit_file, list, grep, wait) or "
-                             "'shell' (shell only, and finish with --tool-choice required: the one choice a very "
-                             "small model makes well)")
+                        help="tools of new sessions: 'full' (shell, read_file, edit_file, list, grep, wait, "
+                             "exec_command, write_stdin) or 'shell' (shell only, and finish with --tool-choice "
+                             "required: the one choice a very small model makes well)")
     parser.add_argument("--max-turns", type=int, default=int(_env("max-turns", "200")),
                         help="turns per run when the task does not say")
     parser.add_argument("--mcp-server", action="append", default=[], metavar="NAME=COMMAND ARGS...|NAME=URL",
@@ -66,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="token budget of the schemas one tool_search appends (compacted to fit)")
     parser.add_argument("--code-mode", action="store_true", default=_env("code-mode", "") in ("1", "true"),
                         help="offer exec_js: scripts call the tools from an isolated V8 context")
+    parser.add_argument("--exec-sessions-per-tenant", type=int, default=int(_env("exec-sessions-per-tenant", "8")),
+                        help="interactive exec_command sessions one tenant may run at once, over all its sessions")
     parser.add_argument("--context-window", type=int, default=int(_env("context-window", "0")),
                         help="the model's context window in tokens; past --compact-at of it older turns are "
                              "summarized (0: the window the gateway reports for its model; --compact-at 0 turns "
@@ -124,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         tool_set=args.tool_set,
         mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
         code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at,
+        exec_sessions_per_tenant=args.exec_sessions_per_tenant,
         **_sandbox_config(args))
 
 
@@ -139,10 +143,12 @@ def make_sandbox(config: HarnessConfig) -> Sandbox:
     """The shell sandbox of a harness's configuration: a uid, limits and a quota per tenant."""
     limits = SandboxLimits(processes=config.sandbox_processes, memory=config.sandbox_memory_mb << 20,
                            cpus=config.sandbox_cpus, workspace_quota=config.sandbox_workspace_quota_mb << 20)
-    return Sandbox(output_limit=config.output_limit, limits=limits, uid_base=config.sandbox_uid_base,
-                   uid_count=config.sandbox_uid_count, uid_state=config.workspace_root / ".tenant-uids.json",
-                   workspace_root=config.workspace_root, cgroup=config.sandbox_cgroup,
-                   egress_allow=config.sandbox_egress_allow)
+    sandbox = Sandbox(output_limit=config.output_limit, limits=limits, uid_base=config.sandbox_uid_base,
+                      uid_count=config.sandbox_uid_count, uid_state=config.workspace_root / ".tenant-uids.json",
+                      workspace_root=config.workspace_root, cgroup=config.sandbox_cgroup,
+                      egress_allow=config.sandbox_egress_allow)
+    exec_sessions.configure(sandbox, config.exec_sessions_per_tenant)
+    return sandbox
 
 
 def build(config: HarnessConfig, sessions: Path | str, authenticator: Authenticator

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopwire.harness import file_edit, file_pool, workspace_files
+from loopwire.harness import exec_sessions, file_edit, file_pool, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.output import cap, to_text
 from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
@@ -69,6 +69,20 @@ TOOLS = {
             description="Call this when the task is done: `answer` is what the user reads (the result, or "
             "why it cannot be done). The session ends here.",
             parameters=_schema({"answer": _STR}, ["answer"]),
+        ),
+        common_pb2.Tool(
+            name="exec_command",
+            description="Run a command on a terminal in the workspace (sandboxed, no network), for interactive "
+            "programs (a REPL, a prompt, a debugger). Returns its output after `yield_time_ms` (250-30000, default "
+            "1000) and, while it still runs, a session_id to use with write_stdin; or its exit code once it ended.",
+            parameters=_schema({"cmd": _STR, "yield_time_ms": _INT}, ["cmd"]),
+        ),
+        common_pb2.Tool(
+            name="write_stdin",
+            description="Type `chars` into a running exec_command session (\\n is Enter, \\u0003 is Ctrl-C, "
+            "\\u0004 is Ctrl-D; empty only reads), wait `yield_time_ms`, and return what it printed since the last "
+            "read and whether it exited.",
+            parameters=_schema({"session_id": _INT, "chars": _STR, "yield_time_ms": _INT}, ["session_id"]),
         ),
         common_pb2.Tool(
             name="wait",
@@ -205,6 +219,8 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
             return await _shell(args, ctx)
         if call.name == "wait":
             return await _wait(args, ctx)
+        if call.name in ("exec_command", "write_stdin"):
+            return await _exec(call.name, args, ctx)
         if call.name == FINISH:
             return ToolOutcome("finished: the session ends with this answer")
         ws = ctx.workspace
@@ -267,6 +283,26 @@ def shell_outcome(text: str, exit_code: int, timed_out: bool, timeout: float, tr
     else:
         text += f"\n[exit code {exit_code}]"
     return ToolOutcome(text, is_error=timed_out or exit_code != 0, exit_code=exit_code, truncated=truncated)
+
+
+async def _exec(name: str, args: dict, ctx: ToolContext) -> ToolOutcome:
+    window = exec_sessions.yield_seconds(_number(args, "yield_time_ms", exec_sessions.DEFAULT_YIELD_MS))
+    sessions = ctx.background.exec
+    try:
+        if name == "exec_command":
+            reply = await sessions.start(ctx.sandbox, ctx.workspace, _str(args, "cmd"), window)
+        else:
+            reply = await sessions.write(_int(args, "session_id"), _str(args, "chars", ""), window)
+    except SandboxUnavailable as e:
+        return ToolOutcome(f"error: {e}", is_error=True, exit_code=126)
+    text = reply.output.text + (f"\n{reply.note}" if reply.note else "")
+    if reply.exit_code is None:
+        n = reply.number
+        return ToolOutcome(f"{text}\n[exec session {n} still running after {window:g}s; write_stdin with "
+                           f"session_id {n} to type into it or read more]", truncated=reply.output.truncated)
+    ended = f"exec session {args['session_id']} exited with code" if name == "write_stdin" else "exit code"
+    return ToolOutcome(f"{text}\n[{ended} {reply.exit_code}]", is_error=reply.exit_code != 0,
+                       exit_code=reply.exit_code, truncated=reply.output.truncated)
 
 
 async def _wait(args: dict, ctx: ToolContext) -> ToolOutcome:

@@ -124,7 +124,7 @@ def test_max_output_tokens_makes_an_incomplete_response(api):
 def test_store_false_cannot_be_continued_over_http(api):
     c = client(api)
     r = c.responses.create(model="loopwire", input="hi", store=False, extra_body={"loopwire_replay": {"text": "yo"}})
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:
         c.responses.create(model="loopwire", input="again", previous_response_id=r.id)
     assert e.value.body["code"] == "previous_response_not_found"
 
@@ -132,10 +132,11 @@ def test_store_false_cannot_be_continued_over_http(api):
 def test_previous_response_of_another_tenant_is_not_found(api):
     r = client(api, "alpha").responses.create(model="loopwire", input="secret",
                                               extra_body={"loopwire_replay": {"text": "ok"}})
-    with pytest.raises(openai.NotFoundError) as e:
+    with pytest.raises(openai.BadRequestError) as e:  # 400, as OpenAI answers it
         client(api, "beta").responses.create(model="loopwire", input="steal", previous_response_id=r.id)
-    assert e.value.status_code == 404 and e.value.body["param"] == "previous_response_id"
-    with pytest.raises(openai.NotFoundError):
+    assert e.value.status_code == 400 and e.value.body["param"] == "previous_response_id"
+    assert e.value.body["code"] == "previous_response_not_found"
+    with pytest.raises(openai.BadRequestError):
         client(api).responses.create(model="loopwire", input="x", previous_response_id="resp_0000000000000000")
 
 

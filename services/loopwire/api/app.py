@@ -20,6 +20,7 @@ from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import OWNER
 from loopwire.api.models import get_model, list_models
 from loopwire.api.responses import create_response
+from loopwire.api.stored import cancel_response, delete_response, get_response, list_input_items
 from loopwire.api.websocket import responses_socket
 
 log = logging.getLogger("loopwire.api")
@@ -76,6 +77,10 @@ def build_app(ctx: ApiContext) -> Starlette:
         routes=[
             Route("/v1/responses", create_response, methods=["POST"]),
             WebSocketRoute("/v1/responses", responses_socket),
+            Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+            Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+            Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+            Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
             Route("/v1/chat/completions", chat_completions, methods=["POST"]),
             Route("/v1/models", list_models, methods=["GET"]),
             Route("/v1/models/{model:path}", get_model, methods=["GET"]),

@@ -21,12 +21,16 @@ from loopwire.v1 import common_pb2, gateway_pb2
 IMPLEMENTED = {
     "model", "input", "instructions", "previous_response_id", "store", "stream", "tools", "tool_choice",
     "max_output_tokens", "temperature", "top_p", "metadata", "parallel_tool_calls", "text",
+    "background",  # false only: every response here runs in its request
+    "presence_penalty", "frequency_penalty",  # 0 only: the engine has no penalties
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
-# Accepted so that real clients (Codex, the Agents SDK) work; they change nothing here.
+# Accepted so that real clients (Codex, the Agents SDK) work; they change nothing here (the
+# Response object echoes them as the specification asks).
 IGNORED = {
     "user", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier", "stream_options",
     "include", "reasoning", "truncation", "store_options", "client_metadata", "top_logprobs",
+    "max_tool_calls",  # counts calls of hosted tools, which are dropped here
 }
 WEBSOCKET_ONLY = {"type", "generate"}
 
@@ -43,13 +47,18 @@ class ParsedCreate:
     # Echoed in the Response object as the client sent them (OpenAI's shapes).
     tool_choice: str | dict[str, str] = "auto"
     text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    # The other request fields the Response object echoes (Open Responses requires them all).
+    echo: dict[str, Any] = field(default_factory=dict)
+    # The request's input items as stored for ``GET /v1/responses/{id}/input_items``.
+    input_json: list[dict[str, Any]] = field(default_factory=list)
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False) -> ParsedCreate:
     allowed = IMPLEMENTED | IGNORED | (WEBSOCKET_ONLY if websocket else set())
     items.check_keys(body, allowed, "")
-    if websocket and body.get("background"):
-        raise unsupported("background", "background mode over WebSocket")
+    background = body.get("background")
+    if background is not None and items.want(background, bool, "background", "a boolean"):
+        raise unsupported("background", "background mode")
     model = body.get("model")
     if model is None:
         raise bad_request("Missing required parameter: 'model'.", "model", "missing_required_parameter")
@@ -95,7 +104,40 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     if body.get("loopwire_replay") is not None:
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
     return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, list(tools_json),
-                        choice_json, {**text, "format": fmt})
+                        choice_json, {**text, "format": fmt}, echo(body), items.input_json(body.get("input", [])))
+
+
+def echo(body: dict[str, Any]) -> dict[str, Any]:
+    """The accepted-and-ignored fields as the Response object reports them: what the request
+    said where it is only a label, what was really applied where it would change the output."""
+    out: dict[str, Any] = {}
+    for name in ("safety_identifier", "prompt_cache_key"):
+        value = body.get(name)
+        out[name] = None if value is None else items.want(value, str, name, "a string")
+    for name, low, high in (("top_logprobs", 0, 20), ("max_tool_calls", 1, 2**31 - 1)):
+        value = body.get(name)
+        if value is not None:
+            items.want(value, int, name, "an integer")
+            if not low <= value <= high:
+                raise bad_request(f"Invalid '{name}': {value} is not in [{low}, {high}].", name, "invalid_value")
+        out[name] = value
+    out["top_logprobs"] = 0  # no logprobs are produced, whatever was asked
+    tier = body.get("service_tier")
+    if tier is not None:
+        items.want(tier, str, "service_tier", "a string")
+    out["service_tier"] = "default"  # the only tier there is
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = body.get(name)
+        if value is None:
+            out[name] = 0.0
+            continue
+        items.want(value, (int, float), name, "a number")
+        if not math.isfinite(value) or not -2.0 <= value <= 2.0:
+            raise bad_request(f"Invalid '{name}': {value} is not in [-2, 2].", name, "invalid_value")
+        if value != 0:
+            raise unsupported(name, f"a nonzero {name}")
+        out[name] = 0.0
+    return out
 
 
 _MODES = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED, "none": common_pb2.TOOL_CHOICE_MODE_NONE,

@@ -32,6 +32,8 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.retry_after_ms = retry_after_ms
+        # Where a WebSocket-mode error falls among its response's events (0: before any).
+        self.sequence_number = 0
 
     def body(self) -> dict[str, Any]:
         """The HTTP error body."""
@@ -39,7 +41,7 @@ class ApiError(Exception):
 
     def event(self) -> dict[str, Any]:
         """The WebSocket-mode ``error`` event (the status travels in the event, not in a header)."""
-        return {"type": "error", "status": self.status, **self.body()}
+        return {"type": "error", "status": self.status, "sequence_number": self.sequence_number, **self.body()}
 
     def headers(self) -> dict[str, str]:
         if self.retry_after_ms:
@@ -60,13 +62,19 @@ def invalid_type(param: str, expected: str) -> ApiError:
     return ApiError(400, f"Invalid type for '{param}': expected {expected}.", param=param, code="invalid_type")
 
 
+def not_found(response_id: str) -> ApiError:
+    """One answer for another tenant's id, a deleted one and one never stored, so ids leak nothing."""
+    return ApiError(404, f"No response with id '{response_id}' found.", param="response_id", code="not_found")
+
+
 def unsupported(param: str, what: str) -> ApiError:
     return ApiError(400, f"'{param}': {what} is not supported by loopwire.", param=param,
                     code="unsupported_parameter")
 
 
 def previous_not_found(response_id: str) -> ApiError:
-    return ApiError(404, f"Previous response with id '{response_id}' not found.", param="previous_response_id",
+    """400, as OpenAI (and its WebSocket mode) answers it: the request, not the URL, names the id."""
+    return ApiError(400, f"Previous response with id '{response_id}' not found.", param="previous_response_id",
                     code="previous_response_not_found")
 
 

@@ -25,6 +25,7 @@ class ResponseBuilder:
         self.id = ""
         self.replica = ""
         self.created_at = int(time.time())
+        self.completed_at: int | None = None
         self.seq = 0
         self.status = "in_progress"
         self.output: list[dict[str, Any]] = []
@@ -41,11 +42,13 @@ class ResponseBuilder:
     # -- the Response object ----------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:
+        """The Response object with every field the Open Responses specification requires."""
         c = self.parsed.create
         return {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
+            "completed_at": self.completed_at,
             "status": self.status,
             "error": self.error,
             "incomplete_details": self.incomplete,
@@ -62,6 +65,15 @@ class ResponseBuilder:
             "tool_choice": self.parsed.tool_choice,
             "tools": self.parsed.tools_json,
             "top_p": c.sampling.top_p or 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "top_logprobs": 0,
+            "max_tool_calls": None,
+            "background": False,
+            "service_tier": "default",
+            "safety_identifier": None,
+            "prompt_cache_key": None,
+            **self.parsed.echo,
             "truncation": "disabled",
             "usage": self.usage,
             "metadata": self.parsed.metadata,
@@ -133,7 +145,7 @@ class ResponseBuilder:
             added = {**item, "content": []}
             out.append(self._event("response.output_item.added", output_index=index, item=added))
             out.append(self._event("response.content_part.added", item_id=item["id"], output_index=index,
-                                   content_index=0, part={"type": "output_text", "text": "", "annotations": []}))
+                                   content_index=0, part=items.output_text("")))
         index = self._open_message
         item = self.output[index]
         item["content"][0]["text"] += text
@@ -163,6 +175,7 @@ class ResponseBuilder:
         self.output = items.output_items(self.id, list(done.output))
         self.usage = items.usage(done.usage)
         self.stats = items.loopwire_stats(done.timings, self.replica)
+        self.completed_at = int(time.time())
         if done.finish_reason == common_pb2.FINISH_REASON_LENGTH:
             self.status = "incomplete"
             self.incomplete = {"reason": "max_output_tokens"}
@@ -180,6 +193,10 @@ class ResponseBuilder:
             self.incomplete = {"reason": "content_filter"}
             return [*out, self._event("response.incomplete", response=self.response())]
         api = self.api_error = request_param(from_stream_error(error), GATEWAY_PARAMS)
+        if error.code == Code.ERROR_CODE_CANCELLED and error.field == "cancel_response":
+            # POST /v1/responses/{id}/cancel (or a client's own cancel): an end, not a failure.
+            self.status = "cancelled"
+            return [*out, self._event("response.failed", response=self.response())]
         self.status = "failed"
         self.error = {"code": api.code or "server_error", "message": api.message}
         return [*out, self._event("response.failed", response=self.response())]

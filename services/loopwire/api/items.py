@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Collection
 from typing import Any
 
@@ -23,6 +24,9 @@ ROLES = {
 _TEXT_PARTS = {"input_text", "output_text", "text", "refusal"}
 # Items the model never produces here and the transcript does not need: accepted and dropped.
 _DROPPED_ITEMS = {"reasoning"}
+# An assistant message's phase (Codex labels its preambles): a label, the transcript is the same.
+PHASES = {"commentary", "final_answer"}
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def check_keys(obj: dict[str, Any], allowed: set[str], path: str) -> None:
@@ -84,7 +88,10 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
             role = raw.get("role", "")
             if not _known(role, ROLES):
                 raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
-            check_keys(raw, {"type", "role", "content", "id", "status"}, p)
+            check_keys(raw, {"type", "role", "content", "id", "status", "phase"}, p)
+            if not (raw.get("phase") is None or _known(raw["phase"], PHASES)):
+                raise bad_request(f"Invalid value for '{p}.phase': {raw['phase']!r} (expected 'commentary' or "
+                                  "'final_answer').", f"{p}.phase", "invalid_value")
             parts = _content_text(raw.get("content", ""), f"{p}.content")
             items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[role], content=parts)))  # type: ignore[arg-type]
         elif kind == "function_call":
@@ -105,6 +112,26 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
         else:
             raise unsupported(f"{p}.type", f"input item type {kind!r}")
     return items
+
+
+def input_json(value: Any) -> list[dict[str, Any]]:
+    """An already validated ``input`` as the specification's input items, as ``input_items`` lists
+    them: a string becomes a user message, string content becomes a part, each item gets an id."""
+    raw_items = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else value
+    out: list[dict[str, Any]] = []
+    for raw in raw_items if isinstance(raw_items, list) else []:
+        if not isinstance(raw, dict):
+            continue
+        item = {"type": "message", **raw}
+        kind = item["type"] if isinstance(item["type"], str) else "item"
+        if not isinstance(item.get("id"), str) or not item["id"]:
+            item["id"] = f"{_ID_PREFIX.get(kind, 'item')}_{secrets.token_hex(12)}"
+        item.setdefault("status", "completed")
+        if kind == "message" and isinstance(item.get("content"), str):
+            part = "output_text" if item.get("role") == "assistant" else "input_text"
+            item["content"] = [{"type": part, "text": item["content"]}]
+        out.append(item)
+    return out
 
 
 # OpenAI tool types that run on OpenAI's side (or group tools): not offered to the model here,
@@ -207,7 +234,12 @@ def function_call_id(call_id: str) -> str:
 
 def output_message(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
     return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]}
+            "content": [output_text(text)]}
+
+
+def output_text(text: str) -> dict[str, Any]:
+    """An output_text part; logprobs are always an empty list (none are produced here)."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
 def output_function_call(call: common_pb2.FunctionCall, status: str = "completed") -> dict[str, Any]:

@@ -1,11 +1,14 @@
 """``POST /v1/responses``: one short Converse stream per request, streamed as SSE or folded
 into one Response object. ``previous_response_id`` resolves in the gateway's response store,
-so a chain continues from any stored response of the tenant, on any connection."""
+so a chain continues from any stored response of the tenant, on any connection (but not from
+one deleted here). Each finished response with ``store`` is kept in the api's store, for
+``GET /v1/responses/{id}``; while it runs, it can be cancelled."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -22,9 +25,10 @@ from loopwire.api.context import (
     sse,
     with_keepalive,
 )
-from loopwire.api.create import parse_create
-from loopwire.api.errors import ApiError, unsupported
+from loopwire.api.create import ParsedCreate, parse_create
+from loopwire.api.errors import ApiError, previous_not_found, unsupported
 from loopwire.api.events import ResponseBuilder
+from loopwire.api.store import InFlight, ResponseStore, tenant_key
 
 log = logging.getLogger("loopwire.api")
 
@@ -35,8 +39,10 @@ async def create_response(request: Request) -> Response:
     with request_span("POST /v1/responses") as span:
         try:
             tenant = ctx.authorize(authorization)
+            owner = tenant_key(tenant, authorization)
             body = items.json_object(await read_body(request, ctx.max_body_bytes))
             parsed = parse_create(body, models=ctx.models)
+            check_previous(ctx.store, owner, parsed)
             ctx.apply_replay(parsed.create)
             if not parsed.generate:
                 raise unsupported("generate", "generate: false outside WebSocket mode")
@@ -52,11 +58,14 @@ async def create_response(request: Request) -> Response:
             log.info("POST /v1/responses tenant=%s -> %d %s", tenant.name if tenant else "?", e.status, e.code)
             return error_response(e)
         span.set_attribute("gen_ai.response.id", builder.id)
+        ctx.store.begin(owner, builder.id, InFlight(stream, builder.response))
         if not parsed.stream:
             try:
                 await feed_until_done(stream, events, builder)
             except ApiError as e:
                 return error_response(e)
+            finally:
+                ended(ctx.store, owner, builder)
             _log(builder, tenant.name if tenant else "?", stream=False)
             failure = builder.failure()
             return error_response(failure) if failure else JSONResponse(builder.response())
@@ -79,8 +88,9 @@ async def create_response(request: Request) -> Response:
                 if builder.done:
                     break
         except ApiError as e:  # the gateway went away mid-response
-            yield sse({"type": "error", "sequence_number": builder.seq, **e.body()["error"]})
+            yield sse(error_event(e, builder.seq))
         finally:
+            ended(ctx.store, owner, builder)
             if not builder.done:  # the client left: stop the generation now
                 await stream.cancel(builder.id)
             await stream.close()
@@ -89,6 +99,27 @@ async def create_response(request: Request) -> Response:
 
     return StreamingResponse(body_events(), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def check_previous(store: ResponseStore, owner: str, parsed: ParsedCreate) -> None:
+    """A response deleted here cannot be continued (the gateway, which has no delete, still has it)."""
+    previous = parsed.create.previous_response_id
+    if previous and store.deleted(owner, previous):
+        raise previous_not_found(previous)
+
+
+def ended(store: ResponseStore, owner: str, builder: ResponseBuilder) -> None:
+    """The response is over: stored if it finished (and ``store``), no longer cancellable."""
+    store.end(owner, builder.id, builder.response() if builder.done else None, builder.parsed.input_json,
+              store=builder.parsed.store)
+
+
+def error_event(e: ApiError, sequence_number: int) -> dict[str, Any]:
+    """The stream's ``error`` event: the error under ``error`` (Open Responses) and its fields at the
+    top level too (OpenAI's shape), the event's own ``type`` kept."""
+    error = e.body()["error"]
+    return {"code": error["code"], "message": error["message"], "param": error["param"], "type": "error",
+            "sequence_number": sequence_number, "error": error}
 
 
 def _log(builder: ResponseBuilder, tenant: str, *, stream: bool) -> None:

@@ -25,6 +25,7 @@ from loopwire.api.app import build_app
 from loopwire.api.context import ApiContext
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import GatewayClient
+from loopwire.api.store import ResponseStore
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
 from loopwire.common.service_flags import add_insecure_dev_argument, check_insecure_dev, load_authenticator
@@ -63,6 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "closed (env LOOPWIRE_BODY_TIMEOUT_S)")
     parser.add_argument("--keep-alive-s", type=int, default=_env_int("keep_alive_s", 5),
                         help="seconds an idle kept-alive connection stays open (env LOOPWIRE_KEEP_ALIVE_S)")
+    parser.add_argument("--stored-responses", type=int, default=_env_int("stored_responses", 1000),
+                        help="finished responses kept per tenant for GET /v1/responses/{id} (the oldest leave "
+                             "first; 0: none) (env LOOPWIRE_STORED_RESPONSES)")
+    parser.add_argument("--stored-bytes", type=int, default=_env_int("stored_bytes", 64 * 1024 * 1024),
+                        help="bytes of stored responses and input items kept per tenant "
+                             "(env LOOPWIRE_STORED_BYTES)")
+    parser.add_argument("--stored-ttl-s", type=float, default=float(_env("stored_ttl_s", str(24 * 3600))),
+                        help="seconds a stored response stays readable (env LOOPWIRE_STORED_TTL_S)")
     add_insecure_dev_argument(parser)
 
 
@@ -80,8 +89,15 @@ def build_context(args: argparse.Namespace) -> ApiContext:
         raise SystemExit("api: --sse-keepalive-s and --ws-ping-s must be 0 (off) or positive")
     if args.header_timeout_s <= 0 or args.body_timeout_s <= 0 or args.keep_alive_s <= 0:
         raise SystemExit("api: --header-timeout-s, --body-timeout-s and --keep-alive-s must be positive")
+    if args.stored_responses < 0 or args.stored_bytes < 0 or args.stored_ttl_s <= 0:
+        raise SystemExit("api: --stored-responses and --stored-bytes must be 0 or positive, --stored-ttl-s positive")
+    # In all, as much as the tenants of the tenants file may keep (without one: as for 16 keys).
+    tenants = max(1, len(authenticator.tenants)) if authenticator is not None else 16
+    store = ResponseStore(per_tenant=args.stored_responses, total=args.stored_responses * tenants,
+                          bytes_per_tenant=args.stored_bytes, total_bytes=args.stored_bytes * tenants,
+                          ttl_s=args.stored_ttl_s)
     return ApiContext(GatewayClient(args.gateway), models, args.max_body_bytes, authenticator, turns,
-                      sse_keepalive_s=args.sse_keepalive_s)
+                      sse_keepalive_s=args.sse_keepalive_s, store=store)
 
 
 def load_replay(path: str) -> list[common_pb2.ReplayOutput]:

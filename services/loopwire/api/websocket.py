@@ -25,24 +25,28 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from loopwire.api import items
 from loopwire.api.context import ApiContext, context, request_span
 from loopwire.api.create import ParsedCreate, parse_create
-from loopwire.api.errors import ApiError, bad_request
+from loopwire.api.errors import ApiError, bad_request, previous_not_found
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.gateway_client import ConverseStream
+from loopwire.api.responses import check_previous, ended
+from loopwire.api.store import tenant_key
 from loopwire.v1 import gateway_pb2
 
 log = logging.getLogger("loopwire.api")
+
+MAX_EVICTED = 1024  # per connection
 
 
 async def responses_socket(ws: WebSocket) -> None:
     ctx = context(ws)
     authorization = ws.headers.get("authorization", "")
     try:
-        ctx.authorize(authorization)
+        tenant = ctx.authorize(authorization)
     except ApiError as e:
         await _deny(ws, e)
         return
     await ws.accept()
-    await Connection(ws, ctx, authorization).serve()
+    await Connection(ws, ctx, authorization, tenant_key(tenant, authorization)).serve()
 
 
 async def _deny(ws: WebSocket, e: ApiError) -> None:
@@ -54,10 +58,14 @@ async def _deny(ws: WebSocket, e: ApiError) -> None:
 
 
 class Connection:
-    def __init__(self, ws: WebSocket, ctx: ApiContext, authorization: str) -> None:
+    def __init__(self, ws: WebSocket, ctx: ApiContext, authorization: str, owner: str = "") -> None:
         self.ws = ws
         self.ctx = ctx
         self.authorization = authorization
+        self.owner = owner  # whose store the finished responses go to
+        # Ids a failed continuation named: evicted from this connection, as OpenAI's mode does, so
+        # the client resends in full rather than building on a turn it may have half sent.
+        self.evicted: dict[str, None] = {}
         self.stream: ConverseStream | None = None
         self.queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.send_lock = asyncio.Lock()
@@ -115,10 +123,22 @@ class Connection:
             try:
                 await self._respond(body)
             except ApiError as e:
+                self._evict(body)
                 await self.send(e.event())
+
+    def _evict(self, body: dict[str, Any]) -> None:
+        previous = body.get("previous_response_id")
+        if isinstance(previous, str) and previous:
+            self.evicted[previous] = None
+            while len(self.evicted) > MAX_EVICTED:
+                del self.evicted[next(iter(self.evicted))]
 
     async def _respond(self, body: dict[str, Any]) -> None:
         parsed = parse_create(body, models=self.ctx.models, websocket=True)
+        previous = parsed.create.previous_response_id
+        if previous in self.evicted:
+            raise previous_not_found(previous)
+        check_previous(self.ctx.store, self.owner, parsed)
         parsed = self._merge_held(parsed)
         self.ctx.apply_replay(parsed.create)
         if not parsed.generate:
@@ -140,14 +160,17 @@ class Connection:
                     if builder.done:
                         break
             except ApiError as e:
-                if e.code == "previous_response_not_found":
-                    e.status = 400  # as OpenAI's WebSocket mode reports it; resend in full
+                e.sequence_number = builder.seq
                 if e.transport:  # the stream itself ended: a new one for the next request
                     await self.stream.close()
                     self.stream = None
                 raise
             finally:
                 self.in_flight = ""
+                if builder.id:
+                    ended(self.ctx.store, self.owner, builder)
+        if builder.status == "failed":
+            self._evict(body)
         u = builder.usage or {}
         log.info("WS response.create id=%s status=%s previous=%s in=%s cached=%s tokenized=%s", builder.id,
                  builder.status, parsed.create.previous_response_id or "-", u.get("input_tokens"),
@@ -167,6 +190,7 @@ class Connection:
         if parsed.create.HasField("replay"):
             create.replay.CopyFrom(parsed.create.replay)
         parsed.create = create
+        parsed.input_json = held.input_json + parsed.input_json
         return parsed
 
     async def _hold(self, parsed: ParsedCreate) -> None:
@@ -174,6 +198,7 @@ class Connection:
         builder.id = "resp_" + secrets.token_hex(8)
         self.held = (builder.id, parsed)
         builder.status = "completed"
+        builder.completed_at = builder.created_at
         builder.usage = {"input_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 0,
                          "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 0}
         await self.send(builder._event("response.created", response={**builder.response(), "status": "in_progress"}))

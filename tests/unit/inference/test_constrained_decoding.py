@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import jsonschema
 import numpy as np
@@ -87,10 +88,28 @@ def valid_call(text: str, tools: dict[str, dict]) -> bool:
     return True
 
 
+@pytest.fixture(scope="module")
+def mcp_tools() -> list[common_pb2.Tool]:
+    """What the MCP servers of the tests list (tests/fixtures/mcp; kept equal to the live servers)."""
+    listed = json.loads((Path(__file__).parents[2] / "fixtures" / "mcp" / "tool_schemas.json").read_text())
+    return [common_pb2.Tool(name=t["name"], parameters=json.dumps(t["parameters"])) for t in listed]
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_every_constrained_call_validates_against_its_tools_schema(tiny_model, bfcl_tools, data):
     tools = data.draw(st.lists(st.sampled_from(bfcl_tools), min_size=1, max_size=3, unique_by=lambda t: t.name))
+    _check_constrained_calls(tiny_model, tools, data)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_every_constrained_call_validates_against_an_mcp_servers_schema(tiny_model, mcp_tools, data):
+    tools = data.draw(st.lists(st.sampled_from(mcp_tools), min_size=1, max_size=3, unique_by=lambda t: t.name))
+    _check_constrained_calls(tiny_model, tools, data)
+
+
+def _check_constrained_calls(tiny_model, tools: list[common_pb2.Tool], data: st.DataObject) -> None:  # noqa: ANN001
     seed = data.draw(st.integers(0, 2**31 - 1))
     schemas = {t.name: tool_grammar.strict_schema(json.loads(t.parameters)) for t in tools}
     grammar = grammar_for(tools)

@@ -50,6 +50,10 @@ lint: $(VENV)/.installed
 test: $(VENV)/.installed $(TOOLS_STAMP)  ## the whole suite (installs its tools first; tests marked gpu are deselected)
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
+.PHONY: test-fast
+test-fast: $(VENV)/.installed  ## the unit and integration tiers only (no e2e, no gpu): the quick check while working (`make tools` first for all they use)
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/integration
+
 test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
 		$(VENV)/bin/pytest -q -m gpu tests; \

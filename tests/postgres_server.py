@@ -17,7 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import pytest
+from required import missing
 
 from loopwire.mesh import free_port
 
@@ -37,7 +37,7 @@ class PostgresServer:
     def __init__(self) -> None:
         bins = bin_dir()
         if bins is None:
-            pytest.skip(MISSING)
+            missing(MISSING)
         self.bins = bins
         self.root = Path(tempfile.mkdtemp(prefix="loopwire-pg-"))
         self.data = self.root / "data"

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from required import missing
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -224,7 +225,7 @@ def test_committed_generated_clients_are_fresh(tmp_path: Path) -> None:
     _tool("protoc-gen-go-grpc")
     node_modules = CLIENTS / "node" / "node_modules"
     if not node_modules.is_dir():
-        pytest.skip("clients/node/node_modules is missing (scripts/install_tools.sh runs npm ci)")
+        missing("clients/node/node_modules is missing (scripts/install_tools.sh runs npm ci)")
     for name in ("protos", "scripts", "buf.yaml", "buf.gen.yaml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from required import missing
 from session_files import session_path
 
 from loopwire.client import run_task
@@ -56,13 +57,13 @@ def _why_not() -> str:
     if os.geteuid() != 0:
         return "the multi-host test needs root (network namespaces, veth pairs, a bridge)"
     if shutil.which("ip") is None:
-        return "the multi-host test needs iproute2 (`ip`; scripts/install_tools.sh installs it)"
+        missing("the multi-host test needs iproute2 (`ip`; scripts/install_tools.sh installs it)")
     probe = f"lwprobe{os.getpid()}"
     if _ip("netns", "add", probe, check=False).returncode != 0:
         return "the multi-host test needs `ip netns` (network namespaces are not available here)"
     _ip("netns", "del", probe, check=False)
     if DNSMASQ is None:
-        return "the multi-host test needs dnsmasq (scripts/install_tools.sh installs dnsmasq-base)"
+        missing("the multi-host test needs dnsmasq (scripts/install_tools.sh installs dnsmasq-base)")
     return ""
 
 

@@ -16,6 +16,7 @@ import openai
 import pytest
 from api_mesh import KEYS, start_api_mesh, start_extra_api
 from openai import AsyncOpenAI, OpenAI
+from required import missing
 
 pytestmark = [pytest.mark.e2e]
 
@@ -104,9 +105,9 @@ def test_agents_sdk_runs_an_agent_with_a_function_tool(api):
     assert len(result.raw_responses) == 2
 
 
-@pytest.mark.skipif(not CODEX.exists(), reason="Codex CLI not installed: scripts/install_tools.sh runs npm ci in "
-                    "tests/codex")
 def test_codex_exec_completes_a_turn(api, tmp_path):
+    if not CODEX.exists():
+        missing("Codex CLI not installed: scripts/install_tools.sh runs npm ci in tests/codex")
     proc, address = start_extra_api(api, [{"text": "Hello from loopwire."}], "codex-api")
     home = tmp_path / "codex-home"
     home.mkdir()

@@ -5,17 +5,13 @@ each call it makes."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from harness_testkit import answer, call, harness_env, kinds, of
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import answer, call, harness_env, kinds, of  # noqa: E402
-
-from loopwire.harness.tool_catalog import DeferredTool, Result  # noqa: E402
-from loopwire.v1 import common_pb2, harness_pb2  # noqa: E402
+from loopwire.harness.tool_catalog import DeferredTool, Result
+from loopwire.v1 import common_pb2, harness_pb2
 
 pytestmark = [pytest.mark.timeout(120)]
 

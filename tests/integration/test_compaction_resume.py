@@ -3,20 +3,13 @@ transcript (the summary and the recent turns), not on the full log."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from harness_testkit import FakeGateway, HarnessProcess, kinds, long_script, of, start_server
+from test_harness_crash_resume import events_until, get_session
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import FakeGateway, HarnessProcess, kinds, of, start_server  # noqa: E402
-from test_compaction import long_script  # noqa: E402
-from test_harness_crash_resume import events_until, get_session  # noqa: E402
-
-from loopwire.harness import compaction  # noqa: E402
-from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS  # noqa: E402
-from loopwire.v1 import gateway_pb2_grpc, harness_pb2  # noqa: E402
+from loopwire.harness import compaction
+from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS
+from loopwire.v1 import gateway_pb2_grpc, harness_pb2
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 R = harness_pb2.RunRequest

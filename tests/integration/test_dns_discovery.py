@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from required import missing
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
@@ -91,7 +92,7 @@ class Dnsmasq:
 @pytest.fixture
 async def dns(tmp_path):
     if DNSMASQ is None:
-        pytest.skip("dnsmasq not found: `make tools` installs Debian's dnsmasq-base (scripts/install_tools.sh)")
+        missing("dnsmasq not found: `make tools` installs Debian's dnsmasq-base (scripts/install_tools.sh)")
     server = Dnsmasq(tmp_path)
     await server.ready()
     yield server

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server  # noqa: E402
-
-from loopwire.common.grpc_server import insecure_channel  # noqa: E402
-from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.v1 import gateway_pb2_grpc, harness_pb2, harness_pb2_grpc  # noqa: E402
+from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.recorded import load_session
+from loopwire.v1 import gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 R = harness_pb2.RunRequest

@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from harness_testkit import REPO, harness_env, kinds, of
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import REPO, harness_env, kinds, of  # noqa: E402
-
-from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.v1 import harness_pb2  # noqa: E402
+from loopwire.common.recorded import load_session
+from loopwire.v1 import harness_pb2
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 

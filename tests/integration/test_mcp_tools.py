@@ -8,15 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness_testkit import REPO, TENANT_KEYS, answer, call, harness_env, kinds, of
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import REPO, TENANT_KEYS, answer, call, harness_env, kinds, of  # noqa: E402
-
-from loopwire.common.grpc_server import insecure_channel  # noqa: E402
-from loopwire.harness import mcp_client  # noqa: E402
-from loopwire.harness.mcp_client import McpServer  # noqa: E402
-from loopwire.v1 import harness_pb2, harness_pb2_grpc  # noqa: E402
+from loopwire.common.grpc_server import insecure_channel
+from loopwire.harness import mcp_client
+from loopwire.harness.mcp_client import McpServer
+from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.e2e]
 
@@ -194,7 +191,7 @@ async def test_streamable_http_server_tools_are_found_and_called(tmp_path):
 async def test_compacted_mcp_schemas_accept_and_reject_the_same_arguments(tmp_path):
     import random
 
-    from test_schema_compaction import generate, same_verdicts
+    from schema_instances import generate, same_verdicts
 
     from loopwire.harness import schema_compaction
 
@@ -214,3 +211,14 @@ async def test_compacted_mcp_schemas_accept_and_reject_the_same_arguments(tmp_pa
     before = schema_compaction.tokens([t.tool for t in tools])
     after = schema_compaction.tokens([schema_compaction.compact_tool(t.tool, 3) for t in tools])
     assert after < 0.8 * before
+
+
+async def test_the_schema_fixture_is_what_the_servers_list(tmp_path):
+    """The constrained-decoding property test draws from tests/fixtures/mcp: it must be these servers'."""
+    servers = [npm_server("fs", "mcp-server-filesystem", str(tmp_path)), memory_server(tmp_path),
+               npm_server("everything", "mcp-server-everything", "stdio")]
+    tools, notes = await mcp_client.catalog_tools(servers, [])
+    assert not notes
+    listed = [{"name": t.tool.name, "parameters": json.loads(t.tool.parameters)} for t in tools]
+    fixture = json.loads((REPO / "tests" / "fixtures" / "mcp" / "tool_schemas.json").read_text())
+    assert listed == fixture

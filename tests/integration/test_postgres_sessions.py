@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server
+from postgres_server import PostgresServer, shared
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "harness"))
-
-from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server  # noqa: E402
-from postgres_server import PostgresServer, shared  # noqa: E402
-
-from loopwire.common.auth import ANONYMOUS_TENANT  # noqa: E402
-from loopwire.common.grpc_server import insecure_channel  # noqa: E402
-from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.harness import session_ids  # noqa: E402
-from loopwire.harness.loop import user_message  # noqa: E402
-from loopwire.harness.store import StoreUnavailable, open_store  # noqa: E402
-from loopwire.harness.store.postgres import PostgresSessionStore  # noqa: E402
-from loopwire.v1 import common_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc  # noqa: E402
+from loopwire.common.auth import ANONYMOUS_TENANT
+from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.recorded import load_session
+from loopwire.harness import session_ids
+from loopwire.harness.loop import user_message
+from loopwire.harness.store import StoreUnavailable, open_store
+from loopwire.harness.store.postgres import PostgresSessionStore
+from loopwire.v1 import common_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 R = harness_pb2.RunRequest

@@ -13,6 +13,7 @@ prefilled, for tests to assert on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -48,6 +49,10 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
     lose_state_once: bool = False
     received: list[Received] = field(default_factory=list)
     prefill_intervals: list[tuple[float, float]] = field(default_factory=list)
+    # Set when a prefill begins; a prefill given ``prefill_meets`` waits (at most 10 s) until that is set
+    # too, so a test can make two things meet instead of hoping that fixed durations overlap.
+    prefill_began: asyncio.Event = field(default_factory=asyncio.Event)
+    prefill_meets: asyncio.Event | None = None
     cancels: int = 0
     tokens_sent: int = 0
     cached: set[int] = field(default_factory=set)
@@ -83,6 +88,10 @@ class FakeReplica(inference_pb2_grpc.InferenceServiceServicer):
                 self.received.append(Received(rid, "full", list(start.full.token_ids), start))
                 prompt = list(start.full.token_ids)
             t0 = time.perf_counter()
+            self.prefill_began.set()
+            if self.prefill_meets is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.prefill_meets.wait(), 10)
             await asyncio.sleep(self.prefill_s)
             self.prefill_intervals.append((t0, time.perf_counter()))
             self._store(prompt)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 import time
 
+from loopwire.gateway import prepare
 from loopwire.gateway.safety import INPUT, Verdict
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
@@ -15,14 +18,21 @@ from .gateway_fakes import FakeReplica, kinds, last, start_replica, user
 class SlowClassifier:
     """Records when each check ran; flags text containing ``bad``."""
 
-    def __init__(self, seconds: float, bad: str = "FORBIDDEN") -> None:
+    def __init__(self, seconds: float, bad: str = "FORBIDDEN", meets: asyncio.Event | None = None) -> None:
         self.seconds = seconds
         self.bad = bad
+        self.input_began = asyncio.Event()
+        self.meets = meets  # an input check waits (at most 10 s) for this before its own work
         self.input_intervals: list[tuple[float, float]] = []
         self.windows: list[str] = []
 
     async def classify(self, text: str, stage: int) -> Verdict:
         t0 = time.perf_counter()
+        if stage == INPUT:
+            self.input_began.set()
+            if self.meets is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.meets.wait(), 10)
         await asyncio.sleep(self.seconds)
         if stage == INPUT:
             self.input_intervals.append((t0, time.perf_counter()))
@@ -36,8 +46,12 @@ def replay(text: str) -> common_pb2.ReplayOutput:
 
 
 async def test_input_check_races_prefill(make_mesh):
-    classifier = SlowClassifier(0.2)
-    mesh = await make_mesh([FakeReplica(prefill_s=0.2)], classifier=classifier)
+    # Each waits until the other has begun: they overlap when the gateway runs them side by side,
+    # whatever the machine's speed (run one after the other, the first gives up after 10 s).
+    replica = FakeReplica(prefill_s=0.2)
+    classifier = SlowClassifier(0.2, meets=replica.prefill_began)
+    replica.prefill_meets = classifier.input_began
+    mesh = await make_mesh([replica], classifier=classifier)
     events = await mesh.open().send(input=[user("hello")], replay=replay("hi there"))
     assert kinds(events)[-1] == "completed"
     (c0, c1), (p0, p1) = classifier.input_intervals[0], mesh.replicas[0].prefill_intervals[0]
@@ -183,13 +197,22 @@ async def test_health_polls_take_a_replica_out_and_back(make_mesh):
     assert down.healthy
 
 
-async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_mesh):
+async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_mesh, monkeypatch):
     """10 MB of instructions is tokenized off the event loop: a small request on another stream
     finishes first, and the huge one is refused over the model's context window (checked before the
     session limit), not after blocking all."""
     mesh = await make_mesh(config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     huge, small = mesh.open(), mesh.open()
     order: list[str] = []
+    tokenizing = threading.Event()  # set once the gateway starts tokenizing the huge request
+
+    class Observed(prepare.Conversation):
+        def __init__(self, prompt, model, instructions, *rest, **kw) -> None:  # noqa: ANN001, ANN002, ANN003
+            if len(instructions) > 1_000_000:
+                tokenizing.set()
+            super().__init__(prompt, model, instructions, *rest, **kw)
+
+    monkeypatch.setattr(prepare, "Conversation", Observed)
 
     async def send(conv, name: str, **fields: object) -> list[gateway_pb2.ConverseResponse]:
         events = await conv.send(**fields)
@@ -198,7 +221,10 @@ async def test_a_huge_prompt_does_not_stall_a_small_one_on_another_stream(make_m
 
     big_task = asyncio.create_task(send(huge, "huge", instructions="word " * 2_000_000, input=[user("hi")],
                                         replay=replay("ok")))
-    await asyncio.sleep(0.05)  # the huge request is being tokenized now
+    deadline = time.monotonic() + 60
+    while not tokenizing.is_set():  # the huge request is being tokenized now
+        assert time.monotonic() < deadline and not big_task.done(), "the huge request was never tokenized, or it stalled the loop until refused"
+        await asyncio.sleep(0.005)
     small_events = await send(small, "small", input=[user("hi")], replay=replay("fast"))
     big_events = await big_task
     assert last(small_events, "completed").output[0].message.content[0].text == "fast"

@@ -8,7 +8,7 @@ import json
 
 import processes
 import pytest
-from harness_testkit import answer, call, harness_env, kinds, of
+from harness_testkit import answer, call, harness_env, kinds, of, until
 
 from loopwire.v1 import common_pb2, harness_pb2
 
@@ -183,7 +183,10 @@ async def test_a_background_command_keeps_running_while_the_session_waits_for_ap
         events = await h.start("build, then edit", approval_policy=policy(edit_file=Mode.APPROVAL_MODE_ALWAYS))
         assert kinds(events)[-1] == "approval_requested"
         assert of(events, "tool_call_ended")[0].handle == "bg-1"
-        await asyncio.sleep(1.2)  # the command finishes while nobody runs the session
+        # The command finishes while nobody runs the session (its task is parked with the service).
+        parked = lambda: [t for p in h.service.parked.values() for t in p.tasks.values()]  # noqa: E731
+        await until(lambda: [t.handle for t in parked() if t.done.is_set()] == ["bg-1"],
+                    "the parked background command to finish")
         events = await h.run(harness_pb2.RunRequest(approval=harness_pb2.ApprovalDecision(
             approval_id=of(events, "approval_requested")[0].approval_id, approved=True)))
         assert kinds(events)[-1] == "completed"

@@ -10,7 +10,7 @@ import json
 import logging
 
 import pytest
-from harness_testkit import answer, call, harness_env, kinds
+from harness_testkit import answer, call, harness_env, kinds, released, until
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loopwire.common import telemetry
@@ -42,8 +42,12 @@ async def test_client_dropping_a_run_mid_turn_logs_no_detach_error(tmp_path, cap
                 if not h.service.active:
                     break
                 await asyncio.sleep(0.05)
-            gc.collect()
-            await asyncio.sleep(0.2)
+
+            def run_span_ended() -> bool:  # its context is detached then, where the error was logged
+                gc.collect()  # finalizes the dropped stream's generator
+                return any(s.name == "loopwire.v1.HarnessService/Run" for s in spans.get_finished_spans())
+
+            await until(run_span_ended, "the Run span to end")
         gc.collect()
         await asyncio.sleep(0.1)
     finally:
@@ -67,14 +71,17 @@ async def test_metrics_endpoint_reports_sessions_turns_tools_approvals_and_failu
         async with harness_env(tmp_path) as h:
             harness_metrics.watch(lambda: len(h.service.active),
                                   lambda: harness_metrics.count_waiting_approvals(h.service.store))
-            # 0: while a run waits for its first token, it is an active session.
-            h.gateway.first_token_delay_s = 1.0
+            # 0: while a run waits for its first token, it is an active session (the "model" holds its
+            # first token until the scrape is done).
+            scraped = asyncio.Event()
+            h.gateway.before_output = lambda _request: released(scraped)
             h.gateway.script = [answer("slow")]
             stream = h.stub.Run(iter([harness_pb2.RunRequest(start=harness_pb2.StartTask(task="slow"))]))
             assert (await stream.read()).WhichOneof("event") == "started"
             active = total(await asyncio.to_thread(scrape, state.metrics_port), "loopwire_harness_sessions_active")
+            scraped.set()
             assert kinds([e async for e in stream])[-1] == "completed"
-            h.gateway.first_token_delay_s = 0.0
+            h.gateway.before_output = None
             # 1: three turns, three tools run (two shell, one list), completed.
             h.gateway.script = [answer("", shell("echo a"), call("list", "{}")), answer("", shell("true")),
                                 answer("done")]

@@ -3,10 +3,12 @@ call-order results, background completion, bad tool calls."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 
 import pytest
-from harness_testkit import answer, call, harness_env, kinds, of
+from harness_testkit import after_file, answer, call, harness_env, kinds, of, released
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from loopwire.common import telemetry
@@ -87,12 +89,30 @@ async def test_unknown_previous_response_gets_one_full_resend(tmp_path):
 
 async def test_tools_start_while_the_model_still_generates_and_run_in_parallel(tmp_path):
     async with harness_env(tmp_path) as h:
-        h.gateway.call_gap_s = 0.4
+        # The "model" emits c2 once the harness reports c1 begun, and c3 once it reports c2 ended; c1
+        # runs until c3 has begun. Every step waits on what the harness did, not on a gap of time.
+        c1_began, c2_ended = asyncio.Event(), asyncio.Event()
+        gates = {"c2": c1_began, "c3": c2_ended}
+
+        async def before_call(fc) -> None:  # noqa: ANN001
+            if fc.call_id in gates:
+                await released(gates[fc.call_id])
+
+        def on_event(event: harness_pb2.RunResponse) -> None:
+            kind = event.WhichOneof("event")
+            if kind == "tool_call_began" and event.tool_call_began.call.call_id == "c1":
+                c1_began.set()
+            elif kind == "tool_call_ended" and event.tool_call_ended.call_id == "c2":
+                c2_ended.set()
+
+        h.gateway.before_call = before_call
         h.gateway.script = [
-            answer("", shell("sleep 0.8; echo first", "c1"), shell("echo second", "c2"), shell("sleep 0.8", "c3")),
+            answer("", shell(after_file("c3.began", "echo first"), "c1"), shell("echo second", "c2"),
+                   shell("touch c3.began; sleep 0.3", "c3")),
             answer("done"),
         ]
-        events = await h.start("parallel")
+        events = await h.watch(harness_pb2.RunRequest(start=harness_pb2.StartTask(task="parallel")), on_event)
+        assert kinds(events)[-1] == "completed"
         began = {e.call.call_id: e.started_at_us for e in of(events, "tool_call_began")}
         ended = {e.call_id: e for e in of(events, "tool_call_ended")}
         # c1 began before the model had even emitted c2: tools run while generation goes on.
@@ -128,11 +148,23 @@ async def test_bad_tool_calls_become_readable_errors_and_the_run_continues(tmp_p
 async def test_long_command_detaches_and_its_completion_is_pushed_into_the_conversation(tmp_path):
     async with harness_env(tmp_path, background_after=0.3) as h:
         h.gateway.script = [
-            answer("", shell("sleep 1; echo built")),
+            answer("", shell(after_file("go", "echo built"))),
             answer("I will wait for the build."),  # no tool call, but a command is still running
             answer("The build finished."),
         ]
-        events = await h.start("build")
+        workspace: list[Path] = []
+        turns: list[int] = []
+
+        def on_event(event: harness_pb2.RunResponse) -> None:
+            kind = event.WhichOneof("event")
+            if kind == "started":
+                workspace.append(Path(event.started.workspace))
+            elif kind == "turn_completed":
+                turns.append(event.turn_completed.profile.turn)
+                if len(turns) == 2:  # the build ends once the model has said that it waits
+                    (workspace[0] / "go").touch()
+
+        events = await h.watch(harness_pb2.RunRequest(start=harness_pb2.StartTask(task="build")), on_event)
         assert kinds(events)[-1] == "completed"
         ended = of(events, "tool_call_ended")[0]
         assert ended.handle == "bg-1" and "detached" in ended.output
@@ -146,11 +178,20 @@ async def test_long_command_detaches_and_its_completion_is_pushed_into_the_conve
 async def test_wait_tool_blocks_on_a_handle(tmp_path):
     async with harness_env(tmp_path, background_after=0.2) as h:
         h.gateway.script = [
-            answer("", shell("sleep 0.6; echo ready")),
+            answer("", shell(after_file("go", "echo ready"))),
             answer("", call("wait", json.dumps({"handle": "bg-1", "timeout_seconds": 10}))),
             answer("ok"),
         ]
-        events = await h.start("wait")
+        workspace: list[Path] = []
+
+        def on_event(event: harness_pb2.RunResponse) -> None:
+            kind = event.WhichOneof("event")
+            if kind == "started":
+                workspace.append(Path(event.started.workspace))
+            elif kind == "tool_call_began" and event.tool_call_began.call.name == "wait":
+                (workspace[0] / "go").touch()  # the command ends while the model waits on its handle
+
+        events = await h.watch(harness_pb2.RunRequest(start=harness_pb2.StartTask(task="wait")), on_event)
         waited = of(events, "tool_call_ended")[1]
         assert "bg-1 finished" in waited.output and "ready" in waited.output
         assert not of(events, "background_task_completed")  # delivered through wait, not twice

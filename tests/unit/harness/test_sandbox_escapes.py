@@ -333,9 +333,10 @@ async def test_a_root_harness_runs_commands_as_an_unprivileged_host_uid(open_wor
     assert not out.is_error and out.output.split("\n")[0] == "1000", out.output
     assert (ws / "notes.txt").read_text() == "from the harness\nfrom the command\n"
     assert (ws / "made-inside").stat().st_uid == box.host_uid != 0  # uid 1000 inside is this uid on the host
-    # RLIMIT_NPROC holds now that the host uid is not root: the 41st process cannot be forked.
-    fork_many = ("import os, time\nn = 0\nfor _ in range(80):\n    try:\n        if os.fork() == 0:\n"
-                 "            time.sleep(5)\n            os._exit(0)\n        n += 1\n"
+    # RLIMIT_NPROC holds now that the host uid is not root: the 41st process cannot be forked. Each
+    # child lives until the parent exits (EOF on a pipe), not for a fixed time: none ends early.
+    fork_many = ("import os\nr, w = os.pipe()\nn = 0\nfor _ in range(80):\n    try:\n        if os.fork() == 0:\n"
+                 "            os.close(w)\n            os.read(r, 1)\n            os._exit(0)\n        n += 1\n"
                  "    except BlockingIOError:\n        print('EAGAIN after', n)\n        break\n")
     (ws / "fork.py").write_text(fork_many)
     out = await call(ctx, "shell", command="python3 fork.py; pkill -u 1000 sleep; true")

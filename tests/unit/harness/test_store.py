@@ -21,6 +21,7 @@ from loopwire.harness.store import (
     SessionBusy,
     SessionStore,
     decode_page_token,
+    now_ms,
     open_store,
 )
 from loopwire.v1 import common_pb2, harness_pb2
@@ -52,6 +53,17 @@ def texts(store: SessionStore, sid: str) -> list[str]:
     loaded = store.load(sid)
     assert loaded is not None
     return [i.message.content[0].text for i in loaded.items]
+
+
+def wait_until_lease_ran_out(store: SessionStore, sid: str, within: float = 30.0) -> None:
+    """Poll the session's row until its owner's last heartbeat is older than ``store``'s lease."""
+    deadline = time.monotonic() + within
+    while True:
+        ((beat,),) = store._query("SELECT heartbeat_ms FROM sessions WHERE session_id = ?", (sid,))
+        if beat < now_ms() - int(store.lease_s * 1000):
+            return
+        assert time.monotonic() < deadline, f"the lease on {sid} never ran out"
+        time.sleep(0.05)
 
 
 def raw_update(url: str) -> None:
@@ -226,7 +238,8 @@ def test_startup_interrupts_only_sessions_no_live_replica_runs(url):
     b = open_store(url, lease_s=1.0)
     if a.shared:  # another replica starting leaves a live replica's run alone
         assert b.mark_interrupted() == 0
-        time.sleep(1.2)  # a stops beating: a crashed replica's sessions become resumable
+        # a stops beating: a crashed replica's sessions become resumable once its lease has run out
+        wait_until_lease_ran_out(b, "live")
     assert b.mark_interrupted() == 1
     assert b.load("live").session.status == harness_pb2.SESSION_STATUS_INTERRUPTED
     a.close(), b.close()

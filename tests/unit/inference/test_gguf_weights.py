@@ -11,6 +11,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from required import missing
 
 from loopwire.common import model_def
 from loopwire.common.model_def import ModelError, default_model_path
@@ -34,7 +35,7 @@ def _default_path() -> str:
     try:
         return default_model_path()
     except ModelError as e:
-        pytest.skip(f"default GGUF model not installed ({e})")
+        missing(f"default GGUF model not installed ({e}): `make setup` installs it")
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inference_helpers import make_core, run_all
+from required import missing
 from threadpoolctl import threadpool_limits
 
 from loopwire.common.model_def import ModelError, default_model_path
@@ -62,7 +63,7 @@ def smollm2() -> LlamaModel:
     try:
         path = default_model_path()
     except ModelError as e:
-        pytest.skip(f"default GGUF model not installed ({e})")
+        missing(f"default GGUF model not installed ({e}): `make setup` installs it")
     golden_sha = json.loads(str(np.load(FIXTURE)["meta"]))["gguf_sha256"]
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
     if digest != golden_sha:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from loopwire.harness.server import build
 from loopwire.mesh import free_port, wait_healthy
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def call(name: str, args: str, call_id: str = "") -> common_pb2.FunctionCall:
@@ -53,11 +53,16 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self.unavailable_next = 0  # answer this many requests with a retryable UNAVAILABLE
         self.call_gap_s = 0.0  # generation time between two tool calls of one response
         self.first_token_delay_s = 0.0
+        # Awaited before a response's first token / before each of its calls is emitted: a test holds
+        # the "model" there until a condition it can observe (see `released`), instead of a fixed delay.
+        self.before_output: Callable[[gateway_pb2.CreateResponse], Awaitable[None]] | None = None
+        self.before_call: Callable[[common_pb2.FunctionCall], Awaitable[None]] | None = None
         self.prefill_progress: list[tuple[int, int]] = []  # (processed, total) sent before each response's text
         self.unsafe_output = False  # cut every response with a safety verdict
         # Tokens the "model" counts per prompt item (the usage it reports); None: 10 per item.
         self.item_tokens: Callable[[common_pb2.Item], int] | None = None
         self.context_length = 0  # what GetModel tells
+        self.template_lays_out_tools = True
         self.transcripts: dict[str, list[common_pb2.Item]] = {}
         self.last_transcript: list[common_pb2.Item] = []
         self.call_done_us: dict[str, int] = {}
@@ -65,7 +70,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         self._responses = 0
 
     async def GetModel(self, request, context):  # noqa: N802, ANN001, ANN201
-        return gateway_pb2.GetModelResponse(name="fake", context_length=self.context_length, tool_call_format="hermes")
+        return gateway_pb2.GetModelResponse(name="fake", context_length=self.context_length, tool_call_format="hermes",
+                                            template_lays_out_tools=self.template_lays_out_tools)
 
     async def Converse(self, request_iterator, context):  # noqa: N802
         self.streams += 1
@@ -112,6 +118,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
         yield gateway_pb2.ConverseResponse(response_id=rid, created=gateway_pb2.ResponseCreated(response_id=rid))
         out = req.replay if req.HasField("replay") else self.script.pop(0)
         await asyncio.sleep(self.first_token_delay_s)
+        if self.before_output is not None:
+            await self.before_output(req)
         for processed, total in self.prefill_progress:
             yield gateway_pb2.ConverseResponse(response_id=rid, prefill_progress=common_pb2.PrefillProgress(
                 processed_tokens=processed, total_tokens=total))
@@ -125,6 +133,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServiceServicer):
             if i and self.call_gap_s:
                 await asyncio.sleep(self.call_gap_s)
             fc = common_pb2.FunctionCall(call_id=c.call_id or f"call_{rid}_{i}", name=c.name, arguments=c.arguments)
+            if self.before_call is not None:
+                await self.before_call(fc)
             yield gateway_pb2.ConverseResponse(response_id=rid, tool_call_started=gateway_pb2.ToolCallStarted(
                 call_id=fc.call_id, name=fc.name, index=i))
             self.call_done_us[fc.call_id] = time.time_ns() // 1000
@@ -175,6 +185,15 @@ class Harness:
     async def session(self, session_id: str) -> harness_pb2.GetSessionResponse:
         return await self.stub.GetSession(harness_pb2.GetSessionRequest(session_id=session_id))
 
+    async def watch(self, request: harness_pb2.RunRequest,
+                    on_event: Callable[[harness_pb2.RunResponse], None], timeout: float = 60) -> list[harness_pb2.RunResponse]:
+        """Like `run`, calling ``on_event`` with each event as it arrives (the run goes on meanwhile)."""
+        events = []
+        async for event in self.stub.Run(iter([request]), timeout=timeout):
+            events.append(event)
+            on_event(event)
+        return events
+
 
 @contextlib.asynccontextmanager
 async def harness_env(tmp: Path, **config: object) -> AsyncIterator[Harness]:
@@ -204,6 +223,32 @@ def two_tenant_authenticator(tmp: Path) -> Authenticator:
     path = tmp / "auth.json"
     path.write_text(json.dumps({"tenants": {t: {"key_sha256": [hash_key(k)]} for t, k in TENANT_KEYS.items()}}))
     return Authenticator.from_file(path)
+
+
+async def released(gate: asyncio.Event, within: float = 30.0) -> None:
+    """Wait until the test opens ``gate``, at most ``within`` s (then go on: the test's assertions tell)."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(gate.wait(), within)
+
+
+async def until(condition: Callable[[], object], what: str, within: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; fail after ``within`` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {within:.0f} s waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+def after_file(name: str, command: str, within: float = 10.0) -> str:
+    """A shell command that waits (at most ``within`` s) until the file ``name`` exists in its working
+    directory, then runs ``command``: the test decides when it finishes, not a sleep."""
+    return f"for i in $(seq {int(within * 100)}); do [ -e {name} ] && break; sleep 0.01; done; {command}"
+
+
+def long_script(turns: int) -> list:
+    """A session of ``turns`` shell calls with 400 lines of output each (compaction tests), then an answer."""
+    return [answer("", call("shell", json.dumps({"command": f"seq 1 400 | sed 's/^/turn {i} line /'"}), f"c{i}"))
+            for i in range(turns)] + [answer("finished")]
 
 
 def kinds(events: list[harness_pb2.RunResponse]) -> list[str]:

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.e2e
 
 EXPECTED_METHODS = {
     "loopwire.v1.HarnessService": {"Run", "GetSession", "ListSessions"},
-    "loopwire.v1.GatewayService": {"Converse", "GetModel"},
+    "loopwire.v1.GatewayService": {"Converse", "GetModel", "CountTokens"},
     "loopwire.v1.InferenceService": {"Generate", "Prefill", "PullKv", "GetStatus", "WatchCache",
                                      "GetModelInfo", "HoldPrefix"},
 }

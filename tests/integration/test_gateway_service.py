@@ -148,6 +148,36 @@ async def test_a_long_prefill_reports_its_progress_before_the_first_token(real_m
     assert {p.total_tokens for p in progress} == {total}
 
 
+async def test_count_tokens_is_the_prompt_converse_then_sends(real_mesh):
+    mesh = await real_mesh()
+    instructions = "You are a careful engineer. " * 5
+    first = [user("fix the bug")]
+    counted = await mesh.stub.CountTokens(gateway_pb2.CountTokensRequest(
+        request=gateway_pb2.CreateResponse(instructions=instructions, input=first)))
+    assert counted.input_tokens == len(PROMPT.encode_conversation(instructions, [], first, add_generation_prompt=True))
+    call = mesh.stub.Converse()
+    await call.write(create(instructions=instructions, input=first, replay=common_pb2.ReplayOutput(text="Looking.")))
+    turn = await until_end(call)
+    # A continuation counts the held conversation plus the new input: what the next turn's prompt is.
+    follow = gateway_pb2.CreateResponse(previous_response_id=turn[0].response_id, input=[user("go on")])
+    counted = await mesh.stub.CountTokens(gateway_pb2.CountTokensRequest(request=follow))
+    whole = [*first, *turn[-1].completed.output, user("go on")]
+    assert counted.input_tokens == len(PROMPT.encode_conversation(instructions, [], whole, add_generation_prompt=True))
+    follow.replay.CopyFrom(common_pb2.ReplayOutput(text="Done."))
+    await call.write(gateway_pb2.ConverseRequest(create_response=follow))  # counting claimed nothing
+    second = await until_end(call)
+    assert second[-1].completed.usage.input_tokens == counted.input_tokens
+    await call.done_writing()
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await mesh.stub.CountTokens(gateway_pb2.CountTokensRequest(request=gateway_pb2.CreateResponse(
+            previous_response_id="resp_never", input=[user("x")])))
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await mesh.stub.CountTokens(gateway_pb2.CountTokensRequest(request=gateway_pb2.CreateResponse(input=[
+            common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(call_id="c9", output="x"))])))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
 async def test_unknown_previous_response_then_full_resend(real_mesh):
     mesh = await real_mesh()
     call = mesh.stub.Converse()

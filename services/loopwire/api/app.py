@@ -18,6 +18,7 @@ from loopwire.api.chat import chat_completions
 from loopwire.api.context import ApiContext, ClientWatch, error_response
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import OWNER
+from loopwire.api.input_tokens import count_input_tokens
 from loopwire.api.models import get_model, list_models
 from loopwire.api.responses import create_response
 from loopwire.api.stored import cancel_response, delete_response, get_response, list_input_items
@@ -77,6 +78,7 @@ def build_app(ctx: ApiContext) -> Starlette:
         routes=[
             Route("/v1/responses", create_response, methods=["POST"]),
             WebSocketRoute("/v1/responses", responses_socket),
+            Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
             Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

@@ -53,6 +53,12 @@ class GatewayClient:
             owner.opened(stream)
         return stream
 
+    async def count_tokens(self, authorization: str, create: gateway_pb2.CreateResponse,
+                           timeout_s: float = 30.0) -> gateway_pb2.CountTokensResponse:
+        metadata = (("authorization", authorization),) if authorization else None
+        return await self.stub().CountTokens(gateway_pb2.CountTokensRequest(request=create), metadata=metadata,
+                                             timeout=timeout_s)
+
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()

@@ -8,7 +8,8 @@ and runs safety checks beside inference. The work is split by concern:
 - ``prepare.py``: validation, the conversation a request continues, tokenization, admission;
 - ``relay.py``: the generation relayed to the client (append or full prompt, parsing, completion);
 - ``safety_gate.py``: the safety checks beside inference and what output may leave;
-- ``failover.py``: the replica link, its load, and failover when a replica dies.
+- ``failover.py``: the replica link, its load, and failover when a replica dies;
+- ``count_tokens.py``: CountTokens, a request's prompt size without running it.
 
 This module holds the configuration and the servicer: authentication, the per-tenant
 stream limit, and the state shared by all streams.
@@ -23,15 +24,27 @@ import grpc
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, AuthError, Tenant
+from loopwire.common.errors import RequestError
 from loopwire.common.model_def import ModelDefinition
 from loopwire.common.prompt import ChatPrompt
+from loopwire.gateway import count_tokens
 from loopwire.gateway.metrics import GatewayMetrics
 from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import SafetyClassifier
 from loopwire.gateway.session import ConverseSession
-from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
+from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+# The gRPC status of a unary call's refusal (a Converse stream carries the Error itself). A
+# foreign tenant's response id answers NOT_FOUND like a missing one: ids reveal nothing.
+_UNARY_STATUS = {
+    common_pb2.ERROR_CODE_INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.ERROR_CODE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    common_pb2.ERROR_CODE_PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 
 
 @dataclass
@@ -96,6 +109,19 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         return gateway_pb2.GetModelResponse(name=m.name, context_length=m.context_length,
                                             tool_call_format=m.tool_call_format,
                                             template_lays_out_tools=m.template.handles_tools)
+
+    async def CountTokens(  # noqa: N802 - gRPC method name
+        self, request: gateway_pb2.CountTokensRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.CountTokensResponse:
+        try:
+            tenant = self.auth.authenticate(context.invocation_metadata())
+        except AuthError as e:
+            await context.abort(e.status_code, f"authorization: {e}")
+        try:
+            return await count_tokens.count(self, tenant, request.request)
+        except RequestError as e:
+            await context.abort(_UNARY_STATUS.get(e.code, grpc.StatusCode.INVALID_ARGUMENT), e.message)
+        raise AssertionError("unreachable: abort raises")
 
     async def Converse(
         self, request_iterator: AsyncIterator[gateway_pb2.ConverseRequest], context: grpc.aio.ServicerContext

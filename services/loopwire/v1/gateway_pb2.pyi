@@ -63,6 +63,56 @@ SAFETY_STAGE_OUTPUT: SafetyStage.ValueType  # 2
 Global___SafetyStage: _TypeAlias = SafetyStage  # noqa: Y015
 
 @_typing.final
+class CountTokensRequest(_message.Message):
+    """A request to count, as it would be sent on Converse: previous_response_id names a stored
+    response of the caller's tenant, whose conversation the input continues.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def request(self) -> Global___CreateResponse: ...
+    def __init__(
+        self,
+        *,
+        request: Global___CreateResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensRequest: _TypeAlias = CountTokensRequest  # noqa: Y015
+
+@_typing.final
+class CountTokensResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
+    input_tokens: _builtins.int
+    """Tokens of the whole prompt: instructions, tools, the held conversation and the new input,
+    with the template's generation prompt.
+    """
+    context_length: _builtins.int
+    """The served model's context window; 0: not known."""
+    def __init__(
+        self,
+        *,
+        input_tokens: _builtins.int = ...,
+        context_length: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_length", b"context_length", "input_tokens", b"input_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountTokensResponse: _TypeAlias = CountTokensResponse  # noqa: Y015
+
+@_typing.final
 class GetModelRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

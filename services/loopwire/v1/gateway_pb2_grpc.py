@@ -48,6 +48,11 @@ class GatewayServiceStub:
                 request_serializer=loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.SerializeToString,
                 response_deserializer=loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.FromString,
                 _registered_method=True)
+        self.CountTokens = channel.unary_unary(
+                '/loopwire.v1.GatewayService/CountTokens',
+                request_serializer=loopwire_dot_v1_dot_gateway__pb2.CountTokensRequest.SerializeToString,
+                response_deserializer=loopwire_dot_v1_dot_gateway__pb2.CountTokensResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServiceServicer:
@@ -71,6 +76,14 @@ class GatewayServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CountTokens(self, request, context):
+        """The prompt tokens a request would take, counted with the served model's tokenizer and
+        chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -83,6 +96,11 @@ def add_GatewayServiceServicer_to_server(servicer, server):
                     servicer.GetModel,
                     request_deserializer=loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.FromString,
                     response_serializer=loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.SerializeToString,
+            ),
+            'CountTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountTokens,
+                    request_deserializer=loopwire_dot_v1_dot_gateway__pb2.CountTokensRequest.FromString,
+                    response_serializer=loopwire_dot_v1_dot_gateway__pb2.CountTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -143,6 +161,33 @@ class GatewayService:
             '/loopwire.v1.GatewayService/GetModel',
             loopwire_dot_v1_dot_gateway__pb2.GetModelRequest.SerializeToString,
             loopwire_dot_v1_dot_gateway__pb2.GetModelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CountTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/loopwire.v1.GatewayService/CountTokens',
+            loopwire_dot_v1_dot_gateway__pb2.CountTokensRequest.SerializeToString,
+            loopwire_dot_v1_dot_gateway__pb2.CountTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -42,6 +42,10 @@ class GatewayServiceStub:
     """The model this gateway serves, as a client plans with it: its context window (so a
     harness compacts before it is full) and how it calls tools.
     """
+    CountTokens: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.CountTokensRequest, _gateway_pb2.CountTokensResponse]
+    """The prompt tokens a request would take, counted with the served model's tokenizer and
+    chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
+    """
 
 @_typing.type_check_only
 class GatewayServiceAsyncStub(GatewayServiceStub):
@@ -56,6 +60,10 @@ class GatewayServiceAsyncStub(GatewayServiceStub):
     GetModel: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetModelRequest, _gateway_pb2.GetModelResponse]  # type: ignore[assignment]
     """The model this gateway serves, as a client plans with it: its context window (so a
     harness compacts before it is full) and how it calls tools.
+    """
+    CountTokens: _aio.UnaryUnaryMultiCallable[_gateway_pb2.CountTokensRequest, _gateway_pb2.CountTokensResponse]  # type: ignore[assignment]
+    """The prompt tokens a request would take, counted with the served model's tokenizer and
+    chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
     """
 
 class GatewayServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -80,6 +88,16 @@ class GatewayServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.GetModelResponse, _abc.Awaitable[_gateway_pb2.GetModelResponse]]:
         """The model this gateway serves, as a client plans with it: its context window (so a
         harness compacts before it is full) and how it calls tools.
+        """
+
+    @_abc_1.abstractmethod
+    def CountTokens(
+        self,
+        request: _gateway_pb2.CountTokensRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.CountTokensResponse, _abc.Awaitable[_gateway_pb2.CountTokensResponse]]:
+        """The prompt tokens a request would take, counted with the served model's tokenizer and
+        chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
         """
 
 def add_GatewayServiceServicer_to_server(servicer: GatewayServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

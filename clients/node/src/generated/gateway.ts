@@ -7,6 +7,8 @@ import type { CompactionSummary as _loopwire_v1_CompactionSummary, CompactionSum
 import type { ContentPart as _loopwire_v1_ContentPart, ContentPart__Output as _loopwire_v1_ContentPart__Output } from './loopwire/v1/ContentPart';
 import type { ConverseRequest as _loopwire_v1_ConverseRequest, ConverseRequest__Output as _loopwire_v1_ConverseRequest__Output } from './loopwire/v1/ConverseRequest';
 import type { ConverseResponse as _loopwire_v1_ConverseResponse, ConverseResponse__Output as _loopwire_v1_ConverseResponse__Output } from './loopwire/v1/ConverseResponse';
+import type { CountTokensRequest as _loopwire_v1_CountTokensRequest, CountTokensRequest__Output as _loopwire_v1_CountTokensRequest__Output } from './loopwire/v1/CountTokensRequest';
+import type { CountTokensResponse as _loopwire_v1_CountTokensResponse, CountTokensResponse__Output as _loopwire_v1_CountTokensResponse__Output } from './loopwire/v1/CountTokensResponse';
 import type { CreateResponse as _loopwire_v1_CreateResponse, CreateResponse__Output as _loopwire_v1_CreateResponse__Output } from './loopwire/v1/CreateResponse';
 import type { Error as _loopwire_v1_Error, Error__Output as _loopwire_v1_Error__Output } from './loopwire/v1/Error';
 import type { FunctionCall as _loopwire_v1_FunctionCall, FunctionCall__Output as _loopwire_v1_FunctionCall__Output } from './loopwire/v1/FunctionCall';
@@ -49,6 +51,8 @@ export interface ProtoGrpcType {
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
       ConverseRequest: MessageTypeDefinition<_loopwire_v1_ConverseRequest, _loopwire_v1_ConverseRequest__Output>
       ConverseResponse: MessageTypeDefinition<_loopwire_v1_ConverseResponse, _loopwire_v1_ConverseResponse__Output>
+      CountTokensRequest: MessageTypeDefinition<_loopwire_v1_CountTokensRequest, _loopwire_v1_CountTokensRequest__Output>
+      CountTokensResponse: MessageTypeDefinition<_loopwire_v1_CountTokensResponse, _loopwire_v1_CountTokensResponse__Output>
       CreateResponse: MessageTypeDefinition<_loopwire_v1_CreateResponse, _loopwire_v1_CreateResponse__Output>
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition

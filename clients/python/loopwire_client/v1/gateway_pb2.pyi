@@ -28,6 +28,20 @@ SAFETY_STAGE_UNSPECIFIED: SafetyStage
 SAFETY_STAGE_INPUT: SafetyStage
 SAFETY_STAGE_OUTPUT: SafetyStage
 
+class CountTokensRequest(_message.Message):
+    __slots__ = ("request",)
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    request: CreateResponse
+    def __init__(self, request: _Optional[_Union[CreateResponse, _Mapping]] = ...) -> None: ...
+
+class CountTokensResponse(_message.Message):
+    __slots__ = ("input_tokens", "context_length")
+    INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    input_tokens: int
+    context_length: int
+    def __init__(self, input_tokens: _Optional[int] = ..., context_length: _Optional[int] = ...) -> None: ...
+
 class GetModelRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -126,6 +126,107 @@ func (SafetyStage) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
 }
 
+// A request to count, as it would be sent on Converse: previous_response_id names a stored
+// response of the caller's tenant, whose conversation the input continues.
+type CountTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Request       *CreateResponse        `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountTokensRequest) Reset() {
+	*x = CountTokensRequest{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountTokensRequest) ProtoMessage() {}
+
+func (x *CountTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountTokensRequest.ProtoReflect.Descriptor instead.
+func (*CountTokensRequest) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CountTokensRequest) GetRequest() *CreateResponse {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+type CountTokensResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Tokens of the whole prompt: instructions, tools, the held conversation and the new input,
+	// with the template's generation prompt.
+	InputTokens uint32 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	// The served model's context window; 0: not known.
+	ContextLength uint32 `protobuf:"varint,2,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountTokensResponse) Reset() {
+	*x = CountTokensResponse{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountTokensResponse) ProtoMessage() {}
+
+func (x *CountTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountTokensResponse.ProtoReflect.Descriptor instead.
+func (*CountTokensResponse) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CountTokensResponse) GetInputTokens() uint32 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *CountTokensResponse) GetContextLength() uint32 {
+	if x != nil {
+		return x.ContextLength
+	}
+	return 0
+}
+
 type GetModelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -134,7 +235,7 @@ type GetModelRequest struct {
 
 func (x *GetModelRequest) Reset() {
 	*x = GetModelRequest{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +247,7 @@ func (x *GetModelRequest) String() string {
 func (*GetModelRequest) ProtoMessage() {}
 
 func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[0]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +260,7 @@ func (x *GetModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelRequest.ProtoReflect.Descriptor instead.
 func (*GetModelRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{0}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
 type GetModelResponse struct {
@@ -179,7 +280,7 @@ type GetModelResponse struct {
 
 func (x *GetModelResponse) Reset() {
 	*x = GetModelResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +292,7 @@ func (x *GetModelResponse) String() string {
 func (*GetModelResponse) ProtoMessage() {}
 
 func (x *GetModelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[1]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +305,7 @@ func (x *GetModelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelResponse.ProtoReflect.Descriptor instead.
 func (*GetModelResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{1}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetModelResponse) GetName() string {
@@ -272,7 +373,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +385,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[2]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +398,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateResponse) GetPreviousResponseId() string {
@@ -420,7 +521,7 @@ type TextFormat struct {
 
 func (x *TextFormat) Reset() {
 	*x = TextFormat{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +533,7 @@ func (x *TextFormat) String() string {
 func (*TextFormat) ProtoMessage() {}
 
 func (x *TextFormat) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[3]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +546,7 @@ func (x *TextFormat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextFormat.ProtoReflect.Descriptor instead.
 func (*TextFormat) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TextFormat) GetName() string {
@@ -479,7 +580,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +592,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[4]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +605,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelResponse) GetResponseId() string {
@@ -527,7 +628,7 @@ type HoldKv struct {
 
 func (x *HoldKv) Reset() {
 	*x = HoldKv{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +640,7 @@ func (x *HoldKv) String() string {
 func (*HoldKv) ProtoMessage() {}
 
 func (x *HoldKv) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[5]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +653,7 @@ func (x *HoldKv) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldKv.ProtoReflect.Descriptor instead.
 func (*HoldKv) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HoldKv) GetResponseId() string {
@@ -584,7 +685,7 @@ type ConverseRequest struct {
 
 func (x *ConverseRequest) Reset() {
 	*x = ConverseRequest{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +697,7 @@ func (x *ConverseRequest) String() string {
 func (*ConverseRequest) ProtoMessage() {}
 
 func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[6]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +710,7 @@ func (x *ConverseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseRequest.ProtoReflect.Descriptor instead.
 func (*ConverseRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ConverseRequest) GetRequest() isConverseRequest_Request {
@@ -681,7 +782,7 @@ type ResponseCreated struct {
 
 func (x *ResponseCreated) Reset() {
 	*x = ResponseCreated{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +794,7 @@ func (x *ResponseCreated) String() string {
 func (*ResponseCreated) ProtoMessage() {}
 
 func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[7]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +807,7 @@ func (x *ResponseCreated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCreated.ProtoReflect.Descriptor instead.
 func (*ResponseCreated) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ResponseCreated) GetResponseId() string {
@@ -733,7 +834,7 @@ type TextDelta struct {
 
 func (x *TextDelta) Reset() {
 	*x = TextDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +846,7 @@ func (x *TextDelta) String() string {
 func (*TextDelta) ProtoMessage() {}
 
 func (x *TextDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[8]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +859,7 @@ func (x *TextDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextDelta.ProtoReflect.Descriptor instead.
 func (*TextDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TextDelta) GetText() string {
@@ -780,7 +881,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +893,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[9]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +906,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -840,7 +941,7 @@ type ToolCallArgumentsDelta struct {
 
 func (x *ToolCallArgumentsDelta) Reset() {
 	*x = ToolCallArgumentsDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +953,7 @@ func (x *ToolCallArgumentsDelta) String() string {
 func (*ToolCallArgumentsDelta) ProtoMessage() {}
 
 func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[10]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +966,7 @@ func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallArgumentsDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallArgumentsDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ToolCallArgumentsDelta) GetCallId() string {
@@ -893,7 +994,7 @@ type ToolCallDone struct {
 
 func (x *ToolCallDone) Reset() {
 	*x = ToolCallDone{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -905,7 +1006,7 @@ func (x *ToolCallDone) String() string {
 func (*ToolCallDone) ProtoMessage() {}
 
 func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -918,7 +1019,7 @@ func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDone.ProtoReflect.Descriptor instead.
 func (*ToolCallDone) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallDone) GetCall() *FunctionCall {
@@ -952,7 +1053,7 @@ type SafetyVerdict struct {
 
 func (x *SafetyVerdict) Reset() {
 	*x = SafetyVerdict{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1065,7 @@ func (x *SafetyVerdict) String() string {
 func (*SafetyVerdict) ProtoMessage() {}
 
 func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1078,7 @@ func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafetyVerdict.ProtoReflect.Descriptor instead.
 func (*SafetyVerdict) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SafetyVerdict) GetStage() SafetyStage {
@@ -1036,7 +1137,7 @@ type CacheBreak struct {
 
 func (x *CacheBreak) Reset() {
 	*x = CacheBreak{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1149,7 @@ func (x *CacheBreak) String() string {
 func (*CacheBreak) ProtoMessage() {}
 
 func (x *CacheBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1162,7 @@ func (x *CacheBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheBreak.ProtoReflect.Descriptor instead.
 func (*CacheBreak) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CacheBreak) GetFirstDifferingItem() int32 {
@@ -1099,7 +1200,7 @@ type ResponseCompleted struct {
 
 func (x *ResponseCompleted) Reset() {
 	*x = ResponseCompleted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1212,7 @@ func (x *ResponseCompleted) String() string {
 func (*ResponseCompleted) ProtoMessage() {}
 
 func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1225,7 @@ func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCompleted.ProtoReflect.Descriptor instead.
 func (*ResponseCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ResponseCompleted) GetFinishReason() FinishReason {
@@ -1165,7 +1266,7 @@ type ResponseFailed struct {
 
 func (x *ResponseFailed) Reset() {
 	*x = ResponseFailed{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1278,7 @@ func (x *ResponseFailed) String() string {
 func (*ResponseFailed) ProtoMessage() {}
 
 func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1291,7 @@ func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFailed.ProtoReflect.Descriptor instead.
 func (*ResponseFailed) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResponseFailed) GetError() *Error {
@@ -1214,7 +1315,7 @@ type KvHeld struct {
 
 func (x *KvHeld) Reset() {
 	*x = KvHeld{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1327,7 @@ func (x *KvHeld) String() string {
 func (*KvHeld) ProtoMessage() {}
 
 func (x *KvHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1340,7 @@ func (x *KvHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvHeld.ProtoReflect.Descriptor instead.
 func (*KvHeld) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *KvHeld) GetBlocks() uint32 {
@@ -1279,7 +1380,7 @@ type ConverseResponse struct {
 
 func (x *ConverseResponse) Reset() {
 	*x = ConverseResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1392,7 @@ func (x *ConverseResponse) String() string {
 func (*ConverseResponse) ProtoMessage() {}
 
 func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1405,7 @@ func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseResponse.ProtoReflect.Descriptor instead.
 func (*ConverseResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ConverseResponse) GetResponseId() string {
@@ -1495,7 +1596,12 @@ var File_loopwire_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"\x11\n" +
+	"\x19loopwire/v1/gateway.proto\x12\vloopwire.v1\x1a\x18loopwire/v1/common.proto\"K\n" +
+	"\x12CountTokensRequest\x125\n" +
+	"\arequest\x18\x01 \x01(\v2\x1b.loopwire.v1.CreateResponseR\arequest\"_\n" +
+	"\x13CountTokensResponse\x12!\n" +
+	"\finput_tokens\x18\x01 \x01(\rR\vinputTokens\x12%\n" +
+	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\"\x11\n" +
 	"\x0fGetModelRequest\"\xae\x01\n" +
 	"\x10GetModelResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
@@ -1611,10 +1717,11 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\vSafetyStage\x12\x1c\n" +
 	"\x18SAFETY_STAGE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12SAFETY_STAGE_INPUT\x10\x01\x12\x17\n" +
-	"\x13SAFETY_STAGE_OUTPUT\x10\x022\xa6\x01\n" +
+	"\x13SAFETY_STAGE_OUTPUT\x10\x022\xf8\x01\n" +
 	"\x0eGatewayService\x12K\n" +
 	"\bConverse\x12\x1c.loopwire.v1.ConverseRequest\x1a\x1d.loopwire.v1.ConverseResponse(\x010\x01\x12G\n" +
-	"\bGetModel\x12\x1c.loopwire.v1.GetModelRequest\x1a\x1d.loopwire.v1.GetModelResponseB\xb0\x01\n" +
+	"\bGetModel\x12\x1c.loopwire.v1.GetModelRequest\x1a\x1d.loopwire.v1.GetModelResponse\x12P\n" +
+	"\vCountTokens\x12\x1f.loopwire.v1.CountTokensRequest\x1a .loopwire.v1.CountTokensResponseB\xb0\x01\n" +
 	"\x0fcom.loopwire.v1B\fGatewayProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1630,80 +1737,85 @@ func file_loopwire_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(SafetyMode)(0),                // 0: loopwire.v1.SafetyMode
 	(SafetyStage)(0),               // 1: loopwire.v1.SafetyStage
-	(*GetModelRequest)(nil),        // 2: loopwire.v1.GetModelRequest
-	(*GetModelResponse)(nil),       // 3: loopwire.v1.GetModelResponse
-	(*CreateResponse)(nil),         // 4: loopwire.v1.CreateResponse
-	(*TextFormat)(nil),             // 5: loopwire.v1.TextFormat
-	(*CancelResponse)(nil),         // 6: loopwire.v1.CancelResponse
-	(*HoldKv)(nil),                 // 7: loopwire.v1.HoldKv
-	(*ConverseRequest)(nil),        // 8: loopwire.v1.ConverseRequest
-	(*ResponseCreated)(nil),        // 9: loopwire.v1.ResponseCreated
-	(*TextDelta)(nil),              // 10: loopwire.v1.TextDelta
-	(*ToolCallStarted)(nil),        // 11: loopwire.v1.ToolCallStarted
-	(*ToolCallArgumentsDelta)(nil), // 12: loopwire.v1.ToolCallArgumentsDelta
-	(*ToolCallDone)(nil),           // 13: loopwire.v1.ToolCallDone
-	(*SafetyVerdict)(nil),          // 14: loopwire.v1.SafetyVerdict
-	(*CacheBreak)(nil),             // 15: loopwire.v1.CacheBreak
-	(*ResponseCompleted)(nil),      // 16: loopwire.v1.ResponseCompleted
-	(*ResponseFailed)(nil),         // 17: loopwire.v1.ResponseFailed
-	(*KvHeld)(nil),                 // 18: loopwire.v1.KvHeld
-	(*ConverseResponse)(nil),       // 19: loopwire.v1.ConverseResponse
-	nil,                            // 20: loopwire.v1.CreateResponse.TraceContextEntry
-	(*Tool)(nil),                   // 21: loopwire.v1.Tool
-	(*Item)(nil),                   // 22: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 23: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 24: loopwire.v1.ReplayOutput
-	(*ToolChoice)(nil),             // 25: loopwire.v1.ToolChoice
-	(*FunctionCall)(nil),           // 26: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 27: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 28: loopwire.v1.Usage
-	(*Timings)(nil),                // 29: loopwire.v1.Timings
-	(*Error)(nil),                  // 30: loopwire.v1.Error
-	(*PrefillProgress)(nil),        // 31: loopwire.v1.PrefillProgress
+	(*CountTokensRequest)(nil),     // 2: loopwire.v1.CountTokensRequest
+	(*CountTokensResponse)(nil),    // 3: loopwire.v1.CountTokensResponse
+	(*GetModelRequest)(nil),        // 4: loopwire.v1.GetModelRequest
+	(*GetModelResponse)(nil),       // 5: loopwire.v1.GetModelResponse
+	(*CreateResponse)(nil),         // 6: loopwire.v1.CreateResponse
+	(*TextFormat)(nil),             // 7: loopwire.v1.TextFormat
+	(*CancelResponse)(nil),         // 8: loopwire.v1.CancelResponse
+	(*HoldKv)(nil),                 // 9: loopwire.v1.HoldKv
+	(*ConverseRequest)(nil),        // 10: loopwire.v1.ConverseRequest
+	(*ResponseCreated)(nil),        // 11: loopwire.v1.ResponseCreated
+	(*TextDelta)(nil),              // 12: loopwire.v1.TextDelta
+	(*ToolCallStarted)(nil),        // 13: loopwire.v1.ToolCallStarted
+	(*ToolCallArgumentsDelta)(nil), // 14: loopwire.v1.ToolCallArgumentsDelta
+	(*ToolCallDone)(nil),           // 15: loopwire.v1.ToolCallDone
+	(*SafetyVerdict)(nil),          // 16: loopwire.v1.SafetyVerdict
+	(*CacheBreak)(nil),             // 17: loopwire.v1.CacheBreak
+	(*ResponseCompleted)(nil),      // 18: loopwire.v1.ResponseCompleted
+	(*ResponseFailed)(nil),         // 19: loopwire.v1.ResponseFailed
+	(*KvHeld)(nil),                 // 20: loopwire.v1.KvHeld
+	(*ConverseResponse)(nil),       // 21: loopwire.v1.ConverseResponse
+	nil,                            // 22: loopwire.v1.CreateResponse.TraceContextEntry
+	(*Tool)(nil),                   // 23: loopwire.v1.Tool
+	(*Item)(nil),                   // 24: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 25: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 26: loopwire.v1.ReplayOutput
+	(*ToolChoice)(nil),             // 27: loopwire.v1.ToolChoice
+	(*FunctionCall)(nil),           // 28: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 29: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 30: loopwire.v1.Usage
+	(*Timings)(nil),                // 31: loopwire.v1.Timings
+	(*Error)(nil),                  // 32: loopwire.v1.Error
+	(*PrefillProgress)(nil),        // 33: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
-	21, // 0: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	22, // 1: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	23, // 2: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
-	0,  // 3: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	24, // 4: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	20, // 5: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
-	25, // 6: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
-	5,  // 7: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
-	4,  // 8: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
-	6,  // 9: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	7,  // 10: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
-	26, // 11: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 12: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	27, // 13: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	28, // 14: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	29, // 15: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	22, // 16: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	30, // 17: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	9,  // 18: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	10, // 19: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	11, // 20: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	12, // 21: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	13, // 22: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	14, // 23: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	15, // 24: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	16, // 25: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	17, // 26: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	18, // 27: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	31, // 28: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	8,  // 29: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	2,  // 30: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	19, // 31: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	3,  // 32: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	31, // [31:33] is the sub-list for method output_type
-	29, // [29:31] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	6,  // 0: loopwire.v1.CountTokensRequest.request:type_name -> loopwire.v1.CreateResponse
+	23, // 1: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	24, // 2: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	25, // 3: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	0,  // 4: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
+	26, // 5: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	22, // 6: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	27, // 7: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
+	7,  // 8: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
+	6,  // 9: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
+	8,  // 10: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
+	9,  // 11: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
+	28, // 12: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 13: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	29, // 14: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	30, // 15: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	31, // 16: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	24, // 17: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	32, // 18: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	11, // 19: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	12, // 20: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	13, // 21: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	14, // 22: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	15, // 23: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	16, // 24: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	17, // 25: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	18, // 26: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	19, // 27: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	20, // 28: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	33, // 29: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	10, // 30: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	4,  // 31: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	2,  // 32: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
+	21, // 33: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	5,  // 34: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	3,  // 35: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
+	33, // [33:36] is the sub-list for method output_type
+	30, // [30:33] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1712,13 +1824,13 @@ func file_loopwire_v1_gateway_proto_init() {
 		return
 	}
 	file_loopwire_v1_common_proto_init()
-	file_loopwire_v1_gateway_proto_msgTypes[2].OneofWrappers = []any{}
-	file_loopwire_v1_gateway_proto_msgTypes[6].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[4].OneofWrappers = []any{}
+	file_loopwire_v1_gateway_proto_msgTypes[8].OneofWrappers = []any{
 		(*ConverseRequest_CreateResponse)(nil),
 		(*ConverseRequest_CancelResponse)(nil),
 		(*ConverseRequest_HoldKv)(nil),
 	}
-	file_loopwire_v1_gateway_proto_msgTypes[17].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[19].OneofWrappers = []any{
 		(*ConverseResponse_Created)(nil),
 		(*ConverseResponse_TextDelta)(nil),
 		(*ConverseResponse_ToolCallStarted)(nil),
@@ -1737,7 +1849,7 @@ func file_loopwire_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_gateway_proto_rawDesc), len(file_loopwire_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	GatewayService_Converse_FullMethodName = "/loopwire.v1.GatewayService/Converse"
-	GatewayService_GetModel_FullMethodName = "/loopwire.v1.GatewayService/GetModel"
+	GatewayService_Converse_FullMethodName    = "/loopwire.v1.GatewayService/Converse"
+	GatewayService_GetModel_FullMethodName    = "/loopwire.v1.GatewayService/GetModel"
+	GatewayService_CountTokens_FullMethodName = "/loopwire.v1.GatewayService/CountTokens"
 )
 
 // GatewayServiceClient is the client API for GatewayService service.
@@ -36,6 +37,9 @@ type GatewayServiceClient interface {
 	// The model this gateway serves, as a client plans with it: its context window (so a
 	// harness compacts before it is full) and how it calls tools.
 	GetModel(ctx context.Context, in *GetModelRequest, opts ...grpc.CallOption) (*GetModelResponse, error)
+	// The prompt tokens a request would take, counted with the served model's tokenizer and
+	// chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
+	CountTokens(ctx context.Context, in *CountTokensRequest, opts ...grpc.CallOption) (*CountTokensResponse, error)
 }
 
 type gatewayServiceClient struct {
@@ -69,6 +73,16 @@ func (c *gatewayServiceClient) GetModel(ctx context.Context, in *GetModelRequest
 	return out, nil
 }
 
+func (c *gatewayServiceClient) CountTokens(ctx context.Context, in *CountTokensRequest, opts ...grpc.CallOption) (*CountTokensResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountTokensResponse)
+	err := c.cc.Invoke(ctx, GatewayService_CountTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServiceServer is the server API for GatewayService service.
 // All implementations must embed UnimplementedGatewayServiceServer
 // for forward compatibility.
@@ -82,6 +96,9 @@ type GatewayServiceServer interface {
 	// The model this gateway serves, as a client plans with it: its context window (so a
 	// harness compacts before it is full) and how it calls tools.
 	GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error)
+	// The prompt tokens a request would take, counted with the served model's tokenizer and
+	// chat template, without running it (OpenAI's POST /v1/responses/input_tokens).
+	CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error)
 	mustEmbedUnimplementedGatewayServiceServer()
 }
 
@@ -97,6 +114,9 @@ func (UnimplementedGatewayServiceServer) Converse(grpc.BidiStreamingServer[Conve
 }
 func (UnimplementedGatewayServiceServer) GetModel(context.Context, *GetModelRequest) (*GetModelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetModel not implemented")
+}
+func (UnimplementedGatewayServiceServer) CountTokens(context.Context, *CountTokensRequest) (*CountTokensResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountTokens not implemented")
 }
 func (UnimplementedGatewayServiceServer) mustEmbedUnimplementedGatewayServiceServer() {}
 func (UnimplementedGatewayServiceServer) testEmbeddedByValue()                        {}
@@ -144,6 +164,24 @@ func _GatewayService_GetModel_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GatewayService_CountTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServiceServer).CountTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GatewayService_CountTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServiceServer).CountTokens(ctx, req.(*CountTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GatewayService_ServiceDesc is the grpc.ServiceDesc for GatewayService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -154,6 +192,10 @@ var GatewayService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetModel",
 			Handler:    _GatewayService_GetModel_Handler,
+		},
+		{
+			MethodName: "CountTokens",
+			Handler:    _GatewayService_CountTokens_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

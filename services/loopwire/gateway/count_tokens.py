@@ -1,0 +1,60 @@
+"""``CountTokens``: what a request's prompt would weigh, counted exactly as Converse would build
+it (same validation, template and tokenizer), without running or storing anything. A held
+conversation is read, never claimed or changed: the count appends to a copy."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from loopwire.common.auth import Tenant
+from loopwire.common.chat_template import ChatTemplateError
+from loopwire.common.errors import RequestError
+from loopwire.gateway import policy, validation
+from loopwire.gateway.conversation import Conversation
+from loopwire.v1 import common_pb2, gateway_pb2
+
+if TYPE_CHECKING:
+    from loopwire.gateway.service import GatewayServicer
+
+Code = common_pb2.ErrorCode
+_NO_STREAM = ""  # a unary call belongs to no Converse stream
+_PREVIOUS = "request.previous_response_id"
+
+
+async def count(gw: GatewayServicer, tenant: Tenant, create: gateway_pb2.CreateResponse) -> gateway_pb2.CountTokensResponse:
+    cfg = gw.config
+    validation.check_size(create, cfg.max_request_bytes)
+    validation.check_header(create)
+    policy.check(create, tenant, cfg.safety_mode, cfg.allow_replay)
+    held: Conversation | None = None
+    if create.previous_response_id:
+        try:
+            held = gw.store.peek(create.previous_response_id, tenant.name, _NO_STREAM, _PREVIOUS)
+        except RequestError as e:
+            if e.code != Code.ERROR_CODE_PERMISSION_DENIED:
+                raise
+            # Another tenant's id reads as an unknown one: an id confirms nothing.
+            raise RequestError(Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND,
+                               f"previous_response_id {create.previous_response_id!r} is unknown or was evicted: "
+                               "send the full request", _PREVIOUS) from None
+        validation.check_items(create.input, held.call_ids)
+    else:
+        validation.check_items(create.input, ())
+
+    def tokenize() -> int:
+        conversation = (held.fork(held.item_count) if held is not None else
+                        Conversation(gw.prompt, create.model, create.instructions, create.tools,
+                                     cache_salt=tenant.name, incremental=cfg.incremental_render))
+        conversation.append(list(create.input))
+        return len(conversation)
+
+    try:
+        tokens = await asyncio.to_thread(tokenize)  # a long prompt never stalls the streams of this loop
+    except ChatTemplateError as e:
+        raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "request.input") from None
+    wait_ms = gw.limiter(tenant).admit(tokens)  # counting costs the gateway what tokenizing does
+    if wait_ms:
+        raise RequestError(Code.ERROR_CODE_RESOURCE_EXHAUSTED, f"tenant {tenant.name!r} is over its rate limit",
+                           "request", retryable=True, retry_after_ms=wait_ms)
+    return gateway_pb2.CountTokensResponse(input_tokens=tokens, context_length=gw.model.context_length)

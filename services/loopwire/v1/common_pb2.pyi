@@ -26,23 +26,40 @@ class _Role:
 class _RoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Role.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ROLE_UNSPECIFIED: _Role.ValueType  # 0
+    """Not set: the gateway refuses a message without a role (INVALID_ARGUMENT)."""
     ROLE_SYSTEM: _Role.ValueType  # 1
+    """Operator-level instructions at the start of the conversation."""
     ROLE_DEVELOPER: _Role.ValueType  # 2
+    """Instructions from the application developer (OpenAI's developer role); the prompt renders
+    it as a system message.
+    """
     ROLE_USER: _Role.ValueType  # 3
+    """The human (or the harness speaking for one, e.g. the task or a background command's result)."""
     ROLE_ASSISTANT: _Role.ValueType  # 4
+    """The model's own earlier output."""
 
 class Role(_Role, metaclass=_RoleEnumTypeWrapper):
     """Shared vocabulary of the three services: conversation items, tools,
     sampling, usage, timings and in-stream errors.
 
-    Who wrote a message.
+    Units: durations named `*_us` are integer microseconds, `*_ms` integer milliseconds and
+    `*_seconds` whole seconds; token counts are tokens of the served model's tokenizer.
+
+    Who wrote a message; the chat template renders each role in its own way.
     """
 
 ROLE_UNSPECIFIED: Role.ValueType  # 0
+"""Not set: the gateway refuses a message without a role (INVALID_ARGUMENT)."""
 ROLE_SYSTEM: Role.ValueType  # 1
+"""Operator-level instructions at the start of the conversation."""
 ROLE_DEVELOPER: Role.ValueType  # 2
+"""Instructions from the application developer (OpenAI's developer role); the prompt renders
+it as a system message.
+"""
 ROLE_USER: Role.ValueType  # 3
+"""The human (or the harness speaking for one, e.g. the task or a background command's result)."""
 ROLE_ASSISTANT: Role.ValueType  # 4
+"""The model's own earlier output."""
 Global___Role: _TypeAlias = Role  # noqa: Y015
 
 class _ToolChoiceMode:
@@ -62,7 +79,8 @@ class _ToolChoiceModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolCh
     TOOL_CHOICE_MODE_FUNCTION: _ToolChoiceMode.ValueType  # 3
     """Exactly the function named in ToolChoice.function_name."""
 
-class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper): ...
+class ToolChoiceMode(_ToolChoiceMode, metaclass=_ToolChoiceModeEnumTypeWrapper):
+    """How the model may use the tools (OpenAI's tool_choice)."""
 
 TOOL_CHOICE_MODE_UNSPECIFIED: ToolChoiceMode.ValueType  # 0
 """Auto: free text, and a call once the model opens one; an opened call always has
@@ -83,23 +101,41 @@ class _FinishReason:
 class _FinishReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FinishReason.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     FINISH_REASON_UNSPECIFIED: _FinishReason.ValueType  # 0
+    """Not known (never set on a completed response)."""
     FINISH_REASON_STOP: _FinishReason.ValueType  # 1
+    """A stop token or stop string ended the output."""
     FINISH_REASON_LENGTH: _FinishReason.ValueType  # 2
+    """The output reached its token limit (max_output_tokens, the replica's cap or the context window)."""
     FINISH_REASON_TOOL_CALLS: _FinishReason.ValueType  # 3
+    """The output ended with one or more tool calls for the client to run."""
     FINISH_REASON_CANCELLED: _FinishReason.ValueType  # 4
+    """The generation was cancelled before it finished."""
     FINISH_REASON_SAFETY: _FinishReason.ValueType  # 5
+    """A safety check stopped the output. Reserved: the gateway ends such a response with
+    ResponseFailed (ERROR_CODE_SAFETY_VIOLATION) instead of a completion.
+    """
     FINISH_REASON_ERROR: _FinishReason.ValueType  # 6
+    """The engine failed or timed out, or the output could not satisfy its constraint."""
 
 class FinishReason(_FinishReason, metaclass=_FinishReasonEnumTypeWrapper):
     """Why generation stopped."""
 
 FINISH_REASON_UNSPECIFIED: FinishReason.ValueType  # 0
+"""Not known (never set on a completed response)."""
 FINISH_REASON_STOP: FinishReason.ValueType  # 1
+"""A stop token or stop string ended the output."""
 FINISH_REASON_LENGTH: FinishReason.ValueType  # 2
+"""The output reached its token limit (max_output_tokens, the replica's cap or the context window)."""
 FINISH_REASON_TOOL_CALLS: FinishReason.ValueType  # 3
+"""The output ended with one or more tool calls for the client to run."""
 FINISH_REASON_CANCELLED: FinishReason.ValueType  # 4
+"""The generation was cancelled before it finished."""
 FINISH_REASON_SAFETY: FinishReason.ValueType  # 5
+"""A safety check stopped the output. Reserved: the gateway ends such a response with
+ResponseFailed (ERROR_CODE_SAFETY_VIOLATION) instead of a completion.
+"""
 FINISH_REASON_ERROR: FinishReason.ValueType  # 6
+"""The engine failed or timed out, or the output could not satisfy its constraint."""
 Global___FinishReason: _TypeAlias = FinishReason  # noqa: Y015
 
 class _ErrorCode:
@@ -109,7 +145,9 @@ class _ErrorCode:
 class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ERROR_CODE_UNSPECIFIED: _ErrorCode.ValueType  # 0
+    """Not set."""
     ERROR_CODE_INVALID_ARGUMENT: _ErrorCode.ValueType  # 1
+    """A field of the request is malformed or out of range; Error.field names it."""
     ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND: _ErrorCode.ValueType  # 2
     """The gateway no longer holds (or never held) the response named by
     previous_response_id: resend the full request.
@@ -117,12 +155,23 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ERROR_CODE_STATE_LOST: _ErrorCode.ValueType  # 3
     """The inference replica no longer holds the state an append extends: resend in full."""
     ERROR_CODE_RESOURCE_EXHAUSTED: _ErrorCode.ValueType  # 4
+    """A limit was hit: the tenant's rate limit (retryable, with retry_after_ms), the context
+    window, the per-session token limit or the replica's KV capacity.
+    """
     ERROR_CODE_PERMISSION_DENIED: _ErrorCode.ValueType  # 5
+    """The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
+    a laxer safety mode, replay), a bad key, or another tenant's response.
+    """
     ERROR_CODE_SAFETY_VIOLATION: _ErrorCode.ValueType  # 6
+    """The input or the output failed the safety check."""
     ERROR_CODE_UNAVAILABLE: _ErrorCode.ValueType  # 7
+    """No replica (or gateway) could serve the request now; usually retryable."""
     ERROR_CODE_CANCELLED: _ErrorCode.ValueType  # 8
+    """The request was cancelled (by the client, or its run was cancelled)."""
     ERROR_CODE_DEADLINE_EXCEEDED: _ErrorCode.ValueType  # 9
+    """The request did not finish in the time allowed."""
     ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 10
+    """A bug or an unexpected failure inside a service; Error.message says what."""
     ERROR_CODE_FAILED_PRECONDITION: _ErrorCode.ValueType  # 11
     """The request cannot be served as the system stands, e.g. the replica serves another
     model than the one the gateway tokenizes for.
@@ -138,7 +187,9 @@ class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Machine-readable reason of an in-stream error."""
 
 ERROR_CODE_UNSPECIFIED: ErrorCode.ValueType  # 0
+"""Not set."""
 ERROR_CODE_INVALID_ARGUMENT: ErrorCode.ValueType  # 1
+"""A field of the request is malformed or out of range; Error.field names it."""
 ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND: ErrorCode.ValueType  # 2
 """The gateway no longer holds (or never held) the response named by
 previous_response_id: resend the full request.
@@ -146,12 +197,23 @@ previous_response_id: resend the full request.
 ERROR_CODE_STATE_LOST: ErrorCode.ValueType  # 3
 """The inference replica no longer holds the state an append extends: resend in full."""
 ERROR_CODE_RESOURCE_EXHAUSTED: ErrorCode.ValueType  # 4
+"""A limit was hit: the tenant's rate limit (retryable, with retry_after_ms), the context
+window, the per-session token limit or the replica's KV capacity.
+"""
 ERROR_CODE_PERMISSION_DENIED: ErrorCode.ValueType  # 5
+"""The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
+a laxer safety mode, replay), a bad key, or another tenant's response.
+"""
 ERROR_CODE_SAFETY_VIOLATION: ErrorCode.ValueType  # 6
+"""The input or the output failed the safety check."""
 ERROR_CODE_UNAVAILABLE: ErrorCode.ValueType  # 7
+"""No replica (or gateway) could serve the request now; usually retryable."""
 ERROR_CODE_CANCELLED: ErrorCode.ValueType  # 8
+"""The request was cancelled (by the client, or its run was cancelled)."""
 ERROR_CODE_DEADLINE_EXCEEDED: ErrorCode.ValueType  # 9
+"""The request did not finish in the time allowed."""
 ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 10
+"""A bug or an unexpected failure inside a service; Error.message says what."""
 ERROR_CODE_FAILED_PRECONDITION: ErrorCode.ValueType  # 11
 """The request cannot be served as the system stands, e.g. the replica serves another
 model than the one the gateway tokenizes for.
@@ -172,6 +234,7 @@ class ContentPart(_message.Message):
 
     TEXT_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """Plain UTF-8 text, rendered verbatim into the prompt."""
     def __init__(
         self,
         *,
@@ -196,8 +259,11 @@ class Message(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     role: Global___Role.ValueType
+    """Who wrote it; must be set."""
     @_builtins.property
-    def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentPart]: ...
+    def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentPart]:
+        """The parts in order; their texts are concatenated when the prompt is rendered."""
+
     def __init__(
         self,
         *,
@@ -222,8 +288,16 @@ class FunctionCall(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     ARGUMENTS_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
+    """Identifies the call within the conversation; the FunctionCallOutput that answers it
+    carries the same id. The gateway makes it ("call_<response id>_<n>", or the recorded id
+    in a replay); a client that sends a call back in `input` must keep it non-empty.
+    """
     name: _builtins.str
+    """The called tool: one of the request's Tool.name values."""
     arguments: _builtins.str
+    """The arguments as a JSON object in text form, as the model wrote them (schema-valid when
+    the call was generated under a tool-choice constraint).
+    """
     def __init__(
         self,
         *,
@@ -249,7 +323,13 @@ class FunctionCallOutput(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     IS_ERROR_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
+    """The FunctionCall.call_id this answers; the gateway refuses an id the conversation never
+    made (INVALID_ARGUMENT).
+    """
     output: _builtins.str
+    """What the tool returned, as the model will read it (the harness caps long outputs and
+    notes what it cut).
+    """
     is_error: _builtins.bool
     """True when the tool failed; the output then explains why, for the model to read."""
     def __init__(
@@ -277,7 +357,9 @@ class ToolSearchOutput(_message.Message):
 
     TOOLS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[Global___Tool]:
+        """The tools found, each with its JSON Schema; from here on the model may call them."""
+
     def __init__(
         self,
         *,
@@ -300,8 +382,9 @@ class CompactionSummary(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     REPLACED_ITEMS_FIELD_NUMBER: _builtins.int
     summary: _builtins.str
+    """The summary text, written by a model call over the items it replaces."""
     replaced_items: _builtins.int
-    """How many earlier items the summary replaces."""
+    """How many items of the stored log, counted from its start, the summary stands for."""
     def __init__(
         self,
         *,
@@ -328,15 +411,25 @@ class Item(_message.Message):
     TOOL_SEARCH_OUTPUT_FIELD_NUMBER: _builtins.int
     COMPACTION_SUMMARY_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def message(self) -> Global___Message: ...
+    def message(self) -> Global___Message:
+        """A message of any role."""
+
     @_builtins.property
-    def function_call(self) -> Global___FunctionCall: ...
+    def function_call(self) -> Global___FunctionCall:
+        """A call the model made (in a request: one it made earlier, sent back)."""
+
     @_builtins.property
-    def function_call_output(self) -> Global___FunctionCallOutput: ...
+    def function_call_output(self) -> Global___FunctionCallOutput:
+        """The result of an earlier function_call."""
+
     @_builtins.property
-    def tool_search_output(self) -> Global___ToolSearchOutput: ...
+    def tool_search_output(self) -> Global___ToolSearchOutput:
+        """Tools discovered by a tool search, added without changing the request's tool list."""
+
     @_builtins.property
-    def compaction_summary(self) -> Global___CompactionSummary: ...
+    def compaction_summary(self) -> Global___CompactionSummary:
+        """A summary standing for earlier items (written by the harness's compaction)."""
+
     def __init__(
         self,
         *,
@@ -366,8 +459,11 @@ class Tool(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     PARAMETERS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The name the model calls it by; non-empty and unique within a request."""
     description: _builtins.str
+    """What the tool does, shown to the model in the prompt."""
     parameters: _builtins.str
+    """A JSON Schema object (as text) for the call's arguments; empty: the tool takes none."""
     def __init__(
         self,
         *,
@@ -395,6 +491,7 @@ class ToolChoice(_message.Message):
     FUNCTION_NAME_FIELD_NUMBER: _builtins.int
     ALLOWED_TOOLS_FIELD_NUMBER: _builtins.int
     mode: Global___ToolChoiceMode.ValueType
+    """The policy; unset (0) is auto."""
     function_name: _builtins.str
     """For TOOL_CHOICE_MODE_FUNCTION: one of the request's tools."""
     @_builtins.property
@@ -431,16 +528,26 @@ class SamplingParams(_message.Message):
     STOP_FIELD_NUMBER: _builtins.int
     SPECULATIVE_DECODING_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
-    """0 means greedy."""
+    """Softmax temperature, finite and >= 0; 0 means greedy (argmax)."""
     top_p: _builtins.float
-    """0 means 1.0 (no nucleus truncation)."""
+    """Nucleus sampling mass in [0, 1]; 0 means 1.0 (no nucleus truncation)."""
     seed: _builtins.int
+    """Seed of the sampler's random generator: the same request with the same seed samples the
+    same tokens. 0 is an ordinary seed, not "random".
+    """
     max_output_tokens: _builtins.int
-    """0 means the server's default; above the server's limit is INVALID_ARGUMENT."""
+    """Most tokens the response may generate. 0 means the gateway's default (or, in a replay, the
+    recorded output's length). The gateway caps it at the replica's limit and at what the
+    context window leaves after the prompt (it never fails for that); negative is INVALID_ARGUMENT.
+    """
     speculative_decoding: _builtins.bool
     """Speculative decoding on (default) or off; output is the same either way."""
     @_builtins.property
-    def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Stop strings: the output ends (FINISH_REASON_STOP) before the first occurrence of any of
+        them, which is not returned. Each must be non-empty.
+        """
+
     def __init__(
         self,
         *,
@@ -472,8 +579,13 @@ class ReplayOutput(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     FUNCTION_CALLS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """The assistant text to emit."""
     @_builtins.property
-    def function_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___FunctionCall]: ...
+    def function_calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___FunctionCall]:
+        """The tool calls to emit after the text, in the model's tool-call format; their call_ids
+        become the calls' ids in the response.
+        """
+
     def __init__(
         self,
         *,
@@ -501,12 +613,15 @@ class Usage(_message.Message):
     DRAFT_TOKENS_ACCEPTED_FIELD_NUMBER: _builtins.int
     VERIFICATION_STEPS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
+    """Prompt tokens of the generation: the whole sequence the output follows, cached part included."""
     cached_input_tokens: _builtins.int
     """Input tokens served from the prefix cache (not prefilled again)."""
     output_tokens: _builtins.int
+    """Tokens generated."""
     draft_tokens_proposed: _builtins.int
     """Speculative decoding: tokens proposed by the drafter and accepted by the target."""
     draft_tokens_accepted: _builtins.int
+    """Of draft_tokens_proposed, those the target model accepted (0 without speculative decoding)."""
     verification_steps: _builtins.int
     """Forward passes that verified drafts; output_tokens / verification_steps is
     the mean acceptance length.
@@ -560,7 +675,9 @@ Global___PrefillProgress: _TypeAlias = PrefillProgress  # noqa: Y015
 @_typing.final
 class Timings(_message.Message):
     """Where the time of one response went, in microseconds, and how much work each
-    layer did for it.
+    layer did for it. The inference replica sets queue_us, prefill_us, ttft_us, decode_us and
+    total_us (ttft_us + decode_us); the gateway adds the rest and replaces total_us with its own.
+    A field a layer did not measure is 0.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -577,14 +694,29 @@ class Timings(_message.Message):
     BYTES_RECEIVED_FIELD_NUMBER: _builtins.int
     TOKENS_FORWARDED_FIELD_NUMBER: _builtins.int
     gateway_overhead_us: _builtins.int
-    """Gateway CPU time spent on this response outside inference."""
+    """Gateway CPU time (thread time, microseconds) spent on this response outside inference:
+    validation, tokenizing, parsing output, building events.
+    """
     tokenize_us: _builtins.int
+    """Gateway CPU time (microseconds) spent tokenizing: the request's new items, and the
+    completed output appended to the conversation.
+    """
     queue_us: _builtins.int
+    """Microseconds the generation waited in the replica's queue before first being scheduled."""
     prefill_us: _builtins.int
+    """Microseconds from first being scheduled to the end of the prompt's prefill."""
     ttft_us: _builtins.int
+    """Microseconds from the generation's arrival at the replica to its first output token."""
     decode_us: _builtins.int
+    """Microseconds from the first output token to the end of the generation."""
     safety_us: _builtins.int
+    """Classifier time (microseconds) of the safety checks, input and output; they normally run
+    beside inference, so this is not on the latency path.
+    """
     total_us: _builtins.int
+    """Wall-clock microseconds of the whole response: from the gateway receiving the request to
+    completion (at the replica: ttft_us + decode_us).
+    """
     tokens_tokenized: _builtins.int
     """Tokens the gateway tokenized for this response (only new items when stateful)."""
     bytes_received: _builtins.int
@@ -626,12 +758,17 @@ class Error(_message.Message):
     RETRYABLE_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_MS_FIELD_NUMBER: _builtins.int
     code: Global___ErrorCode.ValueType
+    """What kind of failure; clients branch on this, not on the message."""
     message: _builtins.str
+    """Human-readable explanation (often prefixed with the field), for logs and people."""
     field: _builtins.str
     """The offending field as a path, e.g. "create_response.input[3].function_call_output.call_id"."""
     retryable: _builtins.bool
     """Whether the same request may succeed if retried (possibly elsewhere or later)."""
     retry_after_ms: _builtins.int
+    """When retryable: milliseconds to wait before retrying, as the server suggests it
+    (e.g. until the tenant's rate limit admits the request); 0: no hint.
+    """
     def __init__(
         self,
         *,

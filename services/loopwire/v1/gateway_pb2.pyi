@@ -27,21 +27,29 @@ class _SafetyMode:
 class _SafetyModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SafetyMode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     SAFETY_MODE_UNSPECIFIED: _SafetyMode.ValueType  # 0
+    """Not set: the tenant's configured mode, or else the gateway's default."""
     SAFETY_MODE_STREAM_THEN_CUT: _SafetyMode.ValueType  # 1
     """Output flows at once; a violation cuts the stream with a safety event."""
     SAFETY_MODE_BUFFER_UNTIL_PASS: _SafetyMode.ValueType  # 2
     """Nothing is released before the chunk containing it passed the classifier."""
     SAFETY_MODE_OFF: _SafetyMode.ValueType  # 3
+    """No safety checks. A request may only ask for a mode at least as strict as its tenant's
+    (else PERMISSION_DENIED), so this is accepted only where the tenant's mode is off already.
+    """
 
 class SafetyMode(_SafetyMode, metaclass=_SafetyModeEnumTypeWrapper):
     """When safety may hold back output."""
 
 SAFETY_MODE_UNSPECIFIED: SafetyMode.ValueType  # 0
+"""Not set: the tenant's configured mode, or else the gateway's default."""
 SAFETY_MODE_STREAM_THEN_CUT: SafetyMode.ValueType  # 1
 """Output flows at once; a violation cuts the stream with a safety event."""
 SAFETY_MODE_BUFFER_UNTIL_PASS: SafetyMode.ValueType  # 2
 """Nothing is released before the chunk containing it passed the classifier."""
 SAFETY_MODE_OFF: SafetyMode.ValueType  # 3
+"""No safety checks. A request may only ask for a mode at least as strict as its tenant's
+(else PERMISSION_DENIED), so this is accepted only where the tenant's mode is off already.
+"""
 Global___SafetyMode: _TypeAlias = SafetyMode  # noqa: Y015
 
 class _SafetyStage:
@@ -51,15 +59,21 @@ class _SafetyStage:
 class _SafetyStageEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SafetyStage.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     SAFETY_STAGE_UNSPECIFIED: _SafetyStage.ValueType  # 0
+    """Not set; never sent."""
     SAFETY_STAGE_INPUT: _SafetyStage.ValueType  # 1
+    """The request's new input items."""
     SAFETY_STAGE_OUTPUT: _SafetyStage.ValueType  # 2
+    """The model's output text."""
 
 class SafetyStage(_SafetyStage, metaclass=_SafetyStageEnumTypeWrapper):
     """Where a safety check looked."""
 
 SAFETY_STAGE_UNSPECIFIED: SafetyStage.ValueType  # 0
+"""Not set; never sent."""
 SAFETY_STAGE_INPUT: SafetyStage.ValueType  # 1
+"""The request's new input items."""
 SAFETY_STAGE_OUTPUT: SafetyStage.ValueType  # 2
+"""The model's output text."""
 Global___SafetyStage: _TypeAlias = SafetyStage  # noqa: Y015
 
 @_typing.final
@@ -72,7 +86,11 @@ class CountTokensRequest(_message.Message):
 
     REQUEST_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def request(self) -> Global___CreateResponse: ...
+    def request(self) -> Global___CreateResponse:
+        """The request, validated as Converse would; nothing is run or stored. A previous_response_id
+        made with no_store lives only on its own stream and is not found here.
+        """
+
     def __init__(
         self,
         *,
@@ -88,6 +106,8 @@ Global___CountTokensRequest: _TypeAlias = CountTokensRequest  # noqa: Y015
 
 @_typing.final
 class CountTokensResponse(_message.Message):
+    """The size of a request's prompt."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     INPUT_TOKENS_FIELD_NUMBER: _builtins.int
@@ -114,6 +134,8 @@ Global___CountTokensResponse: _TypeAlias = CountTokensResponse  # noqa: Y015
 
 @_typing.final
 class GetModelRequest(_message.Message):
+    """Ask which model the gateway serves."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     def __init__(
@@ -129,6 +151,8 @@ Global___GetModelRequest: _TypeAlias = GetModelRequest  # noqa: Y015
 
 @_typing.final
 class GetModelResponse(_message.Message):
+    """The served model, as a client plans with it."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
@@ -206,19 +230,43 @@ class CreateResponse(_message.Message):
     PARALLEL_TOOL_CALLS_FIELD_NUMBER: _builtins.int
     TEXT_FORMAT_FIELD_NUMBER: _builtins.int
     previous_response_id: _builtins.str
-    """Empty for a full request."""
+    """The response this request continues (a delta): a ResponseCreated.response_id of the caller's
+    tenant. Unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND, resend in full. Empty for a full request.
+    """
     model: _builtins.str
+    """The model the request is for. The gateway serves one model and does not route by it; it
+    labels the response's telemetry, and a change from the previous request is a cache break.
+    In a delta: empty (inherited) or equal to the previous request's.
+    """
     instructions: _builtins.str
+    """The system instructions, rendered first in the prompt. In a delta: empty (inherited) or
+    equal to the previous request's.
+    """
     safety_mode: Global___SafetyMode.ValueType
+    """Safety mode of this response; unset: the tenant's (or gateway's). A request may only ask for
+    a stricter mode than its tenant's.
+    """
     retention_seconds: _builtins.int
-    """Keep this session's KV cached for this many seconds (e.g. waiting for approval)."""
+    """Keep this session's KV cached for this many seconds after the response (e.g. waiting for
+    approval); 0: no retention. At most the tenant's ceiling (else PERMISSION_DENIED).
+    """
     priority: _builtins.int
+    """Scheduling priority on the replica: higher runs first and is preempted last; 0 is the
+    default, at most the tenant's ceiling (else PERMISSION_DENIED).
+    """
     no_store: _builtins.bool
-    """Do not keep this response for a later previous_response_id (stateless clients)."""
+    """Do not keep this response for other streams (stateless clients): it can be continued only on
+    the stream that made it and is forgotten when that stream closes, and a full no_store request
+    is sent to the replica in full rather than as an append.
+    """
     parallel_tool_calls: _builtins.bool
     """False: at most one tool call per response (absent: true, OpenAI's default)."""
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]:
+        """Tools the model may call; names must be non-empty and unique. In a delta: empty
+        (inherited) or equal to the previous request's.
+        """
+
     @_builtins.property
     def input(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]:
         """The whole conversation (full request) or only the items after the previous
@@ -226,10 +274,14 @@ class CreateResponse(_message.Message):
         """
 
     @_builtins.property
-    def sampling(self) -> _common_pb2.SamplingParams: ...
+    def sampling(self) -> _common_pb2.SamplingParams:
+        """How tokens are picked, and the output's length limit."""
+
     @_builtins.property
     def replay(self) -> _common_pb2.ReplayOutput:
-        """Replay of a recorded session: the output to emit for this response."""
+        """Replay of a recorded session: the output to emit for this response. Test and benchmark
+        scaffolding: only a gateway configured to allow replay accepts it (else PERMISSION_DENIED).
+        """
 
     @_builtins.property
     def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -312,6 +364,10 @@ class CancelResponse(_message.Message):
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
+    """The response to stop: ResponseCreated.response_id of the one in flight on this stream.
+    It then ends with ResponseFailed (ERROR_CODE_CANCELLED); any other id is answered with an
+    INVALID_ARGUMENT ResponseFailed.
+    """
     def __init__(
         self,
         *,
@@ -337,7 +393,11 @@ class HoldKv(_message.Message):
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
+    """A stored response of the caller's tenant (unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND)."""
     retention_seconds: _builtins.int
+    """How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT); 0 releases the hold on
+    every replica.
+    """
     def __init__(
         self,
         *,
@@ -362,11 +422,17 @@ class ConverseRequest(_message.Message):
     CANCEL_RESPONSE_FIELD_NUMBER: _builtins.int
     HOLD_KV_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def create_response(self) -> Global___CreateResponse: ...
+    def create_response(self) -> Global___CreateResponse:
+        """Ask for a response."""
+
     @_builtins.property
-    def cancel_response(self) -> Global___CancelResponse: ...
+    def cancel_response(self) -> Global___CancelResponse:
+        """Stop the response in flight."""
+
     @_builtins.property
-    def hold_kv(self) -> Global___HoldKv: ...
+    def hold_kv(self) -> Global___HoldKv:
+        """Keep (or let go of) a stored response's KV."""
+
     def __init__(
         self,
         *,
@@ -395,7 +461,7 @@ class ResponseCreated(_message.Message):
     response_id: _builtins.str
     """Use as previous_response_id in the next request."""
     replica_id: _builtins.str
-    """The replica serving it."""
+    """The replica serving it: its reported replica id, or its address when it reports none."""
     def __init__(
         self,
         *,
@@ -418,6 +484,7 @@ class TextDelta(_message.Message):
 
     TEXT_FIELD_NUMBER: _builtins.int
     text: _builtins.str
+    """The next piece of text; consecutive deltas may arrive merged into one."""
     def __init__(
         self,
         *,
@@ -441,8 +508,11 @@ class ToolCallStarted(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
+    """The call's id, as in the later ToolCallDone and the response's output items."""
     name: _builtins.str
+    """The called tool's name."""
     index: _builtins.int
+    """Position of the call among this response's calls, from 0."""
     def __init__(
         self,
         *,
@@ -467,7 +537,9 @@ class ToolCallArgumentsDelta(_message.Message):
     CALL_ID_FIELD_NUMBER: _builtins.int
     DELTA_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
+    """The call these arguments belong to (ToolCallStarted.call_id)."""
     delta: _builtins.str
+    """The next piece of the arguments' JSON text; the deltas of a call concatenate to its arguments."""
     def __init__(
         self,
         *,
@@ -491,8 +563,11 @@ class ToolCallDone(_message.Message):
     CALL_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
     index: _builtins.int
+    """Position of the call among this response's calls, from 0 (as in ToolCallStarted)."""
     @_builtins.property
-    def call(self) -> _common_pb2.FunctionCall: ...
+    def call(self) -> _common_pb2.FunctionCall:
+        """The complete call: id, name and JSON arguments."""
+
     def __init__(
         self,
         *,
@@ -520,11 +595,15 @@ class SafetyVerdict(_message.Message):
     CLASSIFIER_US_FIELD_NUMBER: _builtins.int
     CHECKED_CHARS_FIELD_NUMBER: _builtins.int
     stage: Global___SafetyStage.ValueType
+    """Which check this is."""
     allowed: _builtins.bool
+    """False: a violation; the response then ends with ResponseFailed (SAFETY_VIOLATION)."""
     category: _builtins.str
     """Llama Guard-style category code, e.g. "S2"; empty when allowed."""
     detail: _builtins.str
+    """Human-readable reason from the classifier (e.g. what matched); may be empty."""
     classifier_us: _builtins.int
+    """Microseconds (wall clock) the classifier spent on this stage's checks so far."""
     checked_chars: _builtins.int
     """Output characters covered by the checks so far."""
     def __init__(
@@ -559,7 +638,11 @@ class CacheBreak(_message.Message):
     first_differing_item: _builtins.int
     """Index of the first item (counting the instructions and tools as item -1) that differs."""
     reason: _builtins.str
+    """Why, in words: "model changed", "tool list changed", "item 3 (message) differs ..."."""
     reused_tokens: _builtins.int
+    """Prompt tokens of the previous conversation reused before the break (not tokenized again);
+    0 when the break is at item -1.
+    """
     def __init__(
         self,
         *,
@@ -586,10 +669,15 @@ class ResponseCompleted(_message.Message):
     TIMINGS_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
     finish_reason: _common_pb2.FinishReason.ValueType
+    """Why the output ended; TOOL_CALLS when it made any call."""
     @_builtins.property
-    def usage(self) -> _common_pb2.Usage: ...
+    def usage(self) -> _common_pb2.Usage:
+        """The generation's token accounting."""
+
     @_builtins.property
-    def timings(self) -> _common_pb2.Timings: ...
+    def timings(self) -> _common_pb2.Timings:
+        """Where the time went, gateway and replica (see Timings)."""
+
     @_builtins.property
     def output(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]:
         """The response's output items (assistant message and function calls)."""
@@ -618,7 +706,9 @@ class ResponseFailed(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def error(self) -> _common_pb2.Error: ...
+    def error(self) -> _common_pb2.Error:
+        """What went wrong, and whether a retry may help."""
+
     def __init__(
         self,
         *,
@@ -634,9 +724,7 @@ Global___ResponseFailed: _TypeAlias = ResponseFailed  # noqa: Y015
 
 @_typing.final
 class KvHeld(_message.Message):
-    """An event of the Converse stream.
-    The answer to HoldKv.
-    """
+    """The answer to HoldKv."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -662,6 +750,8 @@ Global___KvHeld: _TypeAlias = KvHeld  # noqa: Y015
 
 @_typing.final
 class ConverseResponse(_message.Message):
+    """An event of the Converse stream."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
@@ -677,26 +767,49 @@ class ConverseResponse(_message.Message):
     KV_HELD_FIELD_NUMBER: _builtins.int
     PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
+    """The response (or HoldKv/CancelResponse target) this event belongs to; empty for a failure
+    of a request that named none.
+    """
     @_builtins.property
-    def created(self) -> Global___ResponseCreated: ...
+    def created(self) -> Global___ResponseCreated:
+        """The response was accepted and placed on a replica."""
+
     @_builtins.property
-    def text_delta(self) -> Global___TextDelta: ...
+    def text_delta(self) -> Global___TextDelta:
+        """More assistant text."""
+
     @_builtins.property
-    def tool_call_started(self) -> Global___ToolCallStarted: ...
+    def tool_call_started(self) -> Global___ToolCallStarted:
+        """A tool call began."""
+
     @_builtins.property
-    def tool_call_arguments_delta(self) -> Global___ToolCallArgumentsDelta: ...
+    def tool_call_arguments_delta(self) -> Global___ToolCallArgumentsDelta:
+        """More of a tool call's arguments."""
+
     @_builtins.property
-    def tool_call_done(self) -> Global___ToolCallDone: ...
+    def tool_call_done(self) -> Global___ToolCallDone:
+        """A tool call is complete."""
+
     @_builtins.property
-    def safety(self) -> Global___SafetyVerdict: ...
+    def safety(self) -> Global___SafetyVerdict:
+        """A safety check's verdict (input once checked; output at the end or on a violation)."""
+
     @_builtins.property
-    def cache_break(self) -> Global___CacheBreak: ...
+    def cache_break(self) -> Global___CacheBreak:
+        """The request did not extend the previous prompt (sent before created)."""
+
     @_builtins.property
-    def completed(self) -> Global___ResponseCompleted: ...
+    def completed(self) -> Global___ResponseCompleted:
+        """The response finished."""
+
     @_builtins.property
-    def failed(self) -> Global___ResponseFailed: ...
+    def failed(self) -> Global___ResponseFailed:
+        """The request failed."""
+
     @_builtins.property
-    def kv_held(self) -> Global___KvHeld: ...
+    def kv_held(self) -> Global___KvHeld:
+        """The answer to a HoldKv."""
+
     @_builtins.property
     def prefill_progress(self) -> _common_pb2.PrefillProgress:
         """The replica's prefill progress, relayed as it comes; only before the first output."""

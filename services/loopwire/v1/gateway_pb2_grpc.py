@@ -63,7 +63,13 @@ class GatewayServiceServicer:
     """
 
     def Converse(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+        events of each response out. Creates and holds run one after another in the order sent (a
+        delta names the response before it); a cancel acts at once on the response in flight. A
+        request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+        key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+        streams gets RESOURCE_EXHAUSTED.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -38,6 +38,13 @@ class GatewayServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> GatewayServiceAsyncStub: ...
     Converse: _grpc.StreamStreamMultiCallable[_gateway_pb2.ConverseRequest, _gateway_pb2.ConverseResponse]
+    """One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+    events of each response out. Creates and holds run one after another in the order sent (a
+    delta names the response before it); a cancel acts at once on the response in flight. A
+    request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+    key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+    streams gets RESOURCE_EXHAUSTED.
+    """
     GetModel: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetModelRequest, _gateway_pb2.GetModelResponse]
     """The model this gateway serves, as a client plans with it: its context window (so a
     harness compacts before it is full) and how it calls tools.
@@ -57,6 +64,13 @@ class GatewayServiceAsyncStub(GatewayServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Converse: _aio.StreamStreamMultiCallable[_gateway_pb2.ConverseRequest, _gateway_pb2.ConverseResponse]  # type: ignore[assignment]
+    """One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+    events of each response out. Creates and holds run one after another in the order sent (a
+    delta names the response before it); a cancel acts at once on the response in flight. A
+    request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+    key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+    streams gets RESOURCE_EXHAUSTED.
+    """
     GetModel: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetModelRequest, _gateway_pb2.GetModelResponse]  # type: ignore[assignment]
     """The model this gateway serves, as a client plans with it: its context window (so a
     harness compacts before it is full) and how it calls tools.
@@ -78,7 +92,14 @@ class GatewayServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request_iterator: _MaybeAsyncIterator[_gateway_pb2.ConverseRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ConverseResponse], _abc.AsyncIterator[_gateway_pb2.ConverseResponse]]: ...
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ConverseResponse], _abc.AsyncIterator[_gateway_pb2.ConverseResponse]]:
+        """One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+        events of each response out. Creates and holds run one after another in the order sent (a
+        delta names the response before it); a cancel acts at once on the response in flight. A
+        request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+        key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+        streams gets RESOURCE_EXHAUSTED.
+        """
 
     @_abc_1.abstractmethod
     def GetModel(

@@ -27,17 +27,33 @@ class _ApprovalMode:
 class _ApprovalModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ApprovalMode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     APPROVAL_MODE_UNSPECIFIED: _ApprovalMode.ValueType  # 0
+    """Not set: as ON_REQUEST."""
     APPROVAL_MODE_NEVER: _ApprovalMode.ValueType  # 1
+    """Never ask: calls run at once, and a call that needs more than the sandbox allows (a shell
+    command with network access) is refused.
+    """
     APPROVAL_MODE_ON_REQUEST: _ApprovalMode.ValueType  # 2
+    """Ask only for calls that need more than the sandbox allows (a shell command with network
+    access); the rest run at once.
+    """
     APPROVAL_MODE_ALWAYS: _ApprovalMode.ValueType  # 3
+    """Ask before every call."""
 
 class ApprovalMode(_ApprovalMode, metaclass=_ApprovalModeEnumTypeWrapper):
     """When a tool call needs a human's approval."""
 
 APPROVAL_MODE_UNSPECIFIED: ApprovalMode.ValueType  # 0
+"""Not set: as ON_REQUEST."""
 APPROVAL_MODE_NEVER: ApprovalMode.ValueType  # 1
+"""Never ask: calls run at once, and a call that needs more than the sandbox allows (a shell
+command with network access) is refused.
+"""
 APPROVAL_MODE_ON_REQUEST: ApprovalMode.ValueType  # 2
+"""Ask only for calls that need more than the sandbox allows (a shell command with network
+access); the rest run at once.
+"""
 APPROVAL_MODE_ALWAYS: ApprovalMode.ValueType  # 3
+"""Ask before every call."""
 Global___ApprovalMode: _TypeAlias = ApprovalMode  # noqa: Y015
 
 class _ConversationMode:
@@ -47,6 +63,7 @@ class _ConversationMode:
 class _ConversationModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConversationMode.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     CONVERSATION_MODE_UNSPECIFIED: _ConversationMode.ValueType  # 0
+    """Not set: as STATEFUL."""
     CONVERSATION_MODE_STATEFUL: _ConversationMode.ValueType  # 1
     """One Converse stream, deltas via previous_response_id (default)."""
     CONVERSATION_MODE_STATELESS: _ConversationMode.ValueType  # 2
@@ -56,6 +73,7 @@ class ConversationMode(_ConversationMode, metaclass=_ConversationModeEnumTypeWra
     """How the harness talks to the gateway."""
 
 CONVERSATION_MODE_UNSPECIFIED: ConversationMode.ValueType  # 0
+"""Not set: as STATEFUL."""
 CONVERSATION_MODE_STATEFUL: ConversationMode.ValueType  # 1
 """One Converse stream, deltas via previous_response_id (default)."""
 CONVERSATION_MODE_STATELESS: ConversationMode.ValueType  # 2
@@ -69,23 +87,41 @@ class _SessionStatus:
 class _SessionStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SessionStatus.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     SESSION_STATUS_UNSPECIFIED: _SessionStatus.ValueType  # 0
+    """Not set; never stored."""
     SESSION_STATUS_RUNNING: _SessionStatus.ValueType  # 1
+    """A run is in progress."""
     SESSION_STATUS_AWAITING_APPROVAL: _SessionStatus.ValueType  # 2
+    """Suspended until every pending approval is decided (ApprovalDecision)."""
     SESSION_STATUS_COMPLETED: _SessionStatus.ValueType  # 3
+    """The run completed; AddUserMessage continues it."""
     SESSION_STATUS_FAILED: _SessionStatus.ValueType  # 4
+    """The run failed; resumable."""
     SESSION_STATUS_CANCELLED: _SessionStatus.ValueType  # 5
+    """Cancelled by CancelRun; resumable."""
     SESSION_STATUS_INTERRUPTED: _SessionStatus.ValueType  # 6
+    """The run stopped without finishing: its client went away, or the harness stopped or failed to
+    record the end. Resumable.
+    """
 
 class SessionStatus(_SessionStatus, metaclass=_SessionStatusEnumTypeWrapper):
     """Lifecycle of a session."""
 
 SESSION_STATUS_UNSPECIFIED: SessionStatus.ValueType  # 0
+"""Not set; never stored."""
 SESSION_STATUS_RUNNING: SessionStatus.ValueType  # 1
+"""A run is in progress."""
 SESSION_STATUS_AWAITING_APPROVAL: SessionStatus.ValueType  # 2
+"""Suspended until every pending approval is decided (ApprovalDecision)."""
 SESSION_STATUS_COMPLETED: SessionStatus.ValueType  # 3
+"""The run completed; AddUserMessage continues it."""
 SESSION_STATUS_FAILED: SessionStatus.ValueType  # 4
+"""The run failed; resumable."""
 SESSION_STATUS_CANCELLED: SessionStatus.ValueType  # 5
+"""Cancelled by CancelRun; resumable."""
 SESSION_STATUS_INTERRUPTED: SessionStatus.ValueType  # 6
+"""The run stopped without finishing: its client went away, or the harness stopped or failed to
+record the end. Resumable.
+"""
 Global___SessionStatus: _TypeAlias = SessionStatus  # noqa: Y015
 
 @_typing.final
@@ -117,8 +153,13 @@ class ApprovalPolicy(_message.Message):
     DEFAULT_MODE_FIELD_NUMBER: _builtins.int
     PER_TOOL_FIELD_NUMBER: _builtins.int
     default_mode: Global___ApprovalMode.ValueType
+    """The mode of every tool per_tool does not name; unset: ON_REQUEST."""
     @_builtins.property
-    def per_tool(self) -> _containers.ScalarMap[_builtins.str, Global___ApprovalMode.ValueType]: ...
+    def per_tool(self) -> _containers.ScalarMap[_builtins.str, Global___ApprovalMode.ValueType]:
+        """Modes by tool name. An entry for "shell" also covers the other command tools
+        (exec_command, write_stdin) unless they have entries of their own.
+        """
+
     def __init__(
         self,
         *,
@@ -144,9 +185,13 @@ class ModelOptions(_message.Message):
     CONVERSATION_MODE_FIELD_NUMBER: _builtins.int
     TOOL_CHOICE_FIELD_NUMBER: _builtins.int
     model: _builtins.str
+    """The model named in every request to the gateway (see CreateResponse.model)."""
     conversation_mode: Global___ConversationMode.ValueType
+    """How the harness talks to the gateway; unset: stateful."""
     @_builtins.property
-    def sampling(self) -> _common_pb2.SamplingParams: ...
+    def sampling(self) -> _common_pb2.SamplingParams:
+        """Sampling of every turn (and of the compaction summary call)."""
+
     @_builtins.property
     def tool_choice(self) -> _common_pb2.ToolChoice:
         """How every turn uses the tools (absent: the harness's --tool-choice). REQUIRED: each turn
@@ -181,9 +226,13 @@ class ReplayTurn(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     FOLLOWUPS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def output(self) -> _common_pb2.ReplayOutput: ...
+    def output(self) -> _common_pb2.ReplayOutput:
+        """What the assistant said and called in the recorded turn; sent as CreateResponse.replay."""
+
     @_builtins.property
-    def followups(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]: ...
+    def followups(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]:
+        """What came back, appended after the turn (recorded tool outputs unless run_tools)."""
+
     def __init__(
         self,
         *,
@@ -213,9 +262,13 @@ class ReplayScript(_message.Message):
     run_tools: _builtins.bool
     """Run the real tools instead of returning the recorded outputs."""
     @_builtins.property
-    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplayTurn]: ...
+    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplayTurn]:
+        """The recorded turns in order; at least one. The session ends when they run out."""
+
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]:
+        """The recorded session's tools, offered to the model in place of the harness's own."""
+
     def __init__(
         self,
         *,
@@ -248,19 +301,29 @@ class StartTask(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     MCP_SERVERS_FIELD_NUMBER: _builtins.int
     task: _builtins.str
+    """What to do, in words: the session's first user message. Required."""
     instructions: _builtins.str
     """Fixed for the session; empty means the harness default."""
     workspace: _builtins.str
     """Directory the tools work in; empty means a fresh one."""
     max_turns: _builtins.int
+    """Most model turns before the session completes; 0: the harness's configured default (200
+    unless configured otherwise); at most 100000.
+    """
     session_id: _builtins.str
     """Optional client-chosen id; the harness makes one otherwise."""
     @_builtins.property
-    def approval_policy(self) -> Global___ApprovalPolicy: ...
+    def approval_policy(self) -> Global___ApprovalPolicy:
+        """Which tool calls wait for a human."""
+
     @_builtins.property
-    def model(self) -> Global___ModelOptions: ...
+    def model(self) -> Global___ModelOptions:
+        """Model, sampling, conversation mode and tool choice of every turn."""
+
     @_builtins.property
-    def replay(self) -> Global___ReplayScript: ...
+    def replay(self) -> Global___ReplayScript:
+        """Replay this recorded session instead of letting the model choose (absent: a live session)."""
+
     @_builtins.property
     def mcp_servers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """MCP servers whose tools this session can find with tool_search, by the names the
@@ -297,6 +360,9 @@ class ResumeSession(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session to continue: one of the caller's, not running now, and not completed (a
+    completed session goes on with AddUserMessage).
+    """
     def __init__(
         self,
         *,
@@ -321,9 +387,15 @@ class ApprovalDecision(_message.Message):
     APPROVED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session the approval belongs to; optional (the approval id names it), but when set it
+    must match.
+    """
     approval_id: _builtins.str
+    """ApprovalRequested.approval_id of a pending approval. Required."""
     approved: _builtins.bool
+    """True runs the call; false answers it with an error output saying the user denied it."""
     reason: _builtins.str
+    """Why it was denied, passed on to the model in that output; optional."""
     def __init__(
         self,
         *,
@@ -349,7 +421,11 @@ class AddUserMessage(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session to add to. A running session takes the message before its next model call; an
+    idle one is resumed with it; one waiting for approval refuses it (INVALID_ARGUMENT).
+    """
     text: _builtins.str
+    """The message; must not be blank."""
     def __init__(
         self,
         *,
@@ -373,7 +449,9 @@ class CancelRun(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session whose run to stop; it is stored as CANCELLED and can be resumed."""
     reason: _builtins.str
+    """Why, for the client's own records; the harness does not use it today."""
     def __init__(
         self,
         *,
@@ -400,15 +478,25 @@ class RunRequest(_message.Message):
     USER_MESSAGE_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def start(self) -> Global___StartTask: ...
+    def start(self) -> Global___StartTask:
+        """Start a new session."""
+
     @_builtins.property
-    def resume(self) -> Global___ResumeSession: ...
+    def resume(self) -> Global___ResumeSession:
+        """Continue a stored session."""
+
     @_builtins.property
-    def approval(self) -> Global___ApprovalDecision: ...
+    def approval(self) -> Global___ApprovalDecision:
+        """Answer a pending approval."""
+
     @_builtins.property
-    def user_message(self) -> Global___AddUserMessage: ...
+    def user_message(self) -> Global___AddUserMessage:
+        """Add a user message and continue."""
+
     @_builtins.property
-    def cancel(self) -> Global___CancelRun: ...
+    def cancel(self) -> Global___CancelRun:
+        """Stop a session's run."""
+
     def __init__(
         self,
         *,
@@ -440,9 +528,13 @@ class RunStarted(_message.Message):
     WORKSPACE_FIELD_NUMBER: _builtins.int
     REPLAY_SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's id as the client knows it."""
     resumed: _builtins.bool
+    """True when an existing session goes on (resume, approval, user message); false for a new one."""
     items: _builtins.int
+    """Items already in the session's stored transcript."""
     workspace: _builtins.str
+    """The directory the session's tools work in, on the harness's host."""
     replay_source: _builtins.str
     """Non-empty when this run replays a recorded session."""
     def __init__(
@@ -471,7 +563,9 @@ class RunTextDelta(_message.Message):
     TURN_FIELD_NUMBER: _builtins.int
     TEXT_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
+    """The model turn it belongs to, counted from 1 over the whole session."""
     text: _builtins.str
+    """The next piece of text."""
     def __init__(
         self,
         *,
@@ -495,8 +589,11 @@ class RunPrefillProgress(_message.Message):
     TURN_FIELD_NUMBER: _builtins.int
     PROGRESS_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
+    """The model turn, counted from 1 over the whole session."""
     @_builtins.property
-    def progress(self) -> _common_pb2.PrefillProgress: ...
+    def progress(self) -> _common_pb2.PrefillProgress:
+        """As the gateway relayed it from the replica."""
+
     def __init__(
         self,
         *,
@@ -521,9 +618,13 @@ class ToolCallBegan(_message.Message):
     CALL_FIELD_NUMBER: _builtins.int
     STARTED_AT_US_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
+    """The model turn that made the call."""
     started_at_us: _builtins.int
+    """When it began: wall-clock time in microseconds since the Unix epoch."""
     @_builtins.property
-    def call(self) -> _common_pb2.FunctionCall: ...
+    def call(self) -> _common_pb2.FunctionCall:
+        """The call as the model made it."""
+
     def __init__(
         self,
         *,
@@ -556,15 +657,27 @@ class ToolCallEnded(_message.Message):
     FINISHED_AT_US_FIELD_NUMBER: _builtins.int
     HANDLE_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
+    """The model turn that made the call."""
     call_id: _builtins.str
+    """The call's FunctionCall.call_id."""
     name: _builtins.str
+    """The called tool."""
     output: _builtins.str
     """Output as appended to the transcript (capped, with a note of what was cut)."""
     exit_code: _builtins.int
+    """The command's exit status for command tools; 1 when another tool failed, 126 when the call
+    was refused (approval policy or sandbox), 0 otherwise (and for replayed outputs).
+    """
     is_error: _builtins.bool
+    """The call failed (as FunctionCallOutput.is_error)."""
     truncated: _builtins.bool
+    """The output was longer than the cap and was cut."""
     started_at_us: _builtins.int
+    """When it began: wall-clock microseconds since the Unix epoch (as ToolCallBegan)."""
     finished_at_us: _builtins.int
+    """When it ended: wall-clock microseconds since the Unix epoch (equal to started_at_us for
+    recorded outputs of a replay).
+    """
     handle: _builtins.str
     """Non-empty when a long command was detached: its completion arrives later."""
     def __init__(
@@ -598,8 +711,11 @@ class ApprovalRequested(_message.Message):
     APPROVAL_ID_FIELD_NUMBER: _builtins.int
     CALL_FIELD_NUMBER: _builtins.int
     approval_id: _builtins.str
+    """Names this approval in ApprovalDecision.approval_id."""
     @_builtins.property
-    def call(self) -> _common_pb2.FunctionCall: ...
+    def call(self) -> _common_pb2.FunctionCall:
+        """The call waiting for it."""
+
     def __init__(
         self,
         *,
@@ -624,8 +740,11 @@ class BackgroundTaskCompleted(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
     handle: _builtins.str
+    """ToolCallEnded.handle of the detached command."""
     exit_code: _builtins.int
+    """Its exit status; -1 when it was stopped without a result."""
     output: _builtins.str
+    """Its output (capped)."""
     def __init__(
         self,
         *,
@@ -660,24 +779,37 @@ class TurnProfile(_message.Message):
     RESENDS_FIELD_NUMBER: _builtins.int
     FINISH_REASON_FIELD_NUMBER: _builtins.int
     turn: _builtins.int
+    """The turn's number, counted from 1 over the whole session."""
     tool_us: _builtins.int
+    """Microseconds during which at least one of the turn's tools ran (parallel calls counted once)."""
     bytes_sent: _builtins.int
+    """Bytes of the turn's requests to the gateway, resends included (replay scaffolding excluded)."""
     wall_us: _builtins.int
+    """Wall-clock microseconds of the whole turn: model call and tools."""
     tool_calls: _builtins.int
+    """Tool calls the model made in the turn."""
     harness_ttft_us: _builtins.int
-    """Time from sending the request to the first streamed output, measured by the harness."""
+    """Microseconds from sending the request to the first streamed output (text or tool call),
+    measured by the harness; 0 when nothing streamed.
+    """
     items_sent: _builtins.int
     """Transcript items carried by this turn's request(s)."""
     full_request: _builtins.bool
     """The request carried the whole transcript (first turn, stateless mode or a resend)."""
     resends: _builtins.int
-    """Full resends after PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream)."""
+    """Times the request was sent again: in full after PREVIOUS_RESPONSE_NOT_FOUND, or the same
+    request after a retryable failure (a broken stream, a rate limit) before anything streamed.
+    """
     finish_reason: _common_pb2.FinishReason.ValueType
     """Why the model stopped: stop token, length, tool calls, ..."""
     @_builtins.property
-    def usage(self) -> _common_pb2.Usage: ...
+    def usage(self) -> _common_pb2.Usage:
+        """The model call's token accounting, as the gateway reported it."""
+
     @_builtins.property
-    def timings(self) -> _common_pb2.Timings: ...
+    def timings(self) -> _common_pb2.Timings:
+        """The model call's timings, as the gateway reported them."""
+
     def __init__(
         self,
         *,
@@ -710,7 +842,9 @@ class TurnCompleted(_message.Message):
 
     PROFILE_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def profile(self) -> Global___TurnProfile: ...
+    def profile(self) -> Global___TurnProfile:
+        """What the turn cost (also stored with the session)."""
+
     def __init__(
         self,
         *,
@@ -733,7 +867,9 @@ class RunDiagnostic(_message.Message):
     SOURCE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     source: _builtins.str
+    """Where it came from, e.g. "gateway", "gateway safety", "sandbox", "compaction" or "harness"."""
     message: _builtins.str
+    """What happened, in words."""
     def __init__(
         self,
         *,
@@ -750,7 +886,9 @@ Global___RunDiagnostic: _TypeAlias = RunDiagnostic  # noqa: Y015
 
 @_typing.final
 class RunCompleted(_message.Message):
-    """The run finished: the model answered without a tool call."""
+    """The run finished: the model answered without a tool call (or called `finish`), or the
+    session reached max_turns or the end of its replay script. The session is COMPLETED.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -759,10 +897,15 @@ class RunCompleted(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     WALL_US_FIELD_NUMBER: _builtins.int
     final_text: _builtins.str
+    """The model's answer: the last turn's text, or the answer given to `finish`."""
     turns: _builtins.int
+    """Model turns of the whole session."""
     wall_us: _builtins.int
+    """Wall-clock microseconds of this run (since it started or resumed)."""
     @_builtins.property
-    def usage(self) -> _common_pb2.Usage: ...
+    def usage(self) -> _common_pb2.Usage:
+        """Tokens of this run's model turns, summed."""
+
     def __init__(
         self,
         *,
@@ -787,7 +930,9 @@ class RunFailed(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def error(self) -> _common_pb2.Error: ...
+    def error(self) -> _common_pb2.Error:
+        """What went wrong; a retryable error says the session can be resumed."""
+
     def __init__(
         self,
         *,
@@ -803,9 +948,12 @@ Global___RunFailed: _TypeAlias = RunFailed  # noqa: Y015
 
 @_typing.final
 class CompactionCompleted(_message.Message):
-    """Older turns were summarized by a model call (the prompt passed its threshold); the session
-    goes on with a compaction_summary item followed by the recent turns. With `error` set the
-    summary call failed and the session goes on uncompacted.
+    """The prompt passed its compaction threshold and the harness compacted what the model sees of
+    the session: older turns summarized by a model call (the session goes on with a
+    compaction_summary item followed by the recent turns), or old tool outputs cut where that is
+    enough. The stored log stays append-only: compaction appends items, it never rewrites any.
+    With `error` set the compaction fell short (the summary call failed or gave nothing usable, or
+    nothing could be compacted) and the session goes on with whatever did succeed, possibly nothing.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -822,18 +970,25 @@ class CompactionCompleted(_message.Message):
     turn: _builtins.int
     """The turn the compacted prompt is first sent in."""
     prompt_tokens_before: _builtins.int
-    """Prompt tokens of the last turn before compaction, and the threshold it passed."""
+    """The estimated prompt size that triggered it, in tokens: the last prompt and reply as the
+    gateway counted them, plus an estimate of what was added since.
+    """
     threshold_tokens: _builtins.int
+    """The threshold it passed: the configured fraction of the context window, in tokens."""
     replaced_items: _builtins.int
-    """Items the summary replaces, and the recent items kept after it."""
+    """Items of the model's view before compaction that no longer reach it as they were."""
     kept_items: _builtins.int
+    """Items of that view kept as they were."""
     summary_input_tokens: _builtins.int
-    """What the summary call cost."""
+    """Prompt tokens of the summary call (0 when none was made)."""
     summary_output_tokens: _builtins.int
+    """Output tokens of the summary call (0 when none was made)."""
     prompt_tokens_after: _builtins.int
     """The compacted prompt's size (cl100k estimate until the next turn reports the real prefill)."""
     @_builtins.property
-    def error(self) -> _common_pb2.Error: ...
+    def error(self) -> _common_pb2.Error:
+        """Set when the compaction fell short (see above); the session goes on regardless."""
+
     def __init__(
         self,
         *,
@@ -876,32 +1031,61 @@ class RunResponse(_message.Message):
     COMPACTION_FIELD_NUMBER: _builtins.int
     PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session the event belongs to, as the client knows it; empty for the failure of a
+    request that named none.
+    """
     sequence: _builtins.int
-    """Increases by one per event of a session."""
+    """Increases by one per event of a session, from 1, across the streams of this harness
+    process (not kept across restarts); 0 when session_id is empty.
+    """
     @_builtins.property
-    def started(self) -> Global___RunStarted: ...
+    def started(self) -> Global___RunStarted:
+        """A run began or resumed."""
+
     @_builtins.property
-    def text_delta(self) -> Global___RunTextDelta: ...
+    def text_delta(self) -> Global___RunTextDelta:
+        """Assistant text."""
+
     @_builtins.property
-    def tool_call_began(self) -> Global___ToolCallBegan: ...
+    def tool_call_began(self) -> Global___ToolCallBegan:
+        """A tool call began."""
+
     @_builtins.property
-    def tool_call_ended(self) -> Global___ToolCallEnded: ...
+    def tool_call_ended(self) -> Global___ToolCallEnded:
+        """A tool call ended."""
+
     @_builtins.property
-    def approval_requested(self) -> Global___ApprovalRequested: ...
+    def approval_requested(self) -> Global___ApprovalRequested:
+        """A call waits for a human; the run suspends."""
+
     @_builtins.property
-    def background_task_completed(self) -> Global___BackgroundTaskCompleted: ...
+    def background_task_completed(self) -> Global___BackgroundTaskCompleted:
+        """A detached command finished."""
+
     @_builtins.property
-    def turn_completed(self) -> Global___TurnCompleted: ...
+    def turn_completed(self) -> Global___TurnCompleted:
+        """A turn ended, with its profile."""
+
     @_builtins.property
-    def diagnostic(self) -> Global___RunDiagnostic: ...
+    def diagnostic(self) -> Global___RunDiagnostic:
+        """A note from a lower layer."""
+
     @_builtins.property
-    def completed(self) -> Global___RunCompleted: ...
+    def completed(self) -> Global___RunCompleted:
+        """The run completed."""
+
     @_builtins.property
-    def failed(self) -> Global___RunFailed: ...
+    def failed(self) -> Global___RunFailed:
+        """The run, or a request, failed."""
+
     @_builtins.property
-    def compaction(self) -> Global___CompactionCompleted: ...
+    def compaction(self) -> Global___CompactionCompleted:
+        """A compaction ran (or failed)."""
+
     @_builtins.property
-    def prefill_progress(self) -> Global___RunPrefillProgress: ...
+    def prefill_progress(self) -> Global___RunPrefillProgress:
+        """Prefill progress of a turn's prompt."""
+
     def __init__(
         self,
         *,
@@ -938,6 +1122,7 @@ class GetSessionRequest(_message.Message):
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's id as the client knows it."""
     def __init__(
         self,
         *,
@@ -967,14 +1152,23 @@ class Session(_message.Message):
     UPDATED_AT_MS_FIELD_NUMBER: _builtins.int
     REPLAY_SOURCE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """The session's id as the client knows it (StartTask.session_id, or the one the harness made)."""
     status: Global___SessionStatus.ValueType
+    """Where its lifecycle stands."""
     task: _builtins.str
+    """The task it was started with (in ListSessions cut to its first 1000 characters, marked "…")."""
     workspace: _builtins.str
+    """The directory its tools work in, on the harness's host."""
     item_count: _builtins.int
+    """Items in its stored transcript."""
     turn_count: _builtins.int
+    """Model turns so far."""
     created_at_ms: _builtins.int
+    """When it was created: milliseconds since the Unix epoch."""
     updated_at_ms: _builtins.int
+    """When it last changed (status or transcript): milliseconds since the Unix epoch."""
     replay_source: _builtins.str
+    """Non-empty when it replays a recorded session (ReplayScript.source)."""
     def __init__(
         self,
         *,
@@ -1008,14 +1202,23 @@ class GetSessionResponse(_message.Message):
     ITEMS_FIELD_NUMBER: _builtins.int
     TURNS_FIELD_NUMBER: _builtins.int
     instructions: _builtins.str
+    """The instructions every turn sends (the harness default when the start named none)."""
     @_builtins.property
-    def session(self) -> Global___Session: ...
+    def session(self) -> Global___Session:
+        """Its summary (the task whole)."""
+
     @_builtins.property
-    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]: ...
+    def tools(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Tool]:
+        """The tools every turn offers."""
+
     @_builtins.property
-    def items(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]: ...
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]:
+        """The stored transcript in order, compaction summaries included (the log is append-only)."""
+
     @_builtins.property
-    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnProfile]: ...
+    def turns(self) -> _containers.RepeatedCompositeFieldContainer[Global___TurnProfile]:
+        """The profile of every turn so far."""
+
     def __init__(
         self,
         *,
@@ -1042,7 +1245,11 @@ class ListSessionsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
+    """Most sessions in the page; 0: 50; capped at 1000 (a page may hold fewer to stay small)."""
     page_token: _builtins.str
+    """ListSessionsResponse.next_page_token of the previous page; empty: the first page. Any other
+    value is INVALID_ARGUMENT.
+    """
     def __init__(
         self,
         *,
@@ -1066,8 +1273,11 @@ class ListSessionsResponse(_message.Message):
     SESSIONS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
+    """Pass as page_token for the next page; empty on the last page."""
     @_builtins.property
-    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Session]: ...
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Session]:
+        """The page's sessions, newest first."""
+
     def __init__(
         self,
         *,

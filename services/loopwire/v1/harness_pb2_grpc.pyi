@@ -36,8 +36,18 @@ class HarnessServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> HarnessServiceAsyncStub: ...
     Run: _grpc.StreamStreamMultiCallable[_harness_pb2.RunRequest, _harness_pb2.RunResponse]
+    """Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+    events of every run the stream started, tagged with their session ids. A bad request fails
+    with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+    goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+    every run it drives has completed, failed or suspended for approval.
+    """
     GetSession: _grpc.UnaryUnaryMultiCallable[_harness_pb2.GetSessionRequest, _harness_pb2.GetSessionResponse]
+    """One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+    unknown id or another tenant's.
+    """
     ListSessions: _grpc.UnaryUnaryMultiCallable[_harness_pb2.ListSessionsRequest, _harness_pb2.ListSessionsResponse]
+    """The caller's tenant's stored sessions, newest first, a page at a time."""
 
 @_typing.type_check_only
 class HarnessServiceAsyncStub(HarnessServiceStub):
@@ -47,8 +57,18 @@ class HarnessServiceAsyncStub(HarnessServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Run: _aio.StreamStreamMultiCallable[_harness_pb2.RunRequest, _harness_pb2.RunResponse]  # type: ignore[assignment]
+    """Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+    events of every run the stream started, tagged with their session ids. A bad request fails
+    with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+    goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+    every run it drives has completed, failed or suspended for approval.
+    """
     GetSession: _aio.UnaryUnaryMultiCallable[_harness_pb2.GetSessionRequest, _harness_pb2.GetSessionResponse]  # type: ignore[assignment]
+    """One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+    unknown id or another tenant's.
+    """
     ListSessions: _aio.UnaryUnaryMultiCallable[_harness_pb2.ListSessionsRequest, _harness_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """The caller's tenant's stored sessions, newest first, a page at a time."""
 
 class HarnessServiceServicer(metaclass=_abc_1.ABCMeta):
     """Runs agent loops: sends the transcript to the gateway, runs the tools the
@@ -60,20 +80,30 @@ class HarnessServiceServicer(metaclass=_abc_1.ABCMeta):
         self,
         request_iterator: _MaybeAsyncIterator[_harness_pb2.RunRequest],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_harness_pb2.RunResponse], _abc.AsyncIterator[_harness_pb2.RunResponse]]: ...
+    ) -> _typing.Union[_abc.Iterator[_harness_pb2.RunResponse], _abc.AsyncIterator[_harness_pb2.RunResponse]]:
+        """Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+        events of every run the stream started, tagged with their session ids. A bad request fails
+        with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+        goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+        every run it drives has completed, failed or suspended for approval.
+        """
 
     @_abc_1.abstractmethod
     def GetSession(
         self,
         request: _harness_pb2.GetSessionRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_harness_pb2.GetSessionResponse, _abc.Awaitable[_harness_pb2.GetSessionResponse]]: ...
+    ) -> _typing.Union[_harness_pb2.GetSessionResponse, _abc.Awaitable[_harness_pb2.GetSessionResponse]]:
+        """One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+        unknown id or another tenant's.
+        """
 
     @_abc_1.abstractmethod
     def ListSessions(
         self,
         request: _harness_pb2.ListSessionsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_harness_pb2.ListSessionsResponse, _abc.Awaitable[_harness_pb2.ListSessionsResponse]]: ...
+    ) -> _typing.Union[_harness_pb2.ListSessionsResponse, _abc.Awaitable[_harness_pb2.ListSessionsResponse]]:
+        """The caller's tenant's stored sessions, newest first, a page at a time."""
 
 def add_HarnessServiceServicer_to_server(servicer: HarnessServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -27,17 +27,25 @@ class _EngineRole:
 class _EngineRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EngineRole.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ENGINE_ROLE_UNSPECIFIED: _EngineRole.ValueType  # 0
+    """Not set; a replica always reports one of the roles below."""
     ENGINE_ROLE_BOTH: _EngineRole.ValueType  # 1
+    """Prefills and decodes its own requests (no disaggregation)."""
     ENGINE_ROLE_PREFILL: _EngineRole.ValueType  # 2
+    """Prefills prompts for decode replicas (Prefill, PullKv)."""
     ENGINE_ROLE_DECODE: _EngineRole.ValueType  # 3
+    """Decodes; long uncached prompts are prefilled elsewhere and their KV pulled."""
 
 class EngineRole(_EngineRole, metaclass=_EngineRoleEnumTypeWrapper):
     """What a replica does in a disaggregated deployment."""
 
 ENGINE_ROLE_UNSPECIFIED: EngineRole.ValueType  # 0
+"""Not set; a replica always reports one of the roles below."""
 ENGINE_ROLE_BOTH: EngineRole.ValueType  # 1
+"""Prefills and decodes its own requests (no disaggregation)."""
 ENGINE_ROLE_PREFILL: EngineRole.ValueType  # 2
+"""Prefills prompts for decode replicas (Prefill, PullKv)."""
 ENGINE_ROLE_DECODE: EngineRole.ValueType  # 3
+"""Decodes; long uncached prompts are prefilled elsewhere and their KV pulled."""
 Global___EngineRole: _TypeAlias = EngineRole  # noqa: Y015
 
 class _CacheEventType:
@@ -47,17 +55,29 @@ class _CacheEventType:
 class _CacheEventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CacheEventType.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     CACHE_EVENT_TYPE_UNSPECIFIED: _CacheEventType.ValueType  # 0
+    """Not set; never sent."""
     CACHE_EVENT_TYPE_STORED: _CacheEventType.ValueType  # 1
+    """The blocks entered the prefix cache (they can now be hit)."""
     CACHE_EVENT_TYPE_REMOVED: _CacheEventType.ValueType  # 2
+    """The blocks left the prefix cache (evicted)."""
     CACHE_EVENT_TYPE_CLEARED: _CacheEventType.ValueType  # 3
+    """The replica dropped its whole prefix cache; block_hashes is empty. Routers forget their view
+    of it. No engine sends it today.
+    """
 
 class CacheEventType(_CacheEventType, metaclass=_CacheEventTypeEnumTypeWrapper):
     """Kinds of cache events."""
 
 CACHE_EVENT_TYPE_UNSPECIFIED: CacheEventType.ValueType  # 0
+"""Not set; never sent."""
 CACHE_EVENT_TYPE_STORED: CacheEventType.ValueType  # 1
+"""The blocks entered the prefix cache (they can now be hit)."""
 CACHE_EVENT_TYPE_REMOVED: CacheEventType.ValueType  # 2
+"""The blocks left the prefix cache (evicted)."""
 CACHE_EVENT_TYPE_CLEARED: CacheEventType.ValueType  # 3
+"""The replica dropped its whole prefix cache; block_hashes is empty. Routers forget their view
+of it. No engine sends it today.
+"""
 Global___CacheEventType: _TypeAlias = CacheEventType  # noqa: Y015
 
 @_typing.final
@@ -68,7 +88,9 @@ class FullPrompt(_message.Message):
 
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Every prompt token id, each below the vocabulary size; must not be empty."""
+
     def __init__(
         self,
         *,
@@ -98,7 +120,9 @@ class AppendPrompt(_message.Message):
     base_hash: _builtins.int
     """Hash of the held sequence (see loopwire.common.hashing); a mismatch is STATE_LOST."""
     @_builtins.property
-    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The token ids that follow the held sequence (the new turn's prompt part)."""
+
     def __init__(
         self,
         *,
@@ -128,16 +152,23 @@ class GenerationParams(_message.Message):
     SPECULATIVE_DECODING_FIELD_NUMBER: _builtins.int
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
+    """Softmax temperature in [0, 100]; 0 is greedy."""
     top_p: _builtins.float
+    """Nucleus mass in [0, 1]; 0 means 1 (no truncation)."""
     seed: _builtins.int
+    """Seed of the sequence's sampler; the same seed and prompt sample the same tokens."""
     max_tokens: _builtins.int
-    """Must be in 1..server limit."""
+    """Most tokens to generate: 1..the server's limit (GetStatusResponse.max_output_tokens), and
+    the prompt plus max_tokens must fit the replica's KV cache (else RESOURCE_EXHAUSTED).
+    """
     speculative_decoding: _builtins.bool
     """Speculative decoding on (default) or off."""
     num_draft_tokens: _builtins.int
-    """Draft tokens per verification step; 0 means the server default."""
+    """Draft tokens per verification step, at most 64; 0 means the server default."""
     @_builtins.property
-    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Token ids that end the output (FINISH_REASON_STOP); empty: the model's own stop ids."""
+
     def __init__(
         self,
         *,
@@ -199,30 +230,47 @@ class GenerationStart(_message.Message):
     CACHE_SALT_FIELD_NUMBER: _builtins.int
     CONSTRAINT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
-    """Chosen by the caller; echoed on every response of this generation."""
+    """Chosen by the caller, unique among the stream's running generations (required); echoed on
+    every response of this generation.
+    """
     session_id: _builtins.str
-    """Groups generations of one agent session (retention, stickiness)."""
+    """Groups generations of one agent session: the key its retained blocks are kept under
+    (retention_seconds) and the session of its spans and logs. The gateway sends its Converse
+    stream's id.
+    """
     retention_seconds: _builtins.int
-    """Keep this session's KV blocks for this many seconds after the generation ends."""
+    """Keep this session's KV blocks for this many seconds after the generation ends (at most
+    3600); 0: they stay only as ordinary, evictable prefix cache.
+    """
     priority: _builtins.int
-    """Higher runs first and is preempted last."""
+    """Higher runs first and is preempted last; in [-100, 100], 0 is the default."""
     kv_handle: _builtins.bytes
     """Opaque handle from Prefill on another replica: pull its KV instead of prefilling."""
     kv_source: _builtins.str
-    """Address of the replica that holds kv_handle."""
+    """Address (host:port) of the replica that holds kv_handle; required with it, and must be one
+    of this replica's configured peers (else INVALID_ARGUMENT).
+    """
     cache_salt: _builtins.str
     """Prefix-cache namespace (the gateway sets the tenant): cached blocks are shared only between
     requests with the same salt, so no tenant learns from cache hits what another one sent.
     """
     @_builtins.property
-    def full(self) -> Global___FullPrompt: ...
+    def full(self) -> Global___FullPrompt:
+        """The whole prompt (first turn, another replica's session, or a resend after STATE_LOST)."""
+
     @_builtins.property
-    def append(self) -> Global___AppendPrompt: ...
+    def append(self) -> Global___AppendPrompt:
+        """Only the tokens after the held sequence."""
+
     @_builtins.property
-    def params(self) -> Global___GenerationParams: ...
+    def params(self) -> Global___GenerationParams:
+        """Sampling and limits of this generation."""
+
     @_builtins.property
     def oracle_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """Replay: the tokens to emit, chosen by the recorded session instead of the model."""
+        """Replay: the tokens to emit, chosen by the recorded session instead of the model (the
+        gateway derives them from CreateResponse.replay); empty: the model chooses.
+        """
 
     @_builtins.property
     def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
@@ -311,6 +359,9 @@ class GenerationCancel(_message.Message):
 
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """The GenerationStart.request_id of a generation running on this stream; an unknown one is
+    answered with an INVALID_ARGUMENT error event.
+    """
     def __init__(
         self,
         *,
@@ -333,9 +384,13 @@ class GenerateRequest(_message.Message):
     START_FIELD_NUMBER: _builtins.int
     CANCEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def start(self) -> Global___GenerationStart: ...
+    def start(self) -> Global___GenerationStart:
+        """Start a generation."""
+
     @_builtins.property
-    def cancel(self) -> Global___GenerationCancel: ...
+    def cancel(self) -> Global___GenerationCancel:
+        """Cancel a running one."""
+
     def __init__(
         self,
         *,
@@ -360,7 +415,9 @@ class TokenBatch(_message.Message):
 
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The next output token ids of the generation, in order."""
+
     def __init__(
         self,
         *,
@@ -387,16 +444,25 @@ class GenerationFinished(_message.Message):
     SEQUENCE_HASH_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
     finish_reason: _common_pb2.FinishReason.ValueType
+    """Why it stopped (STOP, LENGTH, CANCELLED, or ERROR for an engine timeout)."""
     sequence_length: _builtins.int
     """Length and hash of the sequence the replica now holds for this stream (prompt
     + output), the base of the next AppendPrompt.
     """
     sequence_hash: _builtins.int
+    """SequenceHash of that sequence: the next AppendPrompt.base_hash."""
     replica_id: _builtins.str
+    """The replica that ran the generation (its configured replica id)."""
     @_builtins.property
-    def usage(self) -> _common_pb2.Usage: ...
+    def usage(self) -> _common_pb2.Usage:
+        """Tokens in, from cache, out and drafted."""
+
     @_builtins.property
-    def timings(self) -> _common_pb2.Timings: ...
+    def timings(self) -> _common_pb2.Timings:
+        """The replica's side only: queue_us, prefill_us, ttft_us, decode_us, and total_us
+        (= ttft_us + decode_us).
+        """
+
     def __init__(
         self,
         *,
@@ -427,12 +493,23 @@ class GenerateResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     PREFILL_PROGRESS_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """The GenerationStart.request_id this event belongs to; empty for an error about a request
+    that named none.
+    """
     @_builtins.property
-    def tokens(self) -> Global___TokenBatch: ...
+    def tokens(self) -> Global___TokenBatch:
+        """More output."""
+
     @_builtins.property
-    def finished(self) -> Global___GenerationFinished: ...
+    def finished(self) -> Global___GenerationFinished:
+        """The generation ended."""
+
     @_builtins.property
-    def error(self) -> _common_pb2.Error: ...
+    def error(self) -> _common_pb2.Error:
+        """The request failed (validation, STATE_LOST, constraint, engine failure); the stream
+        goes on.
+        """
+
     @_builtins.property
     def prefill_progress(self) -> _common_pb2.PrefillProgress:
         """Between the chunks of a prefill split by the scheduler; never after the first token."""
@@ -467,12 +544,19 @@ class PrefillRequest(_message.Message):
     PARAMS_FIELD_NUMBER: _builtins.int
     CACHE_SALT_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
+    """The caller's id of the generation this prefill serves (for its logs); the replica names
+    the prefill by the handle it returns.
+    """
     cache_salt: _builtins.str
     """As GenerationStart.cache_salt."""
     @_builtins.property
-    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The full prompt to prefill; must not be empty and must fit the replica's KV cache."""
+
     @_builtins.property
-    def params(self) -> Global___GenerationParams: ...
+    def params(self) -> Global___GenerationParams:
+        """The generation's settings, sent along; a prefill samples nothing, so they do not change it."""
+
     def __init__(
         self,
         *,
@@ -502,13 +586,26 @@ class PrefillResponse(_message.Message):
     BLOCK_HASHES_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
     kv_handle: _builtins.bytes
+    """Opaque handle naming the prefilled blocks, for GenerationStart.kv_handle and PullKv. The
+    replica keeps the blocks about a minute and only the newest handles; a later pull may
+    find it expired (NOT_FOUND).
+    """
     num_tokens: _builtins.int
+    """Tokens of the prompt."""
     cached_tokens: _builtins.int
+    """Of those, tokens that were already in this replica's prefix cache."""
     replica_id: _builtins.str
+    """The replica that prefilled."""
     @_builtins.property
-    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Chained hashes of the prompt's full blocks, in order (the tail after the last full block
+        has none).
+        """
+
     @_builtins.property
-    def timings(self) -> _common_pb2.Timings: ...
+    def timings(self) -> _common_pb2.Timings:
+        """queue_us and prefill_us of the prefill; the other fields are 0."""
+
     def __init__(
         self,
         *,
@@ -535,6 +632,7 @@ class PullKvRequest(_message.Message):
 
     KV_HANDLE_FIELD_NUMBER: _builtins.int
     kv_handle: _builtins.bytes
+    """PrefillResponse.kv_handle. Unknown, expired or evicted: NOT_FOUND, prefill again."""
     def __init__(
         self,
         *,
@@ -562,15 +660,25 @@ class KvBlock(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     SHAPE_FIELD_NUMBER: _builtins.int
     block_hash: _builtins.int
+    """The block's prefix-cache key: hash of its tokens chained to parent_hash."""
     parent_hash: _builtins.int
+    """block_hash of the block before it (for the first block, the root of its cache salt)."""
     keys: _builtins.bytes
     """Keys and values of every layer, little-endian, shape given by `shape`."""
     values: _builtins.bytes
+    """Values of every layer, laid out as `keys`. Both are empty when the engine keeps no real
+    tensors (the simulated engine): the block's identity alone is transferred.
+    """
     dtype: _builtins.str
+    """Element type of keys and values as NumPy names it, e.g. "float16"; empty with no tensors."""
     @_builtins.property
-    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The block's token ids (one full block)."""
+
     @_builtins.property
-    def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Dimensions of keys (and of values), outermost first."""
+
     def __init__(
         self,
         *,
@@ -599,7 +707,11 @@ class PullKvResponse(_message.Message):
     BLOCK_FIELD_NUMBER: _builtins.int
     TAIL_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def block(self) -> Global___KvBlock: ...
+    def block(self) -> Global___KvBlock:
+        """The next block, in prompt order; absent only in the single chunk of a prefill that filled
+        no whole block.
+        """
+
     @_builtins.property
     def tail_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Set on the last chunk: the tokens after the last full block (not cached as a block)."""
@@ -664,23 +776,39 @@ class GetStatusResponse(_message.Message):
     PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _builtins.int
     NUM_PREEMPTIONS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
+    """The replica's configured id (as in GenerationFinished.replica_id)."""
     engine: _builtins.str
     """"reference", "simulated" or "trtllm"."""
     model: _builtins.str
+    """Name of the served model."""
     role: Global___EngineRole.ValueType
+    """Its role in a disaggregated deployment."""
     running: _builtins.int
+    """Sequences being generated now."""
     waiting: _builtins.int
+    """Sequences queued, waiting to be scheduled."""
     kv_blocks_used: _builtins.int
+    """KV blocks of the device cache in use."""
     kv_blocks_free: _builtins.int
+    """KV blocks of the device cache free."""
     kv_blocks_total: _builtins.int
+    """KV blocks of the device cache in all."""
     block_size: _builtins.int
+    """Tokens per KV block (and per block hash)."""
     recent_tokens_per_second: _builtins.float
+    """Tokens per second prefilled and decoded together, over the last 10 seconds."""
     prefill_tokens_per_second: _builtins.float
+    """Prompt tokens per second prefilled, over the last 10 seconds."""
     decode_tokens_per_second: _builtins.float
+    """Output tokens per second decoded, over the last 10 seconds."""
     prefix_cache_queried_tokens: _builtins.int
+    """Prompt tokens looked up in the prefix cache since start (in whole blocks)."""
     prefix_cache_hit_tokens: _builtins.int
+    """Of those, tokens found cached, since start."""
     vocab_size: _builtins.int
+    """Size of the served model's vocabulary: every token id must be below it."""
     max_output_tokens: _builtins.int
+    """The largest GenerationParams.max_tokens this replica accepts."""
     tokenizer_digest: _builtins.str
     """Digest of the served model definition (ModelInfo.tokenizer_digest): the router
     refuses a replica whose digest differs from the one the gateway tokenizes with.
@@ -688,6 +816,7 @@ class GetStatusResponse(_message.Message):
     kv_host_blocks_used: _builtins.int
     """Host-memory KV tier: blocks held / capacity (0 when the replica has none)."""
     kv_host_blocks_total: _builtins.int
+    """Capacity of the host-memory KV tier in blocks (0: no host tier)."""
     prefix_cache_host_hit_tokens: _builtins.int
     """Part of prefix_cache_hit_tokens copied back from the host tier instead of recomputed."""
     num_preemptions: _builtins.int
@@ -757,8 +886,11 @@ class CacheEvent(_message.Message):
     TYPE_FIELD_NUMBER: _builtins.int
     BLOCK_HASHES_FIELD_NUMBER: _builtins.int
     type: Global___CacheEventType.ValueType
+    """What happened to the blocks."""
     @_builtins.property
-    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The blocks' chained hashes (KvBlock.block_hash)."""
+
     def __init__(
         self,
         *,
@@ -783,9 +915,13 @@ class WatchCacheResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _builtins.int
     BLOCK_SIZE_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
+    """The replica the events are about."""
     block_size: _builtins.int
+    """Tokens per block, so a router can hash prompts the way this replica does."""
     @_builtins.property
-    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___CacheEvent]: ...
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___CacheEvent]:
+        """Events in the order they happened."""
+
     def __init__(
         self,
         *,
@@ -829,13 +965,19 @@ class HoldPrefixRequest(_message.Message):
     BLOCK_HASHES_FIELD_NUMBER: _builtins.int
     RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
     hold_id: _builtins.str
-    """Names the hold within the tenant: a later request with the same id replaces or releases it."""
+    """Names the hold within the tenant: a later request with the same id replaces or releases it.
+    Required, at most 256 characters (the gateway uses the response id).
+    """
     cache_salt: _builtins.str
-    """The tenant (cache salt): holds of different tenants never share a name."""
+    """The tenant (cache salt): holds of different tenants never share a name. At most 256 characters."""
     retention_seconds: _builtins.int
-    """0 releases the hold; at most the replica's retention cap."""
+    """How long to hold, in seconds; 0 releases the hold; at most the replica's retention cap (3600)."""
     @_builtins.property
-    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The prefix's chained block hashes in order (at most 65536); the held part is the longest
+        run of them from the first that is cached here.
+        """
+
     def __init__(
         self,
         *,
@@ -854,6 +996,8 @@ Global___HoldPrefixRequest: _TypeAlias = HoldPrefixRequest  # noqa: Y015
 
 @_typing.final
 class HoldPrefixResponse(_message.Message):
+    """The answer to HoldPrefix."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     HELD_BLOCKS_FIELD_NUMBER: _builtins.int
@@ -914,10 +1058,13 @@ class ModelInfo(_message.Message):
     ARCHITECTURE_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    """The model's name (what requests call it)."""
     vocab_size: _builtins.int
     """Size of the tokenizer's vocabulary, added tokens included."""
     tokenizer_digest: _builtins.str
-    """sha256 over the tokenizer, chat template, stop ids and tool-call format."""
+    """Hex sha256 over the tokenizer, chat template, stop ids, tool-call format and bos/eos tokens:
+    equal digests mean the same ids for the same text.
+    """
     tokenizer_kind: _builtins.str
     """"hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken"."""
     tokenizer_data: _builtins.str
@@ -925,14 +1072,19 @@ class ModelInfo(_message.Message):
     chat_template: _builtins.str
     """The model's Jinja chat template."""
     bos_token: _builtins.str
+    """The beginning-of-sequence token's text, as the chat template refers to it; may be empty."""
     eos_token: _builtins.str
+    """The end-of-sequence token's text, as the chat template refers to it; may be empty."""
     context_length: _builtins.int
+    """The context window in tokens (prompt and output together); 0: not known."""
     engine: _builtins.str
     """"reference", "simulated" or "trtllm"."""
     tool_call_format: _builtins.str
     """How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>)."""
     architecture: _builtins.str
-    """"llama", or "dummy" for random weights."""
+    """The architecture as the model's files name it (e.g. "llama", "qwen2"), or "dummy" for
+    random weights.
+    """
     source: _builtins.str
     """Where it was loaded from: a directory, a GGUF file, or dummy:<seed>."""
     @_builtins.property
@@ -940,7 +1092,9 @@ class ModelInfo(_message.Message):
         """Special and added tokens by content."""
 
     @_builtins.property
-    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Token ids that end a generation when a request names none."""
+
     def __init__(
         self,
         *,
@@ -976,7 +1130,9 @@ class GetModelInfoResponse(_message.Message):
 
     MODEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def model(self) -> Global___ModelInfo: ...
+    def model(self) -> Global___ModelInfo:
+        """Its definition."""
+
     def __init__(
         self,
         *,

@@ -79,7 +79,10 @@ class InferenceServiceServicer:
     """
 
     def Generate(self, request_iterator, context):
-        """Bidirectional per-session stream of generations.
+        """Bidirectional per-session stream of generations. Several generations may run at once on
+        one stream (told apart by request_id); a bad request fails with an in-stream Error event
+        and the stream keeps serving. After each finished generation the stream holds its
+        sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -36,7 +36,11 @@ class InferenceServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> InferenceServiceAsyncStub: ...
     Generate: _grpc.StreamStreamMultiCallable[_inference_pb2.GenerateRequest, _inference_pb2.GenerateResponse]
-    """Bidirectional per-session stream of generations."""
+    """Bidirectional per-session stream of generations. Several generations may run at once on
+    one stream (told apart by request_id); a bad request fails with an in-stream Error event
+    and the stream keeps serving. After each finished generation the stream holds its
+    sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
+    """
     Prefill: _grpc.UnaryUnaryMultiCallable[_inference_pb2.PrefillRequest, _inference_pb2.PrefillResponse]
     """Prefill a prompt on a prefill-role replica and keep its KV for PullKv."""
     PullKv: _grpc.UnaryStreamMultiCallable[_inference_pb2.PullKvRequest, _inference_pb2.PullKvResponse]
@@ -60,7 +64,11 @@ class InferenceServiceAsyncStub(InferenceServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Generate: _aio.StreamStreamMultiCallable[_inference_pb2.GenerateRequest, _inference_pb2.GenerateResponse]  # type: ignore[assignment]
-    """Bidirectional per-session stream of generations."""
+    """Bidirectional per-session stream of generations. Several generations may run at once on
+    one stream (told apart by request_id); a bad request fails with an in-stream Error event
+    and the stream keeps serving. After each finished generation the stream holds its
+    sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
+    """
     Prefill: _aio.UnaryUnaryMultiCallable[_inference_pb2.PrefillRequest, _inference_pb2.PrefillResponse]  # type: ignore[assignment]
     """Prefill a prompt on a prefill-role replica and keep its KV for PullKv."""
     PullKv: _aio.UnaryStreamMultiCallable[_inference_pb2.PullKvRequest, _inference_pb2.PullKvResponse]  # type: ignore[assignment]
@@ -87,7 +95,11 @@ class InferenceServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_inference_pb2.GenerateRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_inference_pb2.GenerateResponse], _abc.AsyncIterator[_inference_pb2.GenerateResponse]]:
-        """Bidirectional per-session stream of generations."""
+        """Bidirectional per-session stream of generations. Several generations may run at once on
+        one stream (told apart by request_id); a bad request fails with an in-stream Error event
+        and the stream keeps serving. After each finished generation the stream holds its
+        sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
+        """
 
     @_abc_1.abstractmethod
     def Prefill(

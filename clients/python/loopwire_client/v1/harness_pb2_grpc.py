@@ -59,19 +59,27 @@ class HarnessServiceServicer:
     """
 
     def Run(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+        events of every run the stream started, tagged with their session ids. A bad request fails
+        with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+        goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+        every run it drives has completed, failed or suspended for approval.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetSession(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+        unknown id or another tenant's.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListSessions(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The caller's tenant's stored sessions, newest first, a page at a time.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -21,15 +21,21 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// Who wrote a message.
+// Who wrote a message; the chat template renders each role in its own way.
 type Role int32
 
 const (
+	// Not set: the gateway refuses a message without a role (INVALID_ARGUMENT).
 	Role_ROLE_UNSPECIFIED Role = 0
-	Role_ROLE_SYSTEM      Role = 1
-	Role_ROLE_DEVELOPER   Role = 2
-	Role_ROLE_USER        Role = 3
-	Role_ROLE_ASSISTANT   Role = 4
+	// Operator-level instructions at the start of the conversation.
+	Role_ROLE_SYSTEM Role = 1
+	// Instructions from the application developer (OpenAI's developer role); the prompt renders
+	// it as a system message.
+	Role_ROLE_DEVELOPER Role = 2
+	// The human (or the harness speaking for one, e.g. the task or a background command's result).
+	Role_ROLE_USER Role = 3
+	// The model's own earlier output.
+	Role_ROLE_ASSISTANT Role = 4
 )
 
 // Enum value maps for Role.
@@ -77,6 +83,7 @@ func (Role) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{0}
 }
 
+// How the model may use the tools (OpenAI's tool_choice).
 type ToolChoiceMode int32
 
 const (
@@ -138,13 +145,21 @@ func (ToolChoiceMode) EnumDescriptor() ([]byte, []int) {
 type FinishReason int32
 
 const (
+	// Not known (never set on a completed response).
 	FinishReason_FINISH_REASON_UNSPECIFIED FinishReason = 0
-	FinishReason_FINISH_REASON_STOP        FinishReason = 1
-	FinishReason_FINISH_REASON_LENGTH      FinishReason = 2
-	FinishReason_FINISH_REASON_TOOL_CALLS  FinishReason = 3
-	FinishReason_FINISH_REASON_CANCELLED   FinishReason = 4
-	FinishReason_FINISH_REASON_SAFETY      FinishReason = 5
-	FinishReason_FINISH_REASON_ERROR       FinishReason = 6
+	// A stop token or stop string ended the output.
+	FinishReason_FINISH_REASON_STOP FinishReason = 1
+	// The output reached its token limit (max_output_tokens, the replica's cap or the context window).
+	FinishReason_FINISH_REASON_LENGTH FinishReason = 2
+	// The output ended with one or more tool calls for the client to run.
+	FinishReason_FINISH_REASON_TOOL_CALLS FinishReason = 3
+	// The generation was cancelled before it finished.
+	FinishReason_FINISH_REASON_CANCELLED FinishReason = 4
+	// A safety check stopped the output. Reserved: the gateway ends such a response with
+	// ResponseFailed (ERROR_CODE_SAFETY_VIOLATION) instead of a completion.
+	FinishReason_FINISH_REASON_SAFETY FinishReason = 5
+	// The engine failed or timed out, or the output could not satisfy its constraint.
+	FinishReason_FINISH_REASON_ERROR FinishReason = 6
 )
 
 // Enum value maps for FinishReason.
@@ -200,20 +215,31 @@ func (FinishReason) EnumDescriptor() ([]byte, []int) {
 type ErrorCode int32
 
 const (
-	ErrorCode_ERROR_CODE_UNSPECIFIED      ErrorCode = 0
+	// Not set.
+	ErrorCode_ERROR_CODE_UNSPECIFIED ErrorCode = 0
+	// A field of the request is malformed or out of range; Error.field names it.
 	ErrorCode_ERROR_CODE_INVALID_ARGUMENT ErrorCode = 1
 	// The gateway no longer holds (or never held) the response named by
 	// previous_response_id: resend the full request.
 	ErrorCode_ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND ErrorCode = 2
 	// The inference replica no longer holds the state an append extends: resend in full.
-	ErrorCode_ERROR_CODE_STATE_LOST         ErrorCode = 3
+	ErrorCode_ERROR_CODE_STATE_LOST ErrorCode = 3
+	// A limit was hit: the tenant's rate limit (retryable, with retry_after_ms), the context
+	// window, the per-session token limit or the replica's KV capacity.
 	ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED ErrorCode = 4
-	ErrorCode_ERROR_CODE_PERMISSION_DENIED  ErrorCode = 5
-	ErrorCode_ERROR_CODE_SAFETY_VIOLATION   ErrorCode = 6
-	ErrorCode_ERROR_CODE_UNAVAILABLE        ErrorCode = 7
-	ErrorCode_ERROR_CODE_CANCELLED          ErrorCode = 8
-	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED  ErrorCode = 9
-	ErrorCode_ERROR_CODE_INTERNAL           ErrorCode = 10
+	// The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
+	// a laxer safety mode, replay), a bad key, or another tenant's response.
+	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 5
+	// The input or the output failed the safety check.
+	ErrorCode_ERROR_CODE_SAFETY_VIOLATION ErrorCode = 6
+	// No replica (or gateway) could serve the request now; usually retryable.
+	ErrorCode_ERROR_CODE_UNAVAILABLE ErrorCode = 7
+	// The request was cancelled (by the client, or its run was cancelled).
+	ErrorCode_ERROR_CODE_CANCELLED ErrorCode = 8
+	// The request did not finish in the time allowed.
+	ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED ErrorCode = 9
+	// A bug or an unexpected failure inside a service; Error.message says what.
+	ErrorCode_ERROR_CODE_INTERNAL ErrorCode = 10
 	// The request cannot be served as the system stands, e.g. the replica serves another
 	// model than the one the gateway tokenizes for.
 	ErrorCode_ERROR_CODE_FAILED_PRECONDITION ErrorCode = 11
@@ -290,6 +316,8 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 // One part of a message's content (only text today; images would be a new case).
 type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// What this part holds; a part with nothing set is refused (INVALID_ARGUMENT).
+	//
 	// Types that are valid to be assigned to Part:
 	//
 	//	*ContentPart_Text
@@ -349,6 +377,7 @@ type isContentPart_Part interface {
 }
 
 type ContentPart_Text struct {
+	// Plain UTF-8 text, rendered verbatim into the prompt.
 	Text string `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
 }
 
@@ -356,9 +385,11 @@ func (*ContentPart_Text) isContentPart_Part() {}
 
 // A message from the system, the user or the assistant.
 type Message struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Role          Role                   `protobuf:"varint,1,opt,name=role,proto3,enum=loopwire.v1.Role" json:"role,omitempty"`
-	Content       []*ContentPart         `protobuf:"bytes,2,rep,name=content,proto3" json:"content,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who wrote it; must be set.
+	Role Role `protobuf:"varint,1,opt,name=role,proto3,enum=loopwire.v1.Role" json:"role,omitempty"`
+	// The parts in order; their texts are concatenated when the prompt is rendered.
+	Content       []*ContentPart `protobuf:"bytes,2,rep,name=content,proto3" json:"content,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,10 +440,16 @@ func (x *Message) GetContent() []*ContentPart {
 
 // A tool call made by the model. `arguments` is a JSON object as text.
 type FunctionCall struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Arguments     string                 `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Identifies the call within the conversation; the FunctionCallOutput that answers it
+	// carries the same id. The gateway makes it ("call_<response id>_<n>", or the recorded id
+	// in a replay); a client that sends a call back in `input` must keep it non-empty.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The called tool: one of the request's Tool.name values.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The arguments as a JSON object in text form, as the model wrote them (schema-valid when
+	// the call was generated under a tool-choice constraint).
+	Arguments     string `protobuf:"bytes,3,opt,name=arguments,proto3" json:"arguments,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -470,9 +507,13 @@ func (x *FunctionCall) GetArguments() string {
 
 // The result of a tool call, matched to its call by `call_id`.
 type FunctionCallOutput struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	CallId string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Output string                 `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The FunctionCall.call_id this answers; the gateway refuses an id the conversation never
+	// made (INVALID_ARGUMENT).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// What the tool returned, as the model will read it (the harness caps long outputs and
+	// notes what it cut).
+	Output string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
 	// True when the tool failed; the output then explains why, for the model to read.
 	IsError       bool `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -533,8 +574,9 @@ func (x *FunctionCallOutput) GetIsError() bool {
 // Tool schemas found by a tool search; appended at the end of the transcript so
 // that the tool list, and so the cached prefix, never changes.
 type ToolSearchOutput struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tools         []*Tool                `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tools found, each with its JSON Schema; from here on the model may call them.
+	Tools         []*Tool `protobuf:"bytes,1,rep,name=tools,proto3" json:"tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,9 +620,10 @@ func (x *ToolSearchOutput) GetTools() []*Tool {
 
 // A summary that replaces the items before it (compaction).
 type CompactionSummary struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Summary string                 `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
-	// How many earlier items the summary replaces.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The summary text, written by a model call over the items it replaces.
+	Summary string `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
+	// How many items of the stored log, counted from its start, the summary stands for.
 	ReplacedItems uint32 `protobuf:"varint,2,opt,name=replaced_items,json=replacedItems,proto3" json:"replaced_items,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -633,6 +676,8 @@ func (x *CompactionSummary) GetReplacedItems() uint32 {
 // One entry of a conversation transcript.
 type Item struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// Exactly one kind of entry; an empty item is refused (INVALID_ARGUMENT).
+	//
 	// Types that are valid to be assigned to Item:
 	//
 	//	*Item_Message
@@ -732,22 +777,27 @@ type isItem_Item interface {
 }
 
 type Item_Message struct {
+	// A message of any role.
 	Message *Message `protobuf:"bytes,1,opt,name=message,proto3,oneof"`
 }
 
 type Item_FunctionCall struct {
+	// A call the model made (in a request: one it made earlier, sent back).
 	FunctionCall *FunctionCall `protobuf:"bytes,2,opt,name=function_call,json=functionCall,proto3,oneof"`
 }
 
 type Item_FunctionCallOutput struct {
+	// The result of an earlier function_call.
 	FunctionCallOutput *FunctionCallOutput `protobuf:"bytes,3,opt,name=function_call_output,json=functionCallOutput,proto3,oneof"`
 }
 
 type Item_ToolSearchOutput struct {
+	// Tools discovered by a tool search, added without changing the request's tool list.
 	ToolSearchOutput *ToolSearchOutput `protobuf:"bytes,4,opt,name=tool_search_output,json=toolSearchOutput,proto3,oneof"`
 }
 
 type Item_CompactionSummary struct {
+	// A summary standing for earlier items (written by the harness's compaction).
 	CompactionSummary *CompactionSummary `protobuf:"bytes,5,opt,name=compaction_summary,json=compactionSummary,proto3,oneof"`
 }
 
@@ -763,10 +813,13 @@ func (*Item_CompactionSummary) isItem_Item() {}
 
 // A tool the model may call. `parameters` is a JSON Schema object as text.
 type Tool struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Parameters    string                 `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name the model calls it by; non-empty and unique within a request.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// What the tool does, shown to the model in the prompt.
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// A JSON Schema object (as text) for the call's arguments; empty: the tool takes none.
+	Parameters    string `protobuf:"bytes,3,opt,name=parameters,proto3" json:"parameters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -826,7 +879,8 @@ func (x *Tool) GetParameters() string {
 // from the tools' schemas (made strict) and the model's tool-call format.
 type ToolChoice struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Mode  ToolChoiceMode         `protobuf:"varint,1,opt,name=mode,proto3,enum=loopwire.v1.ToolChoiceMode" json:"mode,omitempty"`
+	// The policy; unset (0) is auto.
+	Mode ToolChoiceMode `protobuf:"varint,1,opt,name=mode,proto3,enum=loopwire.v1.ToolChoiceMode" json:"mode,omitempty"`
 	// For TOOL_CHOICE_MODE_FUNCTION: one of the request's tools.
 	FunctionName string `protobuf:"bytes,2,opt,name=function_name,json=functionName,proto3" json:"function_name,omitempty"`
 	// Calls may name only these tools (OpenAI's allowed_tools); empty: every tool. The tool list,
@@ -890,14 +944,20 @@ func (x *ToolChoice) GetAllowedTools() []string {
 // How tokens are picked.
 type SamplingParams struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 0 means greedy.
+	// Softmax temperature, finite and >= 0; 0 means greedy (argmax).
 	Temperature float32 `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	// 0 means 1.0 (no nucleus truncation).
+	// Nucleus sampling mass in [0, 1]; 0 means 1.0 (no nucleus truncation).
 	TopP float32 `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
-	Seed uint64  `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
-	// 0 means the server's default; above the server's limit is INVALID_ARGUMENT.
-	MaxOutputTokens int32    `protobuf:"varint,4,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
-	Stop            []string `protobuf:"bytes,5,rep,name=stop,proto3" json:"stop,omitempty"`
+	// Seed of the sampler's random generator: the same request with the same seed samples the
+	// same tokens. 0 is an ordinary seed, not "random".
+	Seed uint64 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Most tokens the response may generate. 0 means the gateway's default (or, in a replay, the
+	// recorded output's length). The gateway caps it at the replica's limit and at what the
+	// context window leaves after the prompt (it never fails for that); negative is INVALID_ARGUMENT.
+	MaxOutputTokens int32 `protobuf:"varint,4,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
+	// Stop strings: the output ends (FINISH_REASON_STOP) before the first occurrence of any of
+	// them, which is not returned. Each must be non-empty.
+	Stop []string `protobuf:"bytes,5,rep,name=stop,proto3" json:"stop,omitempty"`
 	// Speculative decoding on (default) or off; output is the same either way.
 	SpeculativeDecoding *bool `protobuf:"varint,6,opt,name=speculative_decoding,json=speculativeDecoding,proto3,oneof" json:"speculative_decoding,omitempty"`
 	unknownFields       protoimpl.UnknownFields
@@ -979,9 +1039,12 @@ func (x *SamplingParams) GetSpeculativeDecoding() bool {
 // The recorded assistant output of one turn of a real session. When present,
 // the engine emits exactly these tokens (replay) while doing the real work.
 type ReplayOutput struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	FunctionCalls []*FunctionCall        `protobuf:"bytes,2,rep,name=function_calls,json=functionCalls,proto3" json:"function_calls,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The assistant text to emit.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// The tool calls to emit after the text, in the model's tool-call format; their call_ids
+	// become the calls' ids in the response.
+	FunctionCalls []*FunctionCall `protobuf:"bytes,2,rep,name=function_calls,json=functionCalls,proto3" json:"function_calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1032,13 +1095,16 @@ func (x *ReplayOutput) GetFunctionCalls() []*FunctionCall {
 
 // Token accounting of one response (or, summed, of a run).
 type Usage struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	InputTokens uint32                 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Prompt tokens of the generation: the whole sequence the output follows, cached part included.
+	InputTokens uint32 `protobuf:"varint,1,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
 	// Input tokens served from the prefix cache (not prefilled again).
 	CachedInputTokens uint32 `protobuf:"varint,2,opt,name=cached_input_tokens,json=cachedInputTokens,proto3" json:"cached_input_tokens,omitempty"`
-	OutputTokens      uint32 `protobuf:"varint,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	// Tokens generated.
+	OutputTokens uint32 `protobuf:"varint,3,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
 	// Speculative decoding: tokens proposed by the drafter and accepted by the target.
 	DraftTokensProposed uint32 `protobuf:"varint,4,opt,name=draft_tokens_proposed,json=draftTokensProposed,proto3" json:"draft_tokens_proposed,omitempty"`
+	// Of draft_tokens_proposed, those the target model accepted (0 without speculative decoding).
 	DraftTokensAccepted uint32 `protobuf:"varint,5,opt,name=draft_tokens_accepted,json=draftTokensAccepted,proto3" json:"draft_tokens_accepted,omitempty"`
 	// Forward passes that verified drafts; output_tokens / verification_steps is
 	// the mean acceptance length.
@@ -1176,18 +1242,31 @@ func (x *PrefillProgress) GetTotalTokens() uint32 {
 }
 
 // Where the time of one response went, in microseconds, and how much work each
-// layer did for it.
+// layer did for it. The inference replica sets queue_us, prefill_us, ttft_us, decode_us and
+// total_us (ttft_us + decode_us); the gateway adds the rest and replaces total_us with its own.
+// A field a layer did not measure is 0.
 type Timings struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Gateway CPU time spent on this response outside inference.
+	// Gateway CPU time (thread time, microseconds) spent on this response outside inference:
+	// validation, tokenizing, parsing output, building events.
 	GatewayOverheadUs uint64 `protobuf:"varint,1,opt,name=gateway_overhead_us,json=gatewayOverheadUs,proto3" json:"gateway_overhead_us,omitempty"`
-	TokenizeUs        uint64 `protobuf:"varint,2,opt,name=tokenize_us,json=tokenizeUs,proto3" json:"tokenize_us,omitempty"`
-	QueueUs           uint64 `protobuf:"varint,3,opt,name=queue_us,json=queueUs,proto3" json:"queue_us,omitempty"`
-	PrefillUs         uint64 `protobuf:"varint,4,opt,name=prefill_us,json=prefillUs,proto3" json:"prefill_us,omitempty"`
-	TtftUs            uint64 `protobuf:"varint,5,opt,name=ttft_us,json=ttftUs,proto3" json:"ttft_us,omitempty"`
-	DecodeUs          uint64 `protobuf:"varint,6,opt,name=decode_us,json=decodeUs,proto3" json:"decode_us,omitempty"`
-	SafetyUs          uint64 `protobuf:"varint,7,opt,name=safety_us,json=safetyUs,proto3" json:"safety_us,omitempty"`
-	TotalUs           uint64 `protobuf:"varint,8,opt,name=total_us,json=totalUs,proto3" json:"total_us,omitempty"`
+	// Gateway CPU time (microseconds) spent tokenizing: the request's new items, and the
+	// completed output appended to the conversation.
+	TokenizeUs uint64 `protobuf:"varint,2,opt,name=tokenize_us,json=tokenizeUs,proto3" json:"tokenize_us,omitempty"`
+	// Microseconds the generation waited in the replica's queue before first being scheduled.
+	QueueUs uint64 `protobuf:"varint,3,opt,name=queue_us,json=queueUs,proto3" json:"queue_us,omitempty"`
+	// Microseconds from first being scheduled to the end of the prompt's prefill.
+	PrefillUs uint64 `protobuf:"varint,4,opt,name=prefill_us,json=prefillUs,proto3" json:"prefill_us,omitempty"`
+	// Microseconds from the generation's arrival at the replica to its first output token.
+	TtftUs uint64 `protobuf:"varint,5,opt,name=ttft_us,json=ttftUs,proto3" json:"ttft_us,omitempty"`
+	// Microseconds from the first output token to the end of the generation.
+	DecodeUs uint64 `protobuf:"varint,6,opt,name=decode_us,json=decodeUs,proto3" json:"decode_us,omitempty"`
+	// Classifier time (microseconds) of the safety checks, input and output; they normally run
+	// beside inference, so this is not on the latency path.
+	SafetyUs uint64 `protobuf:"varint,7,opt,name=safety_us,json=safetyUs,proto3" json:"safety_us,omitempty"`
+	// Wall-clock microseconds of the whole response: from the gateway receiving the request to
+	// completion (at the replica: ttft_us + decode_us).
+	TotalUs uint64 `protobuf:"varint,8,opt,name=total_us,json=totalUs,proto3" json:"total_us,omitempty"`
 	// Tokens the gateway tokenized for this response (only new items when stateful).
 	TokensTokenized uint32 `protobuf:"varint,9,opt,name=tokens_tokenized,json=tokensTokenized,proto3" json:"tokens_tokenized,omitempty"`
 	// Request bytes the gateway received for this response.
@@ -1307,13 +1386,17 @@ func (x *Timings) GetTokensForwarded() uint32 {
 
 // An error of one request, carried inside a long-lived stream so the stream survives it.
 type Error struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Code    ErrorCode              `protobuf:"varint,1,opt,name=code,proto3,enum=loopwire.v1.ErrorCode" json:"code,omitempty"`
-	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What kind of failure; clients branch on this, not on the message.
+	Code ErrorCode `protobuf:"varint,1,opt,name=code,proto3,enum=loopwire.v1.ErrorCode" json:"code,omitempty"`
+	// Human-readable explanation (often prefixed with the field), for logs and people.
+	Message string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// The offending field as a path, e.g. "create_response.input[3].function_call_output.call_id".
 	Field string `protobuf:"bytes,3,opt,name=field,proto3" json:"field,omitempty"`
 	// Whether the same request may succeed if retried (possibly elsewhere or later).
-	Retryable     bool   `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	// When retryable: milliseconds to wait before retrying, as the server suggests it
+	// (e.g. until the tenant's rate limit admits the request); 0: no hint.
 	RetryAfterMs  uint64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

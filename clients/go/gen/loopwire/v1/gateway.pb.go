@@ -25,12 +25,15 @@ const (
 type SafetyMode int32
 
 const (
+	// Not set: the tenant's configured mode, or else the gateway's default.
 	SafetyMode_SAFETY_MODE_UNSPECIFIED SafetyMode = 0
 	// Output flows at once; a violation cuts the stream with a safety event.
 	SafetyMode_SAFETY_MODE_STREAM_THEN_CUT SafetyMode = 1
 	// Nothing is released before the chunk containing it passed the classifier.
 	SafetyMode_SAFETY_MODE_BUFFER_UNTIL_PASS SafetyMode = 2
-	SafetyMode_SAFETY_MODE_OFF               SafetyMode = 3
+	// No safety checks. A request may only ask for a mode at least as strict as its tenant's
+	// (else PERMISSION_DENIED), so this is accepted only where the tenant's mode is off already.
+	SafetyMode_SAFETY_MODE_OFF SafetyMode = 3
 )
 
 // Enum value maps for SafetyMode.
@@ -80,9 +83,12 @@ func (SafetyMode) EnumDescriptor() ([]byte, []int) {
 type SafetyStage int32
 
 const (
+	// Not set; never sent.
 	SafetyStage_SAFETY_STAGE_UNSPECIFIED SafetyStage = 0
-	SafetyStage_SAFETY_STAGE_INPUT       SafetyStage = 1
-	SafetyStage_SAFETY_STAGE_OUTPUT      SafetyStage = 2
+	// The request's new input items.
+	SafetyStage_SAFETY_STAGE_INPUT SafetyStage = 1
+	// The model's output text.
+	SafetyStage_SAFETY_STAGE_OUTPUT SafetyStage = 2
 )
 
 // Enum value maps for SafetyStage.
@@ -129,8 +135,10 @@ func (SafetyStage) EnumDescriptor() ([]byte, []int) {
 // A request to count, as it would be sent on Converse: previous_response_id names a stored
 // response of the caller's tenant, whose conversation the input continues.
 type CountTokensRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Request       *CreateResponse        `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The request, validated as Converse would; nothing is run or stored. A previous_response_id
+	// made with no_store lives only on its own stream and is not found here.
+	Request       *CreateResponse `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -172,6 +180,7 @@ func (x *CountTokensRequest) GetRequest() *CreateResponse {
 	return nil
 }
 
+// The size of a request's prompt.
 type CountTokensResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tokens of the whole prompt: instructions, tools, the held conversation and the new input,
@@ -227,6 +236,7 @@ func (x *CountTokensResponse) GetContextLength() uint32 {
 	return 0
 }
 
+// Ask which model the gateway serves.
 type GetModelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -263,6 +273,7 @@ func (*GetModelRequest) Descriptor() ([]byte, []int) {
 	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
+// The served model, as a client plans with it.
 type GetModelResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The served model's name (what `model` in a request may say).
@@ -341,22 +352,39 @@ func (x *GetModelResponse) GetTemplateLaysOutTools() bool {
 // request's (else send the full request without previous_response_id).
 type CreateResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Empty for a full request.
-	PreviousResponseId string  `protobuf:"bytes,1,opt,name=previous_response_id,json=previousResponseId,proto3" json:"previous_response_id,omitempty"`
-	Model              string  `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
-	Instructions       string  `protobuf:"bytes,3,opt,name=instructions,proto3" json:"instructions,omitempty"`
-	Tools              []*Tool `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The response this request continues (a delta): a ResponseCreated.response_id of the caller's
+	// tenant. Unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND, resend in full. Empty for a full request.
+	PreviousResponseId string `protobuf:"bytes,1,opt,name=previous_response_id,json=previousResponseId,proto3" json:"previous_response_id,omitempty"`
+	// The model the request is for. The gateway serves one model and does not route by it; it
+	// labels the response's telemetry, and a change from the previous request is a cache break.
+	// In a delta: empty (inherited) or equal to the previous request's.
+	Model string `protobuf:"bytes,2,opt,name=model,proto3" json:"model,omitempty"`
+	// The system instructions, rendered first in the prompt. In a delta: empty (inherited) or
+	// equal to the previous request's.
+	Instructions string `protobuf:"bytes,3,opt,name=instructions,proto3" json:"instructions,omitempty"`
+	// Tools the model may call; names must be non-empty and unique. In a delta: empty
+	// (inherited) or equal to the previous request's.
+	Tools []*Tool `protobuf:"bytes,4,rep,name=tools,proto3" json:"tools,omitempty"`
 	// The whole conversation (full request) or only the items after the previous
 	// response's output (delta).
-	Input      []*Item         `protobuf:"bytes,5,rep,name=input,proto3" json:"input,omitempty"`
-	Sampling   *SamplingParams `protobuf:"bytes,6,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	SafetyMode SafetyMode      `protobuf:"varint,7,opt,name=safety_mode,json=safetyMode,proto3,enum=loopwire.v1.SafetyMode" json:"safety_mode,omitempty"`
-	// Replay of a recorded session: the output to emit for this response.
+	Input []*Item `protobuf:"bytes,5,rep,name=input,proto3" json:"input,omitempty"`
+	// How tokens are picked, and the output's length limit.
+	Sampling *SamplingParams `protobuf:"bytes,6,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// Safety mode of this response; unset: the tenant's (or gateway's). A request may only ask for
+	// a stricter mode than its tenant's.
+	SafetyMode SafetyMode `protobuf:"varint,7,opt,name=safety_mode,json=safetyMode,proto3,enum=loopwire.v1.SafetyMode" json:"safety_mode,omitempty"`
+	// Replay of a recorded session: the output to emit for this response. Test and benchmark
+	// scaffolding: only a gateway configured to allow replay accepts it (else PERMISSION_DENIED).
 	Replay *ReplayOutput `protobuf:"bytes,8,opt,name=replay,proto3" json:"replay,omitempty"`
-	// Keep this session's KV cached for this many seconds (e.g. waiting for approval).
+	// Keep this session's KV cached for this many seconds after the response (e.g. waiting for
+	// approval); 0: no retention. At most the tenant's ceiling (else PERMISSION_DENIED).
 	RetentionSeconds uint32 `protobuf:"varint,9,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	Priority         int32  `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
-	// Do not keep this response for a later previous_response_id (stateless clients).
+	// Scheduling priority on the replica: higher runs first and is preempted last; 0 is the
+	// default, at most the tenant's ceiling (else PERMISSION_DENIED).
+	Priority int32 `protobuf:"varint,10,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Do not keep this response for other streams (stateless clients): it can be continued only on
+	// the stream that made it and is forgotten when that stream closes, and a full no_store request
+	// is sent to the replica in full rather than as an append.
 	NoStore bool `protobuf:"varint,11,opt,name=no_store,json=noStore,proto3" json:"no_store,omitempty"`
 	// W3C trace context (traceparent, tracestate) of the agent turn this response belongs to,
 	// so each turn is one trace across the services although the stream outlives it.
@@ -572,8 +600,11 @@ func (x *TextFormat) GetStrict() bool {
 
 // Stop a response in flight.
 type CancelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ResponseId    string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The response to stop: ResponseCreated.response_id of the one in flight on this stream.
+	// It then ends with ResponseFailed (ERROR_CODE_CANCELLED); any other id is answered with an
+	// INVALID_ARGUMENT ResponseFailed.
+	ResponseId    string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -619,9 +650,12 @@ func (x *CancelResponse) GetResponseId() string {
 // that has it, e.g. while the session waits for a human; retention_seconds = 0 lets it go.
 // Answered in order with the stream's other requests, by KvHeld or ResponseFailed.
 type HoldKv struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	ResponseId       string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
-	RetentionSeconds uint32                 `protobuf:"varint,2,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A stored response of the caller's tenant (unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND).
+	ResponseId string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT); 0 releases the hold on
+	// every replica.
+	RetentionSeconds uint32 `protobuf:"varint,2,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -673,6 +707,8 @@ func (x *HoldKv) GetRetentionSeconds() uint32 {
 // A request on the Converse stream.
 type ConverseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// One request; an empty one is answered with an INVALID_ARGUMENT ResponseFailed.
+	//
 	// Types that are valid to be assigned to Request:
 	//
 	//	*ConverseRequest_CreateResponse
@@ -752,14 +788,17 @@ type isConverseRequest_Request interface {
 }
 
 type ConverseRequest_CreateResponse struct {
+	// Ask for a response.
 	CreateResponse *CreateResponse `protobuf:"bytes,1,opt,name=create_response,json=createResponse,proto3,oneof"`
 }
 
 type ConverseRequest_CancelResponse struct {
+	// Stop the response in flight.
 	CancelResponse *CancelResponse `protobuf:"bytes,2,opt,name=cancel_response,json=cancelResponse,proto3,oneof"`
 }
 
 type ConverseRequest_HoldKv struct {
+	// Keep (or let go of) a stored response's KV.
 	HoldKv *HoldKv `protobuf:"bytes,3,opt,name=hold_kv,json=holdKv,proto3,oneof"`
 }
 
@@ -774,7 +813,7 @@ type ResponseCreated struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Use as previous_response_id in the next request.
 	ResponseId string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
-	// The replica serving it.
+	// The replica serving it: its reported replica id, or its address when it reports none.
 	ReplicaId     string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -826,8 +865,9 @@ func (x *ResponseCreated) GetReplicaId() string {
 
 // Detokenized assistant text (always valid UTF-8).
 type TextDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next piece of text; consecutive deltas may arrive merged into one.
+	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -871,10 +911,13 @@ func (x *TextDelta) GetText() string {
 
 // The model began a tool call.
 type ToolCallStarted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Index         uint32                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call's id, as in the later ToolCallDone and the response's output items.
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The called tool's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Position of the call among this response's calls, from 0.
+	Index         uint32 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -932,9 +975,11 @@ func (x *ToolCallStarted) GetIndex() uint32 {
 
 // More of a tool call's JSON arguments.
 type ToolCallArgumentsDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CallId        string                 `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Delta         string                 `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The call these arguments belong to (ToolCallStarted.call_id).
+	CallId string `protobuf:"bytes,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The next piece of the arguments' JSON text; the deltas of a call concatenate to its arguments.
+	Delta         string `protobuf:"bytes,2,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -985,9 +1030,11 @@ func (x *ToolCallArgumentsDelta) GetDelta() string {
 
 // A tool call is complete and may run now, while the model keeps generating.
 type ToolCallDone struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Call          *FunctionCall          `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
-	Index         uint32                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The complete call: id, name and JSON arguments.
+	Call *FunctionCall `protobuf:"bytes,1,opt,name=call,proto3" json:"call,omitempty"`
+	// Position of the call among this response's calls, from 0 (as in ToolCallStarted).
+	Index         uint32 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1038,12 +1085,16 @@ func (x *ToolCallDone) GetIndex() uint32 {
 
 // The verdict of a safety check.
 type SafetyVerdict struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Stage   SafetyStage            `protobuf:"varint,1,opt,name=stage,proto3,enum=loopwire.v1.SafetyStage" json:"stage,omitempty"`
-	Allowed bool                   `protobuf:"varint,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which check this is.
+	Stage SafetyStage `protobuf:"varint,1,opt,name=stage,proto3,enum=loopwire.v1.SafetyStage" json:"stage,omitempty"`
+	// False: a violation; the response then ends with ResponseFailed (SAFETY_VIOLATION).
+	Allowed bool `protobuf:"varint,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
 	// Llama Guard-style category code, e.g. "S2"; empty when allowed.
-	Category     string `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
-	Detail       string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	Category string `protobuf:"bytes,3,opt,name=category,proto3" json:"category,omitempty"`
+	// Human-readable reason from the classifier (e.g. what matched); may be empty.
+	Detail string `protobuf:"bytes,4,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Microseconds (wall clock) the classifier spent on this stage's checks so far.
 	ClassifierUs uint64 `protobuf:"varint,5,opt,name=classifier_us,json=classifierUs,proto3" json:"classifier_us,omitempty"`
 	// Output characters covered by the checks so far.
 	CheckedChars  uint64 `protobuf:"varint,6,opt,name=checked_chars,json=checkedChars,proto3" json:"checked_chars,omitempty"`
@@ -1128,11 +1179,14 @@ func (x *SafetyVerdict) GetCheckedChars() uint64 {
 type CacheBreak struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Index of the first item (counting the instructions and tools as item -1) that differs.
-	FirstDifferingItem int32  `protobuf:"varint,1,opt,name=first_differing_item,json=firstDifferingItem,proto3" json:"first_differing_item,omitempty"`
-	Reason             string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	ReusedTokens       uint32 `protobuf:"varint,3,opt,name=reused_tokens,json=reusedTokens,proto3" json:"reused_tokens,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	FirstDifferingItem int32 `protobuf:"varint,1,opt,name=first_differing_item,json=firstDifferingItem,proto3" json:"first_differing_item,omitempty"`
+	// Why, in words: "model changed", "tool list changed", "item 3 (message) differs ...".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Prompt tokens of the previous conversation reused before the break (not tokenized again);
+	// 0 when the break is at item -1.
+	ReusedTokens  uint32 `protobuf:"varint,3,opt,name=reused_tokens,json=reusedTokens,proto3" json:"reused_tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CacheBreak) Reset() {
@@ -1188,10 +1242,13 @@ func (x *CacheBreak) GetReusedTokens() uint32 {
 
 // The end of a response.
 type ResponseCompleted struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	FinishReason FinishReason           `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage        *Usage                 `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
-	Timings      *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the output ended; TOOL_CALLS when it made any call.
+	FinishReason FinishReason `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
+	// The generation's token accounting.
+	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Where the time went, gateway and replica (see Timings).
+	Timings *Timings `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
 	// The response's output items (assistant message and function calls).
 	Output        []*Item `protobuf:"bytes,4,rep,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1258,8 +1315,9 @@ func (x *ResponseCompleted) GetOutput() []*Item {
 
 // A response failed; the stream stays usable.
 type ResponseFailed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What went wrong, and whether a retry may help.
+	Error         *Error `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1301,7 +1359,6 @@ func (x *ResponseFailed) GetError() *Error {
 	return nil
 }
 
-// An event of the Converse stream.
 // The answer to HoldKv.
 type KvHeld struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1357,9 +1414,16 @@ func (x *KvHeld) GetReplicaId() string {
 	return ""
 }
 
+// An event of the Converse stream.
 type ConverseResponse struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	ResponseId string                 `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The response (or HoldKv/CancelResponse target) this event belongs to; empty for a failure
+	// of a request that named none.
+	ResponseId string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
+	// What happened. A response sends created (unless it fails before it is placed), then output
+	// deltas, tool calls, safety verdicts and progress, and ends with exactly one completed or
+	// failed.
+	//
 	// Types that are valid to be assigned to Event:
 	//
 	//	*ConverseResponse_Created
@@ -1526,42 +1590,52 @@ type isConverseResponse_Event interface {
 }
 
 type ConverseResponse_Created struct {
+	// The response was accepted and placed on a replica.
 	Created *ResponseCreated `protobuf:"bytes,2,opt,name=created,proto3,oneof"`
 }
 
 type ConverseResponse_TextDelta struct {
+	// More assistant text.
 	TextDelta *TextDelta `protobuf:"bytes,3,opt,name=text_delta,json=textDelta,proto3,oneof"`
 }
 
 type ConverseResponse_ToolCallStarted struct {
+	// A tool call began.
 	ToolCallStarted *ToolCallStarted `protobuf:"bytes,4,opt,name=tool_call_started,json=toolCallStarted,proto3,oneof"`
 }
 
 type ConverseResponse_ToolCallArgumentsDelta struct {
+	// More of a tool call's arguments.
 	ToolCallArgumentsDelta *ToolCallArgumentsDelta `protobuf:"bytes,5,opt,name=tool_call_arguments_delta,json=toolCallArgumentsDelta,proto3,oneof"`
 }
 
 type ConverseResponse_ToolCallDone struct {
+	// A tool call is complete.
 	ToolCallDone *ToolCallDone `protobuf:"bytes,6,opt,name=tool_call_done,json=toolCallDone,proto3,oneof"`
 }
 
 type ConverseResponse_Safety struct {
+	// A safety check's verdict (input once checked; output at the end or on a violation).
 	Safety *SafetyVerdict `protobuf:"bytes,7,opt,name=safety,proto3,oneof"`
 }
 
 type ConverseResponse_CacheBreak struct {
+	// The request did not extend the previous prompt (sent before created).
 	CacheBreak *CacheBreak `protobuf:"bytes,8,opt,name=cache_break,json=cacheBreak,proto3,oneof"`
 }
 
 type ConverseResponse_Completed struct {
+	// The response finished.
 	Completed *ResponseCompleted `protobuf:"bytes,9,opt,name=completed,proto3,oneof"`
 }
 
 type ConverseResponse_Failed struct {
+	// The request failed.
 	Failed *ResponseFailed `protobuf:"bytes,10,opt,name=failed,proto3,oneof"`
 }
 
 type ConverseResponse_KvHeld struct {
+	// The answer to a HoldKv.
 	KvHeld *KvHeld `protobuf:"bytes,11,opt,name=kv_held,json=kvHeld,proto3,oneof"`
 }
 

@@ -33,6 +33,12 @@ const (
 // inference and routes to inference replicas. Modelled on a Responses API
 // WebSocket session: one Converse stream per agent session.
 type GatewayServiceClient interface {
+	// One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+	// events of each response out. Creates and holds run one after another in the order sent (a
+	// delta names the response before it); a cancel acts at once on the response in flight. A
+	// request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+	// key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+	// streams gets RESOURCE_EXHAUSTED.
 	Converse(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ConverseRequest, ConverseResponse], error)
 	// The model this gateway serves, as a client plans with it: its context window (so a
 	// harness compacts before it is full) and how it calls tools.
@@ -92,6 +98,12 @@ func (c *gatewayServiceClient) CountTokens(ctx context.Context, in *CountTokensR
 // inference and routes to inference replicas. Modelled on a Responses API
 // WebSocket session: one Converse stream per agent session.
 type GatewayServiceServer interface {
+	// One agent session's stream: CreateResponse, CancelResponse and HoldKv requests in, the
+	// events of each response out. Creates and holds run one after another in the order sent (a
+	// delta names the response before it); a cancel acts at once on the response in flight. A
+	// request's failure is a ResponseFailed event and the stream keeps serving. A missing or bad
+	// key ends the stream with UNAUTHENTICATED/PERMISSION_DENIED; a tenant over its limit of open
+	// streams gets RESOURCE_EXHAUSTED.
 	Converse(grpc.BidiStreamingServer[ConverseRequest, ConverseResponse]) error
 	// The model this gateway serves, as a client plans with it: its context window (so a
 	// harness compacts before it is full) and how it calls tools.

@@ -25,10 +25,16 @@ const (
 type ApprovalMode int32
 
 const (
+	// Not set: as ON_REQUEST.
 	ApprovalMode_APPROVAL_MODE_UNSPECIFIED ApprovalMode = 0
-	ApprovalMode_APPROVAL_MODE_NEVER       ApprovalMode = 1
-	ApprovalMode_APPROVAL_MODE_ON_REQUEST  ApprovalMode = 2
-	ApprovalMode_APPROVAL_MODE_ALWAYS      ApprovalMode = 3
+	// Never ask: calls run at once, and a call that needs more than the sandbox allows (a shell
+	// command with network access) is refused.
+	ApprovalMode_APPROVAL_MODE_NEVER ApprovalMode = 1
+	// Ask only for calls that need more than the sandbox allows (a shell command with network
+	// access); the rest run at once.
+	ApprovalMode_APPROVAL_MODE_ON_REQUEST ApprovalMode = 2
+	// Ask before every call.
+	ApprovalMode_APPROVAL_MODE_ALWAYS ApprovalMode = 3
 )
 
 // Enum value maps for ApprovalMode.
@@ -78,6 +84,7 @@ func (ApprovalMode) EnumDescriptor() ([]byte, []int) {
 type ConversationMode int32
 
 const (
+	// Not set: as STATEFUL.
 	ConversationMode_CONVERSATION_MODE_UNSPECIFIED ConversationMode = 0
 	// One Converse stream, deltas via previous_response_id (default).
 	ConversationMode_CONVERSATION_MODE_STATEFUL ConversationMode = 1
@@ -130,13 +137,21 @@ func (ConversationMode) EnumDescriptor() ([]byte, []int) {
 type SessionStatus int32
 
 const (
-	SessionStatus_SESSION_STATUS_UNSPECIFIED       SessionStatus = 0
-	SessionStatus_SESSION_STATUS_RUNNING           SessionStatus = 1
+	// Not set; never stored.
+	SessionStatus_SESSION_STATUS_UNSPECIFIED SessionStatus = 0
+	// A run is in progress.
+	SessionStatus_SESSION_STATUS_RUNNING SessionStatus = 1
+	// Suspended until every pending approval is decided (ApprovalDecision).
 	SessionStatus_SESSION_STATUS_AWAITING_APPROVAL SessionStatus = 2
-	SessionStatus_SESSION_STATUS_COMPLETED         SessionStatus = 3
-	SessionStatus_SESSION_STATUS_FAILED            SessionStatus = 4
-	SessionStatus_SESSION_STATUS_CANCELLED         SessionStatus = 5
-	SessionStatus_SESSION_STATUS_INTERRUPTED       SessionStatus = 6
+	// The run completed; AddUserMessage continues it.
+	SessionStatus_SESSION_STATUS_COMPLETED SessionStatus = 3
+	// The run failed; resumable.
+	SessionStatus_SESSION_STATUS_FAILED SessionStatus = 4
+	// Cancelled by CancelRun; resumable.
+	SessionStatus_SESSION_STATUS_CANCELLED SessionStatus = 5
+	// The run stopped without finishing: its client went away, or the harness stopped or failed to
+	// record the end. Resumable.
+	SessionStatus_SESSION_STATUS_INTERRUPTED SessionStatus = 6
 )
 
 // Enum value maps for SessionStatus.
@@ -190,8 +205,11 @@ func (SessionStatus) EnumDescriptor() ([]byte, []int) {
 
 // Approval rules, enforced by the harness and never written into the prompt.
 type ApprovalPolicy struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	DefaultMode   ApprovalMode            `protobuf:"varint,1,opt,name=default_mode,json=defaultMode,proto3,enum=loopwire.v1.ApprovalMode" json:"default_mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mode of every tool per_tool does not name; unset: ON_REQUEST.
+	DefaultMode ApprovalMode `protobuf:"varint,1,opt,name=default_mode,json=defaultMode,proto3,enum=loopwire.v1.ApprovalMode" json:"default_mode,omitempty"`
+	// Modes by tool name. An entry for "shell" also covers the other command tools
+	// (exec_command, write_stdin) unless they have entries of their own.
 	PerTool       map[string]ApprovalMode `protobuf:"bytes,2,rep,name=per_tool,json=perTool,proto3" json:"per_tool,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value,enum=loopwire.v1.ApprovalMode"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -243,10 +261,13 @@ func (x *ApprovalPolicy) GetPerTool() map[string]ApprovalMode {
 
 // Model settings of a run.
 type ModelOptions struct {
-	state            protoimpl.MessageState `protogen:"open.v1"`
-	Model            string                 `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
-	Sampling         *SamplingParams        `protobuf:"bytes,2,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	ConversationMode ConversationMode       `protobuf:"varint,3,opt,name=conversation_mode,json=conversationMode,proto3,enum=loopwire.v1.ConversationMode" json:"conversation_mode,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model named in every request to the gateway (see CreateResponse.model).
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// Sampling of every turn (and of the compaction summary call).
+	Sampling *SamplingParams `protobuf:"bytes,2,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	// How the harness talks to the gateway; unset: stateful.
+	ConversationMode ConversationMode `protobuf:"varint,3,opt,name=conversation_mode,json=conversationMode,proto3,enum=loopwire.v1.ConversationMode" json:"conversation_mode,omitempty"`
 	// How every turn uses the tools (absent: the harness's --tool-choice). REQUIRED: each turn
 	// calls a tool, and the session ends when the model calls `finish` with its answer (one action
 	// per turn, the discipline small models need).
@@ -316,9 +337,11 @@ func (x *ModelOptions) GetToolChoice() *ToolChoice {
 // One turn of a recorded session: what the assistant said, and what came back
 // (function_call_output items and user messages, in recorded order).
 type ReplayTurn struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Output        *ReplayOutput          `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
-	Followups     []*Item                `protobuf:"bytes,2,rep,name=followups,proto3" json:"followups,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the assistant said and called in the recorded turn; sent as CreateResponse.replay.
+	Output *ReplayOutput `protobuf:"bytes,1,opt,name=output,proto3" json:"output,omitempty"`
+	// What came back, appended after the turn (recorded tool outputs unless run_tools).
+	Followups     []*Item `protobuf:"bytes,2,rep,name=followups,proto3" json:"followups,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -371,9 +394,11 @@ func (x *ReplayTurn) GetFollowups() []*Item {
 type ReplayScript struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Where it came from (file name and format), shown wherever the replay shows.
-	Source string        `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Turns  []*ReplayTurn `protobuf:"bytes,2,rep,name=turns,proto3" json:"turns,omitempty"`
-	Tools  []*Tool       `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// The recorded turns in order; at least one. The session ends when they run out.
+	Turns []*ReplayTurn `protobuf:"bytes,2,rep,name=turns,proto3" json:"turns,omitempty"`
+	// The recorded session's tools, offered to the model in place of the harness's own.
+	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
 	// Run the real tools instead of returning the recorded outputs.
 	RunTools      bool `protobuf:"varint,4,opt,name=run_tools,json=runTools,proto3" json:"run_tools,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -441,15 +466,21 @@ func (x *ReplayScript) GetRunTools() bool {
 // Start a new session.
 type StartTask struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Task  string                 `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	// What to do, in words: the session's first user message. Required.
+	Task string `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	// Fixed for the session; empty means the harness default.
 	Instructions string `protobuf:"bytes,2,opt,name=instructions,proto3" json:"instructions,omitempty"`
 	// Directory the tools work in; empty means a fresh one.
-	Workspace      string          `protobuf:"bytes,3,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Workspace string `protobuf:"bytes,3,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// Which tool calls wait for a human.
 	ApprovalPolicy *ApprovalPolicy `protobuf:"bytes,4,opt,name=approval_policy,json=approvalPolicy,proto3" json:"approval_policy,omitempty"`
-	Model          *ModelOptions   `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
-	Replay         *ReplayScript   `protobuf:"bytes,6,opt,name=replay,proto3" json:"replay,omitempty"`
-	MaxTurns       uint32          `protobuf:"varint,7,opt,name=max_turns,json=maxTurns,proto3" json:"max_turns,omitempty"`
+	// Model, sampling, conversation mode and tool choice of every turn.
+	Model *ModelOptions `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Replay this recorded session instead of letting the model choose (absent: a live session).
+	Replay *ReplayScript `protobuf:"bytes,6,opt,name=replay,proto3" json:"replay,omitempty"`
+	// Most model turns before the session completes; 0: the harness's configured default (200
+	// unless configured otherwise); at most 100000.
+	MaxTurns uint32 `protobuf:"varint,7,opt,name=max_turns,json=maxTurns,proto3" json:"max_turns,omitempty"`
 	// Optional client-chosen id; the harness makes one otherwise.
 	SessionId string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// MCP servers whose tools this session can find with tool_search, by the names the
@@ -555,8 +586,10 @@ func (x *StartTask) GetMcpServers() []string {
 
 // Continue a stored session (after a restart, or after approval).
 type ResumeSession struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session to continue: one of the caller's, not running now, and not completed (a
+	// completed session goes on with AddUserMessage).
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,11 +633,16 @@ func (x *ResumeSession) GetSessionId() string {
 
 // A human's answer to an approval request.
 type ApprovalDecision struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	ApprovalId    string                 `protobuf:"bytes,2,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
-	Approved      bool                   `protobuf:"varint,3,opt,name=approved,proto3" json:"approved,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session the approval belongs to; optional (the approval id names it), but when set it
+	// must match.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// ApprovalRequested.approval_id of a pending approval. Required.
+	ApprovalId string `protobuf:"bytes,2,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// True runs the call; false answers it with an error output saying the user denied it.
+	Approved bool `protobuf:"varint,3,opt,name=approved,proto3" json:"approved,omitempty"`
+	// Why it was denied, passed on to the model in that output; optional.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -669,9 +707,12 @@ func (x *ApprovalDecision) GetReason() string {
 
 // Add a user message to a session and continue it.
 type AddUserMessage struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session to add to. A running session takes the message before its next model call; an
+	// idle one is resumed with it; one waiting for approval refuses it (INVALID_ARGUMENT).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The message; must not be blank.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -722,9 +763,11 @@ func (x *AddUserMessage) GetText() string {
 
 // Cancel the run of a session: the model stream and running tools are stopped.
 type CancelRun struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session whose run to stop; it is stored as CANCELLED and can be resumed.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Why, for the client's own records; the harness does not use it today.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -776,6 +819,8 @@ func (x *CancelRun) GetReason() string {
 // A request on the Run stream.
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// One action; an empty request fails with INVALID_ARGUMENT.
+	//
 	// Types that are valid to be assigned to Action:
 	//
 	//	*RunRequest_Start
@@ -875,22 +920,27 @@ type isRunRequest_Action interface {
 }
 
 type RunRequest_Start struct {
+	// Start a new session.
 	Start *StartTask `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 
 type RunRequest_Resume struct {
+	// Continue a stored session.
 	Resume *ResumeSession `protobuf:"bytes,2,opt,name=resume,proto3,oneof"`
 }
 
 type RunRequest_Approval struct {
+	// Answer a pending approval.
 	Approval *ApprovalDecision `protobuf:"bytes,3,opt,name=approval,proto3,oneof"`
 }
 
 type RunRequest_UserMessage struct {
+	// Add a user message and continue.
 	UserMessage *AddUserMessage `protobuf:"bytes,4,opt,name=user_message,json=userMessage,proto3,oneof"`
 }
 
 type RunRequest_Cancel struct {
+	// Stop a session's run.
 	Cancel *CancelRun `protobuf:"bytes,5,opt,name=cancel,proto3,oneof"`
 }
 
@@ -906,11 +956,15 @@ func (*RunRequest_Cancel) isRunRequest_Action() {}
 
 // A run began (or resumed).
 type RunStarted struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Resumed   bool                   `protobuf:"varint,2,opt,name=resumed,proto3" json:"resumed,omitempty"`
-	Items     uint32                 `protobuf:"varint,3,opt,name=items,proto3" json:"items,omitempty"`
-	Workspace string                 `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id as the client knows it.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// True when an existing session goes on (resume, approval, user message); false for a new one.
+	Resumed bool `protobuf:"varint,2,opt,name=resumed,proto3" json:"resumed,omitempty"`
+	// Items already in the session's stored transcript.
+	Items uint32 `protobuf:"varint,3,opt,name=items,proto3" json:"items,omitempty"`
+	// The directory the session's tools work in, on the harness's host.
+	Workspace string `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	// Non-empty when this run replays a recorded session.
 	ReplaySource  string `protobuf:"bytes,5,opt,name=replay_source,json=replaySource,proto3" json:"replay_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -984,9 +1038,11 @@ func (x *RunStarted) GetReplaySource() string {
 
 // Assistant text as it streams.
 type RunTextDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model turn it belongs to, counted from 1 over the whole session.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The next piece of text.
+	Text          string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1037,9 +1093,11 @@ func (x *RunTextDelta) GetText() string {
 
 // The prefill of a turn's prompt is under way (a long prompt on a slow engine).
 type RunPrefillProgress struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Progress      *PrefillProgress       `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model turn, counted from 1 over the whole session.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// As the gateway relayed it from the replica.
+	Progress      *PrefillProgress `protobuf:"bytes,2,opt,name=progress,proto3" json:"progress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1090,10 +1148,13 @@ func (x *RunPrefillProgress) GetProgress() *PrefillProgress {
 
 // A tool call began executing.
 type ToolCallBegan struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Turn          uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Call          *FunctionCall          `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
-	StartedAtUs   uint64                 `protobuf:"varint,3,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model turn that made the call.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The call as the model made it.
+	Call *FunctionCall `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	// When it began: wall-clock time in microseconds since the Unix epoch.
+	StartedAtUs   uint64 `protobuf:"varint,3,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1151,16 +1212,26 @@ func (x *ToolCallBegan) GetStartedAtUs() uint64 {
 
 // A tool call finished.
 type ToolCallEnded struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Turn   uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	CallId string                 `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Name   string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model turn that made the call.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The call's FunctionCall.call_id.
+	CallId string `protobuf:"bytes,2,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	// The called tool.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
 	// Output as appended to the transcript (capped, with a note of what was cut).
-	Output       string `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
-	ExitCode     int32  `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	IsError      bool   `protobuf:"varint,6,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	Truncated    bool   `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	StartedAtUs  uint64 `protobuf:"varint,8,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
+	Output string `protobuf:"bytes,4,opt,name=output,proto3" json:"output,omitempty"`
+	// The command's exit status for command tools; 1 when another tool failed, 126 when the call
+	// was refused (approval policy or sandbox), 0 otherwise (and for replayed outputs).
+	ExitCode int32 `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// The call failed (as FunctionCallOutput.is_error).
+	IsError bool `protobuf:"varint,6,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// The output was longer than the cap and was cut.
+	Truncated bool `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// When it began: wall-clock microseconds since the Unix epoch (as ToolCallBegan).
+	StartedAtUs uint64 `protobuf:"varint,8,opt,name=started_at_us,json=startedAtUs,proto3" json:"started_at_us,omitempty"`
+	// When it ended: wall-clock microseconds since the Unix epoch (equal to started_at_us for
+	// recorded outputs of a replay).
 	FinishedAtUs uint64 `protobuf:"varint,9,opt,name=finished_at_us,json=finishedAtUs,proto3" json:"finished_at_us,omitempty"`
 	// Non-empty when a long command was detached: its completion arrives later.
 	Handle        string `protobuf:"bytes,10,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1270,9 +1341,11 @@ func (x *ToolCallEnded) GetHandle() string {
 
 // A tool call waits for a human; the run is suspended durably until it is answered.
 type ApprovalRequested struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ApprovalId    string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
-	Call          *FunctionCall          `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Names this approval in ApprovalDecision.approval_id.
+	ApprovalId string `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// The call waiting for it.
+	Call          *FunctionCall `protobuf:"bytes,2,opt,name=call,proto3" json:"call,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1323,10 +1396,13 @@ func (x *ApprovalRequested) GetCall() *FunctionCall {
 
 // A detached command finished; its result was appended to the conversation.
 type BackgroundTaskCompleted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Handle        string                 `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Output        string                 `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// ToolCallEnded.handle of the detached command.
+	Handle string `protobuf:"bytes,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	// Its exit status; -1 when it was stopped without a result.
+	ExitCode int32 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Its output (capped).
+	Output        string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1384,21 +1460,30 @@ func (x *BackgroundTaskCompleted) GetOutput() string {
 
 // The measured profile of one turn (model call + its tools).
 type TurnProfile struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Turn      uint32                 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	Usage     *Usage                 `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
-	Timings   *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
-	ToolUs    uint64                 `protobuf:"varint,4,opt,name=tool_us,json=toolUs,proto3" json:"tool_us,omitempty"`
-	BytesSent uint64                 `protobuf:"varint,5,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
-	WallUs    uint64                 `protobuf:"varint,6,opt,name=wall_us,json=wallUs,proto3" json:"wall_us,omitempty"`
-	ToolCalls uint32                 `protobuf:"varint,7,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
-	// Time from sending the request to the first streamed output, measured by the harness.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turn's number, counted from 1 over the whole session.
+	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
+	// The model call's token accounting, as the gateway reported it.
+	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The model call's timings, as the gateway reported them.
+	Timings *Timings `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
+	// Microseconds during which at least one of the turn's tools ran (parallel calls counted once).
+	ToolUs uint64 `protobuf:"varint,4,opt,name=tool_us,json=toolUs,proto3" json:"tool_us,omitempty"`
+	// Bytes of the turn's requests to the gateway, resends included (replay scaffolding excluded).
+	BytesSent uint64 `protobuf:"varint,5,opt,name=bytes_sent,json=bytesSent,proto3" json:"bytes_sent,omitempty"`
+	// Wall-clock microseconds of the whole turn: model call and tools.
+	WallUs uint64 `protobuf:"varint,6,opt,name=wall_us,json=wallUs,proto3" json:"wall_us,omitempty"`
+	// Tool calls the model made in the turn.
+	ToolCalls uint32 `protobuf:"varint,7,opt,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// Microseconds from sending the request to the first streamed output (text or tool call),
+	// measured by the harness; 0 when nothing streamed.
 	HarnessTtftUs uint64 `protobuf:"varint,8,opt,name=harness_ttft_us,json=harnessTtftUs,proto3" json:"harness_ttft_us,omitempty"`
 	// Transcript items carried by this turn's request(s).
 	ItemsSent uint32 `protobuf:"varint,9,opt,name=items_sent,json=itemsSent,proto3" json:"items_sent,omitempty"`
 	// The request carried the whole transcript (first turn, stateless mode or a resend).
 	FullRequest bool `protobuf:"varint,10,opt,name=full_request,json=fullRequest,proto3" json:"full_request,omitempty"`
-	// Full resends after PREVIOUS_RESPONSE_NOT_FOUND (or a broken stream).
+	// Times the request was sent again: in full after PREVIOUS_RESPONSE_NOT_FOUND, or the same
+	// request after a retryable failure (a broken stream, a rate limit) before anything streamed.
 	Resends uint32 `protobuf:"varint,11,opt,name=resends,proto3" json:"resends,omitempty"`
 	// Why the model stopped: stop token, length, tool calls, ...
 	FinishReason  FinishReason `protobuf:"varint,12,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
@@ -1522,8 +1607,9 @@ func (x *TurnProfile) GetFinishReason() FinishReason {
 
 // A model turn and its tools are done.
 type TurnCompleted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Profile       *TurnProfile           `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the turn cost (also stored with the session).
+	Profile       *TurnProfile `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1567,9 +1653,11 @@ func (x *TurnCompleted) GetProfile() *TurnProfile {
 
 // A diagnostic from a lower layer (e.g. a cache break), passed through.
 type RunDiagnostic struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where it came from, e.g. "gateway", "gateway safety", "sandbox", "compaction" or "harness".
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// What happened, in words.
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1618,13 +1706,18 @@ func (x *RunDiagnostic) GetMessage() string {
 	return ""
 }
 
-// The run finished: the model answered without a tool call.
+// The run finished: the model answered without a tool call (or called `finish`), or the
+// session reached max_turns or the end of its replay script. The session is COMPLETED.
 type RunCompleted struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FinalText     string                 `protobuf:"bytes,1,opt,name=final_text,json=finalText,proto3" json:"final_text,omitempty"`
-	Turns         uint32                 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
-	Usage         *Usage                 `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
-	WallUs        uint64                 `protobuf:"varint,4,opt,name=wall_us,json=wallUs,proto3" json:"wall_us,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The model's answer: the last turn's text, or the answer given to `finish`.
+	FinalText string `protobuf:"bytes,1,opt,name=final_text,json=finalText,proto3" json:"final_text,omitempty"`
+	// Model turns of the whole session.
+	Turns uint32 `protobuf:"varint,2,opt,name=turns,proto3" json:"turns,omitempty"`
+	// Tokens of this run's model turns, summed.
+	Usage *Usage `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Wall-clock microseconds of this run (since it started or resumed).
+	WallUs        uint64 `protobuf:"varint,4,opt,name=wall_us,json=wallUs,proto3" json:"wall_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,8 +1782,9 @@ func (x *RunCompleted) GetWallUs() uint64 {
 
 // The run stopped on an error.
 type RunFailed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Error         *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What went wrong; a retryable error says the session can be resumed.
+	Error         *Error `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1732,27 +1826,35 @@ func (x *RunFailed) GetError() *Error {
 	return nil
 }
 
-// Older turns were summarized by a model call (the prompt passed its threshold); the session
-// goes on with a compaction_summary item followed by the recent turns. With `error` set the
-// summary call failed and the session goes on uncompacted.
+// The prompt passed its compaction threshold and the harness compacted what the model sees of
+// the session: older turns summarized by a model call (the session goes on with a
+// compaction_summary item followed by the recent turns), or old tool outputs cut where that is
+// enough. The stored log stays append-only: compaction appends items, it never rewrites any.
+// With `error` set the compaction fell short (the summary call failed or gave nothing usable, or
+// nothing could be compacted) and the session goes on with whatever did succeed, possibly nothing.
 type CompactionCompleted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The turn the compacted prompt is first sent in.
 	Turn uint32 `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`
-	// Prompt tokens of the last turn before compaction, and the threshold it passed.
+	// The estimated prompt size that triggered it, in tokens: the last prompt and reply as the
+	// gateway counted them, plus an estimate of what was added since.
 	PromptTokensBefore uint32 `protobuf:"varint,2,opt,name=prompt_tokens_before,json=promptTokensBefore,proto3" json:"prompt_tokens_before,omitempty"`
-	ThresholdTokens    uint32 `protobuf:"varint,3,opt,name=threshold_tokens,json=thresholdTokens,proto3" json:"threshold_tokens,omitempty"`
-	// Items the summary replaces, and the recent items kept after it.
+	// The threshold it passed: the configured fraction of the context window, in tokens.
+	ThresholdTokens uint32 `protobuf:"varint,3,opt,name=threshold_tokens,json=thresholdTokens,proto3" json:"threshold_tokens,omitempty"`
+	// Items of the model's view before compaction that no longer reach it as they were.
 	ReplacedItems uint32 `protobuf:"varint,4,opt,name=replaced_items,json=replacedItems,proto3" json:"replaced_items,omitempty"`
-	KeptItems     uint32 `protobuf:"varint,5,opt,name=kept_items,json=keptItems,proto3" json:"kept_items,omitempty"`
-	// What the summary call cost.
-	SummaryInputTokens  uint32 `protobuf:"varint,6,opt,name=summary_input_tokens,json=summaryInputTokens,proto3" json:"summary_input_tokens,omitempty"`
+	// Items of that view kept as they were.
+	KeptItems uint32 `protobuf:"varint,5,opt,name=kept_items,json=keptItems,proto3" json:"kept_items,omitempty"`
+	// Prompt tokens of the summary call (0 when none was made).
+	SummaryInputTokens uint32 `protobuf:"varint,6,opt,name=summary_input_tokens,json=summaryInputTokens,proto3" json:"summary_input_tokens,omitempty"`
+	// Output tokens of the summary call (0 when none was made).
 	SummaryOutputTokens uint32 `protobuf:"varint,7,opt,name=summary_output_tokens,json=summaryOutputTokens,proto3" json:"summary_output_tokens,omitempty"`
 	// The compacted prompt's size (cl100k estimate until the next turn reports the real prefill).
 	PromptTokensAfter uint32 `protobuf:"varint,8,opt,name=prompt_tokens_after,json=promptTokensAfter,proto3" json:"prompt_tokens_after,omitempty"`
-	Error             *Error `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Set when the compaction fell short (see above); the session goes on regardless.
+	Error         *Error `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CompactionCompleted) Reset() {
@@ -1850,10 +1952,15 @@ func (x *CompactionCompleted) GetError() *Error {
 
 // An event of the Run stream.
 type RunResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	// Increases by one per event of a session.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session the event belongs to, as the client knows it; empty for the failure of a
+	// request that named none.
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Increases by one per event of a session, from 1, across the streams of this harness
+	// process (not kept across restarts); 0 when session_id is empty.
 	Sequence uint64 `protobuf:"varint,2,opt,name=sequence,proto3" json:"sequence,omitempty"`
+	// What happened.
+	//
 	// Types that are valid to be assigned to Event:
 	//
 	//	*RunResponse_Started
@@ -2037,50 +2144,62 @@ type isRunResponse_Event interface {
 }
 
 type RunResponse_Started struct {
+	// A run began or resumed.
 	Started *RunStarted `protobuf:"bytes,3,opt,name=started,proto3,oneof"`
 }
 
 type RunResponse_TextDelta struct {
+	// Assistant text.
 	TextDelta *RunTextDelta `protobuf:"bytes,4,opt,name=text_delta,json=textDelta,proto3,oneof"`
 }
 
 type RunResponse_ToolCallBegan struct {
+	// A tool call began.
 	ToolCallBegan *ToolCallBegan `protobuf:"bytes,5,opt,name=tool_call_began,json=toolCallBegan,proto3,oneof"`
 }
 
 type RunResponse_ToolCallEnded struct {
+	// A tool call ended.
 	ToolCallEnded *ToolCallEnded `protobuf:"bytes,6,opt,name=tool_call_ended,json=toolCallEnded,proto3,oneof"`
 }
 
 type RunResponse_ApprovalRequested struct {
+	// A call waits for a human; the run suspends.
 	ApprovalRequested *ApprovalRequested `protobuf:"bytes,7,opt,name=approval_requested,json=approvalRequested,proto3,oneof"`
 }
 
 type RunResponse_BackgroundTaskCompleted struct {
+	// A detached command finished.
 	BackgroundTaskCompleted *BackgroundTaskCompleted `protobuf:"bytes,8,opt,name=background_task_completed,json=backgroundTaskCompleted,proto3,oneof"`
 }
 
 type RunResponse_TurnCompleted struct {
+	// A turn ended, with its profile.
 	TurnCompleted *TurnCompleted `protobuf:"bytes,9,opt,name=turn_completed,json=turnCompleted,proto3,oneof"`
 }
 
 type RunResponse_Diagnostic struct {
+	// A note from a lower layer.
 	Diagnostic *RunDiagnostic `protobuf:"bytes,10,opt,name=diagnostic,proto3,oneof"`
 }
 
 type RunResponse_Completed struct {
+	// The run completed.
 	Completed *RunCompleted `protobuf:"bytes,11,opt,name=completed,proto3,oneof"`
 }
 
 type RunResponse_Failed struct {
+	// The run, or a request, failed.
 	Failed *RunFailed `protobuf:"bytes,12,opt,name=failed,proto3,oneof"`
 }
 
 type RunResponse_Compaction struct {
+	// A compaction ran (or failed).
 	Compaction *CompactionCompleted `protobuf:"bytes,13,opt,name=compaction,proto3,oneof"`
 }
 
 type RunResponse_PrefillProgress struct {
+	// Prefill progress of a turn's prompt.
 	PrefillProgress *RunPrefillProgress `protobuf:"bytes,14,opt,name=prefill_progress,json=prefillProgress,proto3,oneof"`
 }
 
@@ -2110,8 +2229,9 @@ func (*RunResponse_PrefillProgress) isRunResponse_Event() {}
 
 // Ask for one stored session.
 type GetSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id as the client knows it.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2155,16 +2275,25 @@ func (x *GetSessionRequest) GetSessionId() string {
 
 // A stored session's summary.
 type Session struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Status        SessionStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=loopwire.v1.SessionStatus" json:"status,omitempty"`
-	Task          string                 `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
-	Workspace     string                 `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	ItemCount     uint32                 `protobuf:"varint,5,opt,name=item_count,json=itemCount,proto3" json:"item_count,omitempty"`
-	TurnCount     uint32                 `protobuf:"varint,6,opt,name=turn_count,json=turnCount,proto3" json:"turn_count,omitempty"`
-	CreatedAtMs   int64                  `protobuf:"varint,7,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	UpdatedAtMs   int64                  `protobuf:"varint,8,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
-	ReplaySource  string                 `protobuf:"bytes,9,opt,name=replay_source,json=replaySource,proto3" json:"replay_source,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id as the client knows it (StartTask.session_id, or the one the harness made).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Where its lifecycle stands.
+	Status SessionStatus `protobuf:"varint,2,opt,name=status,proto3,enum=loopwire.v1.SessionStatus" json:"status,omitempty"`
+	// The task it was started with (in ListSessions cut to its first 1000 characters, marked "…").
+	Task string `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	// The directory its tools work in, on the harness's host.
+	Workspace string `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// Items in its stored transcript.
+	ItemCount uint32 `protobuf:"varint,5,opt,name=item_count,json=itemCount,proto3" json:"item_count,omitempty"`
+	// Model turns so far.
+	TurnCount uint32 `protobuf:"varint,6,opt,name=turn_count,json=turnCount,proto3" json:"turn_count,omitempty"`
+	// When it was created: milliseconds since the Unix epoch.
+	CreatedAtMs int64 `protobuf:"varint,7,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// When it last changed (status or transcript): milliseconds since the Unix epoch.
+	UpdatedAtMs int64 `protobuf:"varint,8,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	// Non-empty when it replays a recorded session (ReplayScript.source).
+	ReplaySource  string `protobuf:"bytes,9,opt,name=replay_source,json=replaySource,proto3" json:"replay_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,12 +2393,17 @@ func (x *Session) GetReplaySource() string {
 
 // A stored session with its transcript and per-turn profile.
 type GetSessionResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Instructions  string                 `protobuf:"bytes,2,opt,name=instructions,proto3" json:"instructions,omitempty"`
-	Tools         []*Tool                `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
-	Items         []*Item                `protobuf:"bytes,4,rep,name=items,proto3" json:"items,omitempty"`
-	Turns         []*TurnProfile         `protobuf:"bytes,5,rep,name=turns,proto3" json:"turns,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its summary (the task whole).
+	Session *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The instructions every turn sends (the harness default when the start named none).
+	Instructions string `protobuf:"bytes,2,opt,name=instructions,proto3" json:"instructions,omitempty"`
+	// The tools every turn offers.
+	Tools []*Tool `protobuf:"bytes,3,rep,name=tools,proto3" json:"tools,omitempty"`
+	// The stored transcript in order, compaction summaries included (the log is append-only).
+	Items []*Item `protobuf:"bytes,4,rep,name=items,proto3" json:"items,omitempty"`
+	// The profile of every turn so far.
+	Turns         []*TurnProfile `protobuf:"bytes,5,rep,name=turns,proto3" json:"turns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2341,9 +2475,12 @@ func (x *GetSessionResponse) GetTurns() []*TurnProfile {
 
 // Page through stored sessions, newest first.
 type ListSessionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	PageSize      uint32                 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most sessions in the page; 0: 50; capped at 1000 (a page may hold fewer to stay small).
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// ListSessionsResponse.next_page_token of the previous page; empty: the first page. Any other
+	// value is INVALID_ARGUMENT.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2394,9 +2531,11 @@ func (x *ListSessionsRequest) GetPageToken() string {
 
 // A page of sessions.
 type ListSessionsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
-	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page's sessions, newest first.
+	Sessions []*Session `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	// Pass as page_token for the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

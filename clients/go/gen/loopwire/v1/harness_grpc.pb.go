@@ -31,8 +31,16 @@ const (
 // Runs agent loops: sends the transcript to the gateway, runs the tools the
 // model calls in a sandbox, and keeps every session durably.
 type HarnessServiceClient interface {
+	// Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+	// events of every run the stream started, tagged with their session ids. A bad request fails
+	// with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+	// goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+	// every run it drives has completed, failed or suspended for approval.
 	Run(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunRequest, RunResponse], error)
+	// One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+	// unknown id or another tenant's.
 	GetSession(ctx context.Context, in *GetSessionRequest, opts ...grpc.CallOption) (*GetSessionResponse, error)
+	// The caller's tenant's stored sessions, newest first, a page at a time.
 	ListSessions(ctx context.Context, in *ListSessionsRequest, opts ...grpc.CallOption) (*ListSessionsResponse, error)
 }
 
@@ -84,8 +92,16 @@ func (c *harnessServiceClient) ListSessions(ctx context.Context, in *ListSession
 // Runs agent loops: sends the transcript to the gateway, runs the tools the
 // model calls in a sandbox, and keeps every session durably.
 type HarnessServiceServer interface {
+	// Drive sessions: start, resume, approve, add a user message or cancel, and receive the
+	// events of every run the stream started, tagged with their session ids. A bad request fails
+	// with a RunFailed event and the stream goes on. Runs belong to the harness: when the client
+	// goes away its runs stop as INTERRUPTED (resumable); a half-closed stream stays open until
+	// every run it drives has completed, failed or suspended for approval.
 	Run(grpc.BidiStreamingServer[RunRequest, RunResponse]) error
+	// One stored session of the caller's tenant, with its whole transcript; NOT_FOUND for an
+	// unknown id or another tenant's.
 	GetSession(context.Context, *GetSessionRequest) (*GetSessionResponse, error)
+	// The caller's tenant's stored sessions, newest first, a page at a time.
 	ListSessions(context.Context, *ListSessionsRequest) (*ListSessionsResponse, error)
 	mustEmbedUnimplementedHarnessServiceServer()
 }

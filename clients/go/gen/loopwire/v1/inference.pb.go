@@ -25,10 +25,14 @@ const (
 type EngineRole int32
 
 const (
+	// Not set; a replica always reports one of the roles below.
 	EngineRole_ENGINE_ROLE_UNSPECIFIED EngineRole = 0
-	EngineRole_ENGINE_ROLE_BOTH        EngineRole = 1
-	EngineRole_ENGINE_ROLE_PREFILL     EngineRole = 2
-	EngineRole_ENGINE_ROLE_DECODE      EngineRole = 3
+	// Prefills and decodes its own requests (no disaggregation).
+	EngineRole_ENGINE_ROLE_BOTH EngineRole = 1
+	// Prefills prompts for decode replicas (Prefill, PullKv).
+	EngineRole_ENGINE_ROLE_PREFILL EngineRole = 2
+	// Decodes; long uncached prompts are prefilled elsewhere and their KV pulled.
+	EngineRole_ENGINE_ROLE_DECODE EngineRole = 3
 )
 
 // Enum value maps for EngineRole.
@@ -78,10 +82,15 @@ func (EngineRole) EnumDescriptor() ([]byte, []int) {
 type CacheEventType int32
 
 const (
+	// Not set; never sent.
 	CacheEventType_CACHE_EVENT_TYPE_UNSPECIFIED CacheEventType = 0
-	CacheEventType_CACHE_EVENT_TYPE_STORED      CacheEventType = 1
-	CacheEventType_CACHE_EVENT_TYPE_REMOVED     CacheEventType = 2
-	CacheEventType_CACHE_EVENT_TYPE_CLEARED     CacheEventType = 3
+	// The blocks entered the prefix cache (they can now be hit).
+	CacheEventType_CACHE_EVENT_TYPE_STORED CacheEventType = 1
+	// The blocks left the prefix cache (evicted).
+	CacheEventType_CACHE_EVENT_TYPE_REMOVED CacheEventType = 2
+	// The replica dropped its whole prefix cache; block_hashes is empty. Routers forget their view
+	// of it. No engine sends it today.
+	CacheEventType_CACHE_EVENT_TYPE_CLEARED CacheEventType = 3
 )
 
 // Enum value maps for CacheEventType.
@@ -129,8 +138,9 @@ func (CacheEventType) EnumDescriptor() ([]byte, []int) {
 
 // The prompt in full.
 type FullPrompt struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TokenIds      []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every prompt token id, each below the vocabulary size; must not be empty.
+	TokenIds      []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -179,7 +189,8 @@ type AppendPrompt struct {
 	// Length of the held sequence being extended.
 	BaseLength uint32 `protobuf:"varint,1,opt,name=base_length,json=baseLength,proto3" json:"base_length,omitempty"`
 	// Hash of the held sequence (see loopwire.common.hashing); a mismatch is STATE_LOST.
-	BaseHash      uint64   `protobuf:"varint,2,opt,name=base_hash,json=baseHash,proto3" json:"base_hash,omitempty"`
+	BaseHash uint64 `protobuf:"varint,2,opt,name=base_hash,json=baseHash,proto3" json:"base_hash,omitempty"`
+	// The token ids that follow the held sequence (the new turn's prompt part).
 	TokenIds      []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -238,16 +249,21 @@ func (x *AppendPrompt) GetTokenIds() []uint32 {
 
 // Engine-level generation settings.
 type GenerationParams struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	Temperature float32                `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
-	TopP        float32                `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
-	Seed        uint64                 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
-	// Must be in 1..server limit.
-	MaxTokens    int32    `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Softmax temperature in [0, 100]; 0 is greedy.
+	Temperature float32 `protobuf:"fixed32,1,opt,name=temperature,proto3" json:"temperature,omitempty"`
+	// Nucleus mass in [0, 1]; 0 means 1 (no truncation).
+	TopP float32 `protobuf:"fixed32,2,opt,name=top_p,json=topP,proto3" json:"top_p,omitempty"`
+	// Seed of the sequence's sampler; the same seed and prompt sample the same tokens.
+	Seed uint64 `protobuf:"varint,3,opt,name=seed,proto3" json:"seed,omitempty"`
+	// Most tokens to generate: 1..the server's limit (GetStatusResponse.max_output_tokens), and
+	// the prompt plus max_tokens must fit the replica's KV cache (else RESOURCE_EXHAUSTED).
+	MaxTokens int32 `protobuf:"varint,4,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// Token ids that end the output (FINISH_REASON_STOP); empty: the model's own stop ids.
 	StopTokenIds []uint32 `protobuf:"varint,5,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	// Speculative decoding on (default) or off.
 	SpeculativeDecoding *bool `protobuf:"varint,6,opt,name=speculative_decoding,json=speculativeDecoding,proto3,oneof" json:"speculative_decoding,omitempty"`
-	// Draft tokens per verification step; 0 means the server default.
+	// Draft tokens per verification step, at most 64; 0 means the server default.
 	NumDraftTokens uint32 `protobuf:"varint,7,opt,name=num_draft_tokens,json=numDraftTokens,proto3" json:"num_draft_tokens,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -335,25 +351,34 @@ func (x *GenerationParams) GetNumDraftTokens() uint32 {
 // Start one generation on the stream.
 type GenerationStart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Chosen by the caller; echoed on every response of this generation.
+	// Chosen by the caller, unique among the stream's running generations (required); echoed on
+	// every response of this generation.
 	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	// Groups generations of one agent session (retention, stickiness).
+	// Groups generations of one agent session: the key its retained blocks are kept under
+	// (retention_seconds) and the session of its spans and logs. The gateway sends its Converse
+	// stream's id.
 	SessionId string `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The prompt: in full, or as an extension of the sequence the stream holds.
+	//
 	// Types that are valid to be assigned to Prompt:
 	//
 	//	*GenerationStart_Full
 	//	*GenerationStart_Append
 	Prompt isGenerationStart_Prompt `protobuf_oneof:"prompt"`
-	Params *GenerationParams        `protobuf:"bytes,5,opt,name=params,proto3" json:"params,omitempty"`
-	// Replay: the tokens to emit, chosen by the recorded session instead of the model.
+	// Sampling and limits of this generation.
+	Params *GenerationParams `protobuf:"bytes,5,opt,name=params,proto3" json:"params,omitempty"`
+	// Replay: the tokens to emit, chosen by the recorded session instead of the model (the
+	// gateway derives them from CreateResponse.replay); empty: the model chooses.
 	OracleTokenIds []uint32 `protobuf:"varint,6,rep,packed,name=oracle_token_ids,json=oracleTokenIds,proto3" json:"oracle_token_ids,omitempty"`
-	// Keep this session's KV blocks for this many seconds after the generation ends.
+	// Keep this session's KV blocks for this many seconds after the generation ends (at most
+	// 3600); 0: they stay only as ordinary, evictable prefix cache.
 	RetentionSeconds uint32 `protobuf:"varint,7,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	// Higher runs first and is preempted last.
+	// Higher runs first and is preempted last; in [-100, 100], 0 is the default.
 	Priority int32 `protobuf:"varint,8,opt,name=priority,proto3" json:"priority,omitempty"`
 	// Opaque handle from Prefill on another replica: pull its KV instead of prefilling.
 	KvHandle []byte `protobuf:"bytes,9,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
-	// Address of the replica that holds kv_handle.
+	// Address (host:port) of the replica that holds kv_handle; required with it, and must be one
+	// of this replica's configured peers (else INVALID_ARGUMENT).
 	KvSource string `protobuf:"bytes,10,opt,name=kv_source,json=kvSource,proto3" json:"kv_source,omitempty"`
 	// W3C trace context of the response this generation serves (one trace per agent turn).
 	TraceContext map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
@@ -504,10 +529,12 @@ type isGenerationStart_Prompt interface {
 }
 
 type GenerationStart_Full struct {
+	// The whole prompt (first turn, another replica's session, or a resend after STATE_LOST).
 	Full *FullPrompt `protobuf:"bytes,3,opt,name=full,proto3,oneof"`
 }
 
 type GenerationStart_Append struct {
+	// Only the tokens after the held sequence.
 	Append *AppendPrompt `protobuf:"bytes,4,opt,name=append,proto3,oneof"`
 }
 
@@ -519,6 +546,8 @@ func (*GenerationStart_Append) isGenerationStart_Prompt() {}
 // it to its guided decoding.
 type Constraint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// The grammar, in one of three forms; one must be set.
+	//
 	// Types that are valid to be assigned to Grammar:
 	//
 	//	*Constraint_Lark
@@ -630,8 +659,10 @@ func (*Constraint_Regex) isConstraint_Grammar() {}
 
 // Cancel a generation of this stream; its blocks are freed at once.
 type GenerationCancel struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The GenerationStart.request_id of a generation running on this stream; an unknown one is
+	// answered with an INVALID_ARGUMENT error event.
+	RequestId     string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +707,8 @@ func (x *GenerationCancel) GetRequestId() string {
 // A request on the Generate stream.
 type GenerateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
+	// What to do; a request with nothing set is answered with an INVALID_ARGUMENT error event.
+	//
 	// Types that are valid to be assigned to Action:
 	//
 	//	*GenerateRequest_Start
@@ -745,10 +778,12 @@ type isGenerateRequest_Action interface {
 }
 
 type GenerateRequest_Start struct {
+	// Start a generation.
 	Start *GenerationStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 
 type GenerateRequest_Cancel struct {
+	// Cancel a running one.
 	Cancel *GenerationCancel `protobuf:"bytes,2,opt,name=cancel,proto3,oneof"`
 }
 
@@ -758,8 +793,9 @@ func (*GenerateRequest_Cancel) isGenerateRequest_Action() {}
 
 // New output tokens (several when the reader lags: coalesced).
 type TokenBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TokenIds      []uint32               `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next output token ids of the generation, in order.
+	TokenIds      []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -803,17 +839,23 @@ func (x *TokenBatch) GetTokenIds() []uint32 {
 
 // The end of a generation.
 type GenerationFinished struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	FinishReason FinishReason           `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
-	Usage        *Usage                 `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
-	Timings      *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why it stopped (STOP, LENGTH, CANCELLED, or ERROR for an engine timeout).
+	FinishReason FinishReason `protobuf:"varint,1,opt,name=finish_reason,json=finishReason,proto3,enum=loopwire.v1.FinishReason" json:"finish_reason,omitempty"`
+	// Tokens in, from cache, out and drafted.
+	Usage *Usage `protobuf:"bytes,2,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The replica's side only: queue_us, prefill_us, ttft_us, decode_us, and total_us
+	// (= ttft_us + decode_us).
+	Timings *Timings `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
 	// Length and hash of the sequence the replica now holds for this stream (prompt
 	// + output), the base of the next AppendPrompt.
 	SequenceLength uint32 `protobuf:"varint,4,opt,name=sequence_length,json=sequenceLength,proto3" json:"sequence_length,omitempty"`
-	SequenceHash   uint64 `protobuf:"varint,5,opt,name=sequence_hash,json=sequenceHash,proto3" json:"sequence_hash,omitempty"`
-	ReplicaId      string `protobuf:"bytes,6,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// SequenceHash of that sequence: the next AppendPrompt.base_hash.
+	SequenceHash uint64 `protobuf:"varint,5,opt,name=sequence_hash,json=sequenceHash,proto3" json:"sequence_hash,omitempty"`
+	// The replica that ran the generation (its configured replica id).
+	ReplicaId     string `protobuf:"bytes,6,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerationFinished) Reset() {
@@ -890,8 +932,12 @@ func (x *GenerationFinished) GetReplicaId() string {
 
 // An event of the Generate stream.
 type GenerateResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The GenerationStart.request_id this event belongs to; empty for an error about a request
+	// that named none.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// What happened; a generation sends tokens and progress, then exactly one finished or error.
+	//
 	// Types that are valid to be assigned to Event:
 	//
 	//	*GenerateResponse_Tokens
@@ -988,14 +1034,18 @@ type isGenerateResponse_Event interface {
 }
 
 type GenerateResponse_Tokens struct {
+	// More output.
 	Tokens *TokenBatch `protobuf:"bytes,2,opt,name=tokens,proto3,oneof"`
 }
 
 type GenerateResponse_Finished struct {
+	// The generation ended.
 	Finished *GenerationFinished `protobuf:"bytes,3,opt,name=finished,proto3,oneof"`
 }
 
 type GenerateResponse_Error struct {
+	// The request failed (validation, STATE_LOST, constraint, engine failure); the stream
+	// goes on.
 	Error *Error `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
 }
 
@@ -1014,10 +1064,14 @@ func (*GenerateResponse_PrefillProgress) isGenerateResponse_Event() {}
 
 // Prefill on a prefill-role replica.
 type PrefillRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	RequestId string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	TokenIds  []uint32               `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
-	Params    *GenerationParams      `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's id of the generation this prefill serves (for its logs); the replica names
+	// the prefill by the handle it returns.
+	RequestId string `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The full prompt to prefill; must not be empty and must fit the replica's KV cache.
+	TokenIds []uint32 `protobuf:"varint,2,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// The generation's settings, sent along; a prefill samples nothing, so they do not change it.
+	Params *GenerationParams `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
 	// As GenerationStart.cache_salt.
 	CacheSalt     string `protobuf:"bytes,4,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1084,13 +1138,22 @@ func (x *PrefillRequest) GetCacheSalt() string {
 
 // Where to pull a prefilled KV from.
 type PrefillResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KvHandle      []byte                 `protobuf:"bytes,1,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
-	NumTokens     uint32                 `protobuf:"varint,2,opt,name=num_tokens,json=numTokens,proto3" json:"num_tokens,omitempty"`
-	CachedTokens  uint32                 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
-	ReplicaId     string                 `protobuf:"bytes,4,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	BlockHashes   []uint64               `protobuf:"varint,5,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
-	Timings       *Timings               `protobuf:"bytes,6,opt,name=timings,proto3" json:"timings,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Opaque handle naming the prefilled blocks, for GenerationStart.kv_handle and PullKv. The
+	// replica keeps the blocks about a minute and only the newest handles; a later pull may
+	// find it expired (NOT_FOUND).
+	KvHandle []byte `protobuf:"bytes,1,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
+	// Tokens of the prompt.
+	NumTokens uint32 `protobuf:"varint,2,opt,name=num_tokens,json=numTokens,proto3" json:"num_tokens,omitempty"`
+	// Of those, tokens that were already in this replica's prefix cache.
+	CachedTokens uint32 `protobuf:"varint,3,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// The replica that prefilled.
+	ReplicaId string `protobuf:"bytes,4,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// Chained hashes of the prompt's full blocks, in order (the tail after the last full block
+	// has none).
+	BlockHashes []uint64 `protobuf:"varint,5,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	// queue_us and prefill_us of the prefill; the other fields are 0.
+	Timings       *Timings `protobuf:"bytes,6,opt,name=timings,proto3" json:"timings,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1169,8 +1232,9 @@ func (x *PrefillResponse) GetTimings() *Timings {
 
 // Pull the KV blocks named by a Prefill handle.
 type PullKvRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KvHandle      []byte                 `protobuf:"bytes,1,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PrefillResponse.kv_handle. Unknown, expired or evicted: NOT_FOUND, prefill again.
+	KvHandle      []byte `protobuf:"bytes,1,opt,name=kv_handle,json=kvHandle,proto3" json:"kv_handle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1214,14 +1278,21 @@ func (x *PullKvRequest) GetKvHandle() []byte {
 
 // One KV block with its identity, in the engine's layout.
 type KvBlock struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	BlockHash  uint64                 `protobuf:"varint,1,opt,name=block_hash,json=blockHash,proto3" json:"block_hash,omitempty"`
-	ParentHash uint64                 `protobuf:"varint,2,opt,name=parent_hash,json=parentHash,proto3" json:"parent_hash,omitempty"`
-	TokenIds   []uint32               `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The block's prefix-cache key: hash of its tokens chained to parent_hash.
+	BlockHash uint64 `protobuf:"varint,1,opt,name=block_hash,json=blockHash,proto3" json:"block_hash,omitempty"`
+	// block_hash of the block before it (for the first block, the root of its cache salt).
+	ParentHash uint64 `protobuf:"varint,2,opt,name=parent_hash,json=parentHash,proto3" json:"parent_hash,omitempty"`
+	// The block's token ids (one full block).
+	TokenIds []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
 	// Keys and values of every layer, little-endian, shape given by `shape`.
-	Keys          []byte   `protobuf:"bytes,4,opt,name=keys,proto3" json:"keys,omitempty"`
-	Values        []byte   `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"`
-	Dtype         string   `protobuf:"bytes,6,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	Keys []byte `protobuf:"bytes,4,opt,name=keys,proto3" json:"keys,omitempty"`
+	// Values of every layer, laid out as `keys`. Both are empty when the engine keeps no real
+	// tensors (the simulated engine): the block's identity alone is transferred.
+	Values []byte `protobuf:"bytes,5,opt,name=values,proto3" json:"values,omitempty"`
+	// Element type of keys and values as NumPy names it, e.g. "float16"; empty with no tensors.
+	Dtype string `protobuf:"bytes,6,opt,name=dtype,proto3" json:"dtype,omitempty"`
+	// Dimensions of keys (and of values), outermost first.
 	Shape         []uint32 `protobuf:"varint,7,rep,packed,name=shape,proto3" json:"shape,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1309,7 +1380,9 @@ func (x *KvBlock) GetShape() []uint32 {
 // A chunk of the PullKv stream.
 type PullKvResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Block *KvBlock               `protobuf:"bytes,1,opt,name=block,proto3" json:"block,omitempty"`
+	// The next block, in prompt order; absent only in the single chunk of a prefill that filled
+	// no whole block.
+	Block *KvBlock `protobuf:"bytes,1,opt,name=block,proto3" json:"block,omitempty"`
 	// Set on the last chunk: the tokens after the last full block (not cached as a block).
 	TailTokenIds  []uint32 `protobuf:"varint,2,rep,packed,name=tail_token_ids,json=tailTokenIds,proto3" json:"tail_token_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1399,30 +1472,47 @@ func (*GetStatusRequest) Descriptor() ([]byte, []int) {
 
 // Load, cache and speed of a replica.
 type GetStatusResponse struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaId string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica's configured id (as in GenerationFinished.replica_id).
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
 	// "reference", "simulated" or "trtllm".
-	Engine                   string     `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`
-	Model                    string     `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	Role                     EngineRole `protobuf:"varint,4,opt,name=role,proto3,enum=loopwire.v1.EngineRole" json:"role,omitempty"`
-	Running                  uint32     `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
-	Waiting                  uint32     `protobuf:"varint,6,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	KvBlocksUsed             uint32     `protobuf:"varint,7,opt,name=kv_blocks_used,json=kvBlocksUsed,proto3" json:"kv_blocks_used,omitempty"`
-	KvBlocksFree             uint32     `protobuf:"varint,8,opt,name=kv_blocks_free,json=kvBlocksFree,proto3" json:"kv_blocks_free,omitempty"`
-	KvBlocksTotal            uint32     `protobuf:"varint,9,opt,name=kv_blocks_total,json=kvBlocksTotal,proto3" json:"kv_blocks_total,omitempty"`
-	BlockSize                uint32     `protobuf:"varint,10,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
-	RecentTokensPerSecond    float64    `protobuf:"fixed64,11,opt,name=recent_tokens_per_second,json=recentTokensPerSecond,proto3" json:"recent_tokens_per_second,omitempty"`
-	PrefillTokensPerSecond   float64    `protobuf:"fixed64,12,opt,name=prefill_tokens_per_second,json=prefillTokensPerSecond,proto3" json:"prefill_tokens_per_second,omitempty"`
-	DecodeTokensPerSecond    float64    `protobuf:"fixed64,13,opt,name=decode_tokens_per_second,json=decodeTokensPerSecond,proto3" json:"decode_tokens_per_second,omitempty"`
-	PrefixCacheQueriedTokens uint64     `protobuf:"varint,14,opt,name=prefix_cache_queried_tokens,json=prefixCacheQueriedTokens,proto3" json:"prefix_cache_queried_tokens,omitempty"`
-	PrefixCacheHitTokens     uint64     `protobuf:"varint,15,opt,name=prefix_cache_hit_tokens,json=prefixCacheHitTokens,proto3" json:"prefix_cache_hit_tokens,omitempty"`
-	VocabSize                uint32     `protobuf:"varint,16,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
-	MaxOutputTokens          uint32     `protobuf:"varint,17,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
+	Engine string `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`
+	// Name of the served model.
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// Its role in a disaggregated deployment.
+	Role EngineRole `protobuf:"varint,4,opt,name=role,proto3,enum=loopwire.v1.EngineRole" json:"role,omitempty"`
+	// Sequences being generated now.
+	Running uint32 `protobuf:"varint,5,opt,name=running,proto3" json:"running,omitempty"`
+	// Sequences queued, waiting to be scheduled.
+	Waiting uint32 `protobuf:"varint,6,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	// KV blocks of the device cache in use.
+	KvBlocksUsed uint32 `protobuf:"varint,7,opt,name=kv_blocks_used,json=kvBlocksUsed,proto3" json:"kv_blocks_used,omitempty"`
+	// KV blocks of the device cache free.
+	KvBlocksFree uint32 `protobuf:"varint,8,opt,name=kv_blocks_free,json=kvBlocksFree,proto3" json:"kv_blocks_free,omitempty"`
+	// KV blocks of the device cache in all.
+	KvBlocksTotal uint32 `protobuf:"varint,9,opt,name=kv_blocks_total,json=kvBlocksTotal,proto3" json:"kv_blocks_total,omitempty"`
+	// Tokens per KV block (and per block hash).
+	BlockSize uint32 `protobuf:"varint,10,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	// Tokens per second prefilled and decoded together, over the last 10 seconds.
+	RecentTokensPerSecond float64 `protobuf:"fixed64,11,opt,name=recent_tokens_per_second,json=recentTokensPerSecond,proto3" json:"recent_tokens_per_second,omitempty"`
+	// Prompt tokens per second prefilled, over the last 10 seconds.
+	PrefillTokensPerSecond float64 `protobuf:"fixed64,12,opt,name=prefill_tokens_per_second,json=prefillTokensPerSecond,proto3" json:"prefill_tokens_per_second,omitempty"`
+	// Output tokens per second decoded, over the last 10 seconds.
+	DecodeTokensPerSecond float64 `protobuf:"fixed64,13,opt,name=decode_tokens_per_second,json=decodeTokensPerSecond,proto3" json:"decode_tokens_per_second,omitempty"`
+	// Prompt tokens looked up in the prefix cache since start (in whole blocks).
+	PrefixCacheQueriedTokens uint64 `protobuf:"varint,14,opt,name=prefix_cache_queried_tokens,json=prefixCacheQueriedTokens,proto3" json:"prefix_cache_queried_tokens,omitempty"`
+	// Of those, tokens found cached, since start.
+	PrefixCacheHitTokens uint64 `protobuf:"varint,15,opt,name=prefix_cache_hit_tokens,json=prefixCacheHitTokens,proto3" json:"prefix_cache_hit_tokens,omitempty"`
+	// Size of the served model's vocabulary: every token id must be below it.
+	VocabSize uint32 `protobuf:"varint,16,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
+	// The largest GenerationParams.max_tokens this replica accepts.
+	MaxOutputTokens uint32 `protobuf:"varint,17,opt,name=max_output_tokens,json=maxOutputTokens,proto3" json:"max_output_tokens,omitempty"`
 	// Digest of the served model definition (ModelInfo.tokenizer_digest): the router
 	// refuses a replica whose digest differs from the one the gateway tokenizes with.
 	TokenizerDigest string `protobuf:"bytes,18,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
 	// Host-memory KV tier: blocks held / capacity (0 when the replica has none).
-	KvHostBlocksUsed  uint32 `protobuf:"varint,19,opt,name=kv_host_blocks_used,json=kvHostBlocksUsed,proto3" json:"kv_host_blocks_used,omitempty"`
+	KvHostBlocksUsed uint32 `protobuf:"varint,19,opt,name=kv_host_blocks_used,json=kvHostBlocksUsed,proto3" json:"kv_host_blocks_used,omitempty"`
+	// Capacity of the host-memory KV tier in blocks (0: no host tier).
 	KvHostBlocksTotal uint32 `protobuf:"varint,20,opt,name=kv_host_blocks_total,json=kvHostBlocksTotal,proto3" json:"kv_host_blocks_total,omitempty"`
 	// Part of prefix_cache_hit_tokens copied back from the host tier instead of recomputed.
 	PrefixCacheHostHitTokens uint64 `protobuf:"varint,21,opt,name=prefix_cache_host_hit_tokens,json=prefixCacheHostHitTokens,proto3" json:"prefix_cache_host_hit_tokens,omitempty"`
@@ -1664,9 +1754,11 @@ func (x *WatchCacheRequest) GetIncludeExisting() bool {
 
 // Blocks entered or left a replica's prefix cache.
 type CacheEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Type          CacheEventType         `protobuf:"varint,1,opt,name=type,proto3,enum=loopwire.v1.CacheEventType" json:"type,omitempty"`
-	BlockHashes   []uint64               `protobuf:"varint,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened to the blocks.
+	Type CacheEventType `protobuf:"varint,1,opt,name=type,proto3,enum=loopwire.v1.CacheEventType" json:"type,omitempty"`
+	// The blocks' chained hashes (KvBlock.block_hash).
+	BlockHashes   []uint64 `protobuf:"varint,2,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1717,10 +1809,13 @@ func (x *CacheEvent) GetBlockHashes() []uint64 {
 
 // A batch of cache events.
 type WatchCacheResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicaId     string                 `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	Events        []*CacheEvent          `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
-	BlockSize     uint32                 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replica the events are about.
+	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// Events in the order they happened.
+	Events []*CacheEvent `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// Tokens per block, so a router can hash prompts the way this replica does.
+	BlockSize     uint32 `protobuf:"varint,3,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1817,11 +1912,14 @@ func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
 type HoldPrefixRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Names the hold within the tenant: a later request with the same id replaces or releases it.
+	// Required, at most 256 characters (the gateway uses the response id).
 	HoldId string `protobuf:"bytes,1,opt,name=hold_id,json=holdId,proto3" json:"hold_id,omitempty"`
-	// The tenant (cache salt): holds of different tenants never share a name.
-	CacheSalt   string   `protobuf:"bytes,2,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The tenant (cache salt): holds of different tenants never share a name. At most 256 characters.
+	CacheSalt string `protobuf:"bytes,2,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// The prefix's chained block hashes in order (at most 65536); the held part is the longest
+	// run of them from the first that is cached here.
 	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
-	// 0 releases the hold; at most the replica's retention cap.
+	// How long to hold, in seconds; 0 releases the hold; at most the replica's retention cap (3600).
 	RetentionSeconds uint32 `protobuf:"varint,4,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -1885,6 +1983,7 @@ func (x *HoldPrefixRequest) GetRetentionSeconds() uint32 {
 	return 0
 }
 
+// The answer to HoldPrefix.
 type HoldPrefixResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Blocks now held (0 after a release, or when none of the prefix is cached here).
@@ -1933,10 +2032,12 @@ func (x *HoldPrefixResponse) GetHeldBlocks() uint32 {
 // One model definition: weights aside, everything a gateway needs to speak its ids.
 type ModelInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The model's name (what requests call it).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Size of the tokenizer's vocabulary, added tokens included.
 	VocabSize uint32 `protobuf:"varint,2,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
-	// sha256 over the tokenizer, chat template, stop ids and tool-call format.
+	// Hex sha256 over the tokenizer, chat template, stop ids, tool-call format and bos/eos tokens:
+	// equal digests mean the same ids for the same text.
 	TokenizerDigest string `protobuf:"bytes,3,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
 	// "hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken".
 	TokenizerKind string `protobuf:"bytes,4,opt,name=tokenizer_kind,json=tokenizerKind,proto3" json:"tokenizer_kind,omitempty"`
@@ -1944,17 +2045,22 @@ type ModelInfo struct {
 	TokenizerData string `protobuf:"bytes,5,opt,name=tokenizer_data,json=tokenizerData,proto3" json:"tokenizer_data,omitempty"`
 	// The model's Jinja chat template.
 	ChatTemplate string `protobuf:"bytes,6,opt,name=chat_template,json=chatTemplate,proto3" json:"chat_template,omitempty"`
-	BosToken     string `protobuf:"bytes,7,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
-	EosToken     string `protobuf:"bytes,8,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
+	// The beginning-of-sequence token's text, as the chat template refers to it; may be empty.
+	BosToken string `protobuf:"bytes,7,opt,name=bos_token,json=bosToken,proto3" json:"bos_token,omitempty"`
+	// The end-of-sequence token's text, as the chat template refers to it; may be empty.
+	EosToken string `protobuf:"bytes,8,opt,name=eos_token,json=eosToken,proto3" json:"eos_token,omitempty"`
 	// Special and added tokens by content.
 	SpecialTokens map[string]uint32 `protobuf:"bytes,9,rep,name=special_tokens,json=specialTokens,proto3" json:"special_tokens,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	StopTokenIds  []uint32          `protobuf:"varint,10,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
-	ContextLength uint32            `protobuf:"varint,11,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
+	// Token ids that end a generation when a request names none.
+	StopTokenIds []uint32 `protobuf:"varint,10,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
+	// The context window in tokens (prompt and output together); 0: not known.
+	ContextLength uint32 `protobuf:"varint,11,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
 	// "reference", "simulated" or "trtllm".
 	Engine string `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
 	// How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>).
 	ToolCallFormat string `protobuf:"bytes,13,opt,name=tool_call_format,json=toolCallFormat,proto3" json:"tool_call_format,omitempty"`
-	// "llama", or "dummy" for random weights.
+	// The architecture as the model's files name it (e.g. "llama", "qwen2"), or "dummy" for
+	// random weights.
 	Architecture string `protobuf:"bytes,14,opt,name=architecture,proto3" json:"architecture,omitempty"`
 	// Where it was loaded from: a directory, a GGUF file, or dummy:<seed>.
 	Source        string `protobuf:"bytes,15,opt,name=source,proto3" json:"source,omitempty"`
@@ -2099,8 +2205,9 @@ func (x *ModelInfo) GetSource() string {
 
 // The served model.
 type GetModelInfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Model         *ModelInfo             `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its definition.
+	Model         *ModelInfo `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -35,7 +35,10 @@ const (
 // The model server. Speaks token ids only. One Generate stream per agent session,
 // so the replica that holds a session's KV cache keeps serving it.
 type InferenceServiceClient interface {
-	// Bidirectional per-session stream of generations.
+	// Bidirectional per-session stream of generations. Several generations may run at once on
+	// one stream (told apart by request_id); a bad request fails with an in-stream Error event
+	// and the stream keeps serving. After each finished generation the stream holds its
+	// sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
 	Generate(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[GenerateRequest, GenerateResponse], error)
 	// Prefill a prompt on a prefill-role replica and keep its KV for PullKv.
 	Prefill(ctx context.Context, in *PrefillRequest, opts ...grpc.CallOption) (*PrefillResponse, error)
@@ -158,7 +161,10 @@ func (c *inferenceServiceClient) HoldPrefix(ctx context.Context, in *HoldPrefixR
 // The model server. Speaks token ids only. One Generate stream per agent session,
 // so the replica that holds a session's KV cache keeps serving it.
 type InferenceServiceServer interface {
-	// Bidirectional per-session stream of generations.
+	// Bidirectional per-session stream of generations. Several generations may run at once on
+	// one stream (told apart by request_id); a bad request fails with an in-stream Error event
+	// and the stream keeps serving. After each finished generation the stream holds its
+	// sequence (prompt + output), which the next GenerationStart may extend with an AppendPrompt.
 	Generate(grpc.BidiStreamingServer[GenerateRequest, GenerateResponse]) error
 	// Prefill a prompt on a prefill-role replica and keep its KV for PullKv.
 	Prefill(context.Context, *PrefillRequest) (*PrefillResponse, error)

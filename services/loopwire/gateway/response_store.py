@@ -44,6 +44,8 @@ class ResponseStore:
         self.max_total_tokens = max_total_tokens
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # id(conversation) -> entry
         self._by_response: dict[str, int] = {}
+        # stream id -> its no_store (response id, entry key) pairs: a close visits only those.
+        self._by_stream: dict[str, set[tuple[str, int]]] = {}
         self.total_tokens = 0
         self.evictions = 0
 
@@ -62,7 +64,11 @@ class ResponseStore:
         entry.response_ids[response_id] = conversation.item_count
         entry.claimed = False
         if no_store:
+            owner = entry.private_to.get(response_id)
+            if owner is not None and owner != stream_id:
+                self._unindex(owner, response_id, key)
             entry.private_to[response_id] = stream_id
+            self._by_stream.setdefault(stream_id, set()).add((response_id, key))
         self._by_response[response_id] = key
         self._evict(keep=key)
 
@@ -113,16 +119,27 @@ class ResponseStore:
         return entry, entry.response_ids[response_id]
 
     def drop_stream(self, stream_id: str) -> None:
-        """A stream closed: forget the responses only it could continue."""
-        for key, entry in list(self._entries.items()):
-            for rid, owner in list(entry.private_to.items()):
-                if owner == stream_id:
-                    entry.private_to.pop(rid)
-                    entry.response_ids.pop(rid, None)
-                    self._by_response.pop(rid, None)
+        """A stream closed: forget the responses only it could continue (its own, through the
+        index: a close costs what the stream stored, not a walk over every conversation)."""
+        for rid, key in self._by_stream.pop(stream_id, ()):
+            entry = self._entries.get(key)
+            if entry is None or entry.private_to.get(rid) != stream_id:
+                continue
+            entry.private_to.pop(rid)
+            entry.response_ids.pop(rid, None)
+            self._by_response.pop(rid, None)
             if not entry.response_ids:
                 del self._entries[key]
                 self.total_tokens -= entry.tokens
+
+    def _unindex(self, stream_id: str, response_id: str, key: int) -> None:
+        """The response left the stream (evicted, or stored again by another): the index stays
+        bounded by what is stored."""
+        pairs = self._by_stream.get(stream_id)
+        if pairs is not None:
+            pairs.discard((response_id, key))
+            if not pairs:
+                del self._by_stream[stream_id]
 
     def _evict(self, keep: int) -> None:
         while len(self._entries) > 1 and (
@@ -139,5 +156,7 @@ class ResponseStore:
         self.total_tokens -= entry.tokens
         for rid in entry.response_ids:
             self._by_response.pop(rid, None)
+        for rid, owner in entry.private_to.items():
+            self._unindex(owner, rid, key)
         self.evictions += 1
 

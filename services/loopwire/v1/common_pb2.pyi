@@ -160,7 +160,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """
     ERROR_CODE_PERMISSION_DENIED: _ErrorCode.ValueType  # 5
     """The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
-    a laxer safety mode, replay), a bad key, or another tenant's response.
+    a laxer safety mode, replay) or a bad key. Another tenant's response id is not this:
+    it answers PREVIOUS_RESPONSE_NOT_FOUND like an unknown one, so ids confirm nothing.
     """
     ERROR_CODE_SAFETY_VIOLATION: _ErrorCode.ValueType  # 6
     """The input or the output failed the safety check."""
@@ -202,7 +203,8 @@ window, the per-session token limit or the replica's KV capacity.
 """
 ERROR_CODE_PERMISSION_DENIED: ErrorCode.ValueType  # 5
 """The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
-a laxer safety mode, replay), a bad key, or another tenant's response.
+a laxer safety mode, replay) or a bad key. Another tenant's response id is not this:
+it answers PREVIOUS_RESPONSE_NOT_FOUND like an unknown one, so ids confirm nothing.
 """
 ERROR_CODE_SAFETY_VIOLATION: ErrorCode.ValueType  # 6
 """The input or the output failed the safety check."""

@@ -216,7 +216,9 @@ async def test_a_tenant_cannot_continue_another_tenants_response(make_mesh, tmp_
     mesh = await make_mesh(auth=Authenticator.from_file(path))
     rid = (await mesh.open("ka").send(input=[user("secret")]))[0].response_id
     error = last(await mesh.open("kb").send(previous_response_id=rid, input=[user("more")]), "failed").error
-    assert error.code == common_pb2.ERROR_CODE_PERMISSION_DENIED
+    never = last(await mesh.open("kb").send(previous_response_id="resp_never", input=[user("more")]), "failed").error
+    assert error.code == never.code == common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND  # the same as a missing id
+    assert error.message.replace(rid, "<id>") == never.message.replace("resp_never", "<id>")
     assert kinds(await mesh.open("ka").send(previous_response_id=rid, input=[user("more")]))[-1] == "completed"
 
 

@@ -50,7 +50,7 @@ def test_response_ids_belong_to_one_tenant_and_no_store_to_one_stream():
     store.put("p", conversation(), "alice", "s1", no_store=True)
     with pytest.raises(RequestError) as e:
         store.resolve("r", "mallory", "s9")
-    assert e.value.code == common_pb2.ERROR_CODE_PERMISSION_DENIED
+    assert e.value.code == common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND  # as for an id never stored
     assert store.resolve("r", "alice", "s2") is not None  # stored: any stream of the tenant
     with pytest.raises(RequestError) as e:
         store.resolve("p", "alice", "s2")

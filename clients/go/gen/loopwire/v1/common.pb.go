@@ -228,7 +228,8 @@ const (
 	// window, the per-session token limit or the replica's KV capacity.
 	ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED ErrorCode = 4
 	// The caller may not ask for this: a field beyond the tenant's policy (priority, retention,
-	// a laxer safety mode, replay), a bad key, or another tenant's response.
+	// a laxer safety mode, replay) or a bad key. Another tenant's response id is not this:
+	// it answers PREVIOUS_RESPONSE_NOT_FOUND like an unknown one, so ids confirm nothing.
 	ErrorCode_ERROR_CODE_PERMISSION_DENIED ErrorCode = 5
 	// The input or the output failed the safety check.
 	ErrorCode_ERROR_CODE_SAFETY_VIOLATION ErrorCode = 6

@@ -34,11 +34,14 @@ class HarnessConfig:
     mcp_servers: list[Any] = field(default_factory=list)
     # Token budget (cl100k) of the schemas one tool_search appends: they are compacted to fit.
     tool_search_budget: int = 4000
-    # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), older turns
-    # are summarized; about `compact_keep` of the window of recent items is kept as it is.
+    # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), old tool
+    # outputs are masked (`compact_mask`) and, when the prompt is still over `compact_target` of the
+    # window, older turns are summarized; about `compact_keep` of the window of recent items is kept.
     context_window: int = 0
     compact_at: float = 0.9
     compact_keep: float = 0.25
+    compact_target: float = 0.5
+    compact_mask: bool = True
     summary_max_tokens: int = 1024
     # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context).
     code_mode: bool = False

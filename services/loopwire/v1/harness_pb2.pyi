@@ -984,7 +984,9 @@ class CompactionCompleted(_message.Message):
     summary_output_tokens: _builtins.int
     """Output tokens of the summary call (0 when none was made)."""
     prompt_tokens_after: _builtins.int
-    """The compacted prompt's size (cl100k estimate until the next turn reports the real prefill)."""
+    """The compacted prompt's size: an estimate in the served model's tokens (cl100k counts scaled by the
+    last turn's served/cl100k ratio) until the next turn reports the real prefill.
+    """
     @_builtins.property
     def error(self) -> _common_pb2.Error:
         """Set when the compaction fell short (see above); the session goes on regardless."""

@@ -1849,7 +1849,8 @@ type CompactionCompleted struct {
 	SummaryInputTokens uint32 `protobuf:"varint,6,opt,name=summary_input_tokens,json=summaryInputTokens,proto3" json:"summary_input_tokens,omitempty"`
 	// Output tokens of the summary call (0 when none was made).
 	SummaryOutputTokens uint32 `protobuf:"varint,7,opt,name=summary_output_tokens,json=summaryOutputTokens,proto3" json:"summary_output_tokens,omitempty"`
-	// The compacted prompt's size (cl100k estimate until the next turn reports the real prefill).
+	// The compacted prompt's size: an estimate in the served model's tokens (cl100k counts scaled by the
+	// last turn's served/cl100k ratio) until the next turn reports the real prefill.
 	PromptTokensAfter uint32 `protobuf:"varint,8,opt,name=prompt_tokens_after,json=promptTokensAfter,proto3" json:"prompt_tokens_after,omitempty"`
 	// Set when the compaction fell short (see above); the session goes on regardless.
 	Error         *Error `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`

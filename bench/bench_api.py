@@ -7,6 +7,8 @@ stream of the same gateway (the modes take turns, in a rotating order, so machin
 * ``ws-delta``: WebSocket mode, one connection, ``previous_response_id`` + only the new items;
 * ``http-full``: ``POST /v1/responses`` with ``store: false`` and the whole input every turn
   (the previous outputs sent back as returned);
+* ``http-full-zstd``: the same bodies sent with ``Content-Encoding: zstd`` (as Codex sends them;
+  level 3, the zstandard default), client bytes counted compressed;
 * ``chat-full``: ``POST /v1/chat/completions`` with the whole history every turn;
 * ``grpc-delta`` / ``grpc-full``: the gateway's ``Converse`` directly, the very same
   ``CreateResponse`` the front door makes of the delta / full body (``loopwire.api.create``).
@@ -16,7 +18,7 @@ Client bytes are request bodies / WebSocket messages / serialized protobuf (no H
 framing, and without the replayed output, which a real client does not send); tokens tokenized, tokens forwarded and bytes received come from the gateway itself (the
 ``loopwire`` extension field, ``Timings`` over gRPC). Latency is the client's time from sending a
 turn to holding its completed response; the front door's cost is the ratio to gRPC with the same
-request (ws-delta ÷ grpc-delta, http-full and chat-full ÷ grpc-full), per turn, then the median.
+request (ws-delta ÷ grpc-delta, http-full, http-full-zstd and chat-full ÷ grpc-full), per turn, then the median.
 
 The engine is the simulated one at time scale 0 (modelled time is not slept), so latency is this
 machine's CPU: gateway, replica and front door, all on the same cores.
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import zstandard
 from rich.console import Console
 from rich.table import Table
 from websockets.sync.client import connect
@@ -54,9 +57,10 @@ from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 import interrupts
 import provenance
 
-MODES = ("ws-delta", "grpc-delta", "http-full", "chat-full", "grpc-full")
-VIA_GRPC = {"ws-delta": "grpc-delta", "http-full": "grpc-full", "chat-full": "grpc-full"}
-COLOURS = {"ws-delta": "tab:green", "http-full": "tab:orange", "chat-full": "tab:red",
+MODES = ("ws-delta", "grpc-delta", "http-full", "http-full-zstd", "chat-full", "grpc-full")
+VIA_GRPC = {"ws-delta": "grpc-delta", "http-full": "grpc-full", "http-full-zstd": "grpc-full",
+            "chat-full": "grpc-full"}
+COLOURS = {"ws-delta": "tab:green", "http-full": "tab:orange", "http-full-zstd": "tab:olive", "chat-full": "tab:red",
            "grpc-delta": "tab:blue", "grpc-full": "tab:purple"}
 MODEL = "loopwire"
 console = Console(width=170)
@@ -173,10 +177,11 @@ class WsClient(Client):
 
 
 class HttpClient(Client):
-    def __init__(self, session: RecordedSession, key: str, api: str, chat: bool) -> None:
+    def __init__(self, session: RecordedSession, key: str, api: str, chat: bool, zstd: bool = False) -> None:
         super().__init__(session, key)
         self.chat = chat
-        self.mode = "chat-full" if chat else "http-full"
+        self.zstd = zstandard.ZstdCompressor() if zstd else None
+        self.mode = "chat-full" if chat else "http-full-zstd" if zstd else "http-full"
         host, port = api.rsplit(":", 1)
         self.conn = http.client.HTTPConnection(host, int(port), timeout=300)
         self.messages: list[dict[str, Any]] = [{"role": "system", "content": session.instructions}]
@@ -190,10 +195,13 @@ class HttpClient(Client):
             path = "/v1/chat/completions"
         else:
             body, path = self.body(new, turn), "/v1/responses"
-        data = json.dumps(body).encode()
+        headers = {"content-type": "application/json", "authorization": f"Bearer {self.key}"}
         t0 = time.perf_counter()
-        self.conn.request("POST", path, body=data, headers={
-            "content-type": "application/json", "authorization": f"Bearer {self.key}"})
+        data = json.dumps(body).encode()
+        if self.zstd is not None:  # compressing is part of the client's time per turn
+            data = self.zstd.compress(data)
+            headers["content-encoding"] = "zstd"
+        self.conn.request("POST", path, body=data, headers=headers)
         reply = self.conn.getresponse()
         answer = json.loads(reply.read())
         elapsed = time.perf_counter() - t0
@@ -204,16 +212,18 @@ class HttpClient(Client):
             self.messages.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls")})
             return own_bytes(body), {**answer["loopwire"], "input_tokens": answer["usage"]["prompt_tokens"]}, elapsed
         self.input += answer["output"]  # sent back as returned, as the SDKs do
-        return own_bytes(body), {**answer["loopwire"], "input_tokens": answer["usage"]["input_tokens"]}, elapsed
+        sent = own_bytes(body) if self.zstd is None else own_bytes(body, self.zstd)
+        return sent, {**answer["loopwire"], "input_tokens": answer["usage"]["input_tokens"]}, elapsed
 
     def close(self) -> None:
         self.conn.close()
 
 
-def own_bytes(body: dict[str, Any]) -> int:
+def own_bytes(body: dict[str, Any], zstd: zstandard.ZstdCompressor | None = None) -> int:
     """Bytes of a request as a client without a recording sends it (the replayed output left out,
-    as the gateway leaves it out of its own count)."""
-    return len(json.dumps({k: v for k, v in body.items() if k != "loopwire_replay"}).encode())
+    as the gateway leaves it out of its own count), compressed when the mode compresses."""
+    data = json.dumps({k: v for k, v in body.items() if k != "loopwire_replay"}).encode()
+    return len(zstd.compress(data)) if zstd is not None else len(data)
 
 
 def chat_json_of(message: dict[str, Any]) -> dict[str, Any]:
@@ -272,6 +282,7 @@ def clients(session: RecordedSession, key: str, api: str, gateway: str) -> dict[
         "ws-delta": WsClient(session, key, api),
         "grpc-delta": GrpcClient(session, key, gateway, full=False),
         "http-full": HttpClient(session, key, api, chat=False),
+        "http-full-zstd": HttpClient(session, key, api, chat=False, zstd=True),
         "chat-full": HttpClient(session, key, api, chat=True),
         "grpc-full": GrpcClient(session, key, gateway, full=True),
     }
@@ -369,7 +380,7 @@ def plot(results: list[TurnResult], out: Path, short: str) -> Path:
     panels = (("client_bytes", "client bytes sent per turn (log)", True),
               ("tokenized", "tokens tokenized by the gateway per turn (log)", True))
     for ax, (field, title, log) in zip(axes[:2], panels, strict=True):
-        for mode in ("ws-delta", "http-full", "chat-full"):
+        for mode in ("ws-delta", "http-full", "http-full-zstd", "chat-full"):
             ys = [mean([getattr(r, field) for r in results if r.mode == mode and r.turn == n]) for n in turns]
             ax.plot([n + 1 for n in turns], ys, marker=".", color=COLOURS[mode], label=mode)
         ax.set_yscale("log" if log else "linear")

@@ -6,7 +6,10 @@ how many sessions and turns), the machine (cores, CPU model, load, engine and co
 relevant), the date and the wall time so far.
 
 Benchmarks write to ``.state/bench/`` by default (untracked); ``make bench-record`` passes
-``--out bench/results`` to refresh the committed results.
+``--out bench/results`` to refresh the committed results. Those are written only from a clean
+tree: with changes (other than earlier results in ``bench/results/`` itself) a benchmark refuses
+before it runs, unless ``--allow-dirty`` is passed (``make bench-record BENCH_ARGS=--allow-dirty``);
+the header then says ``dirty``. ``.state/bench/`` takes results from any tree.
 """
 
 from __future__ import annotations
@@ -38,10 +41,36 @@ _DATE = datetime.now(UTC)
 # -- command line ----------------------------------------------------------------------------
 
 
+_allow_dirty = False  # set by --allow-dirty
+
+
+class _AllowDirty(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        global _allow_dirty
+        _allow_dirty = True
+        setattr(namespace, self.dest, True)
+
+
 def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """``--out`` and ``--allow-dirty``; the parsed ``--out`` is checked at once (``check_clean``), so a
+    benchmark that may not record its results refuses before it runs, not after."""
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"directory for the markdown and PNG results (default: {rel(DEFAULT_OUT)}/; "
                              "`make bench-record` passes bench/results)")
+    parser.add_argument("--allow-dirty", action=_AllowDirty,
+                        help="write to bench/results/ although the working tree has changes (the header says dirty)")
+    parse = parser.parse_known_args
+
+    def parse_then_check(*args: Any, **kwargs: Any) -> tuple[argparse.Namespace, list[str]]:
+        namespace, rest = parse(*args, **kwargs)
+        check_clean(getattr(namespace, "out", DEFAULT_OUT))
+        return namespace, rest
+
+    parser.parse_known_args = parse_then_check  # type: ignore[method-assign]  # parse_args calls it too
 
 
 def rel(path: Path | str) -> str:
@@ -114,18 +143,58 @@ def short_data(used: Sequence[tuple[Path, int]], note: str = "") -> str:
 # -- provenance ------------------------------------------------------------------------------
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, strip: bool = True) -> str:
     try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout.strip()
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
+    return out.strip() if strip else out
+
+
+def changed_paths() -> list[str]:
+    """Paths ``git status`` reports changed or untracked, except results files under ``bench/results/``:
+    writing them is what recording does (``make bench-record`` runs one benchmark after another)."""
+    entries = _git("status", "--porcelain", "-z", strip=False).split("\0")  # " M path": the space counts
+    out: list[str] = []
+    i = 0
+    while i < len(entries):
+        entry = entries[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        if "R" in entry[:2] or "C" in entry[:2]:
+            i += 1  # a rename or copy: its source path follows
+        path = entry[3:]
+        if not Path(os.path.abspath(ROOT / path)).is_relative_to(RECORDED_RESULTS):
+            out.append(path)
+    return out
 
 
 @functools.cache
 def git_commit() -> str:
     commit = _git("rev-parse", "--short=12", "HEAD") or "unknown"
-    changed = [line for line in _git("status", "--porcelain").splitlines() if line.strip()]
+    changed = changed_paths()
     return f"{commit} dirty ({len(changed)} changed or untracked path(s))" if changed else commit
+
+
+def _records(out: Path | str) -> bool:
+    return Path(os.path.abspath(out)).is_relative_to(RECORDED_RESULTS)
+
+
+def check_clean(out: Path | str) -> None:
+    """Refuse (exit with one line) to write committed results from a tree they cannot be traced to:
+    changed or untracked paths, or no git commit at all. ``--allow-dirty`` lets them through."""
+    if _allow_dirty or not _records(out):
+        return
+    commit = git_commit()
+    if commit.startswith("unknown"):
+        why = "no git commit found (not a git checkout?), so the results could not name one"
+    elif "dirty" in commit:
+        why = f"the working tree has {len(changed_paths())} changed or untracked path(s) (git status)"
+    else:
+        return
+    raise SystemExit(f"refusing to write results to {rel(out)}/: {why}; commit first, "
+                     "or pass --allow-dirty to record anyway (the header then says dirty)")
 
 
 def cpu_model() -> str:
@@ -203,6 +272,7 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 
 def write_markdown(out: Path, stem: str, title: str, header: str, body: Sequence[str]) -> Path:
+    check_clean(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{stem}.md"
     text = "\n".join([f"# {title}", "", header, "", *body]).rstrip() + "\n"
@@ -213,6 +283,7 @@ def write_markdown(out: Path, stem: str, title: str, header: str, body: Sequence
 def save_figure(fig: Any, out: Path, stem: str, dpi: int = 120) -> Path:
     import matplotlib.pyplot as plt
 
+    check_clean(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{stem}.png"
     _atomic_write(path, lambda p: fig.savefig(p, format="png", dpi=dpi, bbox_inches="tight"))

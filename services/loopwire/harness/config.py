@@ -34,6 +34,10 @@ class HarnessConfig:
     mcp_servers: list[Any] = field(default_factory=list)
     # Token budget (cl100k) of the schemas one tool_search appends: they are compacted to fit.
     tool_search_budget: int = 4000
+    # tool_search only when the deferred catalog's schemas (cl100k tokens) take more than this share of
+    # the context window (--context-window, else the window the gateway reported); a smaller catalog is
+    # offered directly as tools. 0: always tool_search. An unknown window or MCP servers: tool_search.
+    tool_search_threshold: float = 0.10
     # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), old tool
     # outputs are masked (`compact_mask`) and, when the prompt is still over `compact_target` of the
     # window, older turns are summarized; about `compact_keep` of the window of recent items is kept.
@@ -43,7 +47,8 @@ class HarnessConfig:
     compact_target: float = 0.5
     compact_mask: bool = True
     summary_max_tokens: int = 1024
-    # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context).
+    # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context), with the
+    # wall time (s) of one script and its V8 heap limit (MiB).
     code_mode: bool = False
     js_timeout: float = 60.0
     js_memory_mb: int = 128

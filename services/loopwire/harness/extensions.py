@@ -4,11 +4,21 @@
 One object per session run, reached through `ToolContext.extra`: the loop only asks it
 whether it handles a call, runs the call, and appends the items it produced
 (`tool_search_output`) after the turn's outputs.
+
+`tool_search` pays off only for a large catalog: when the deferred tools' full schemas fit in
+`tool_search_threshold` of the context window (cl100k tokens, the counter schema compaction
+uses), a new session is offered them directly as tools instead (`direct_tools`). The window is
+`--context-window`, else the gateway's (asked when the session starts); when neither is known,
+when the threshold is 0, when MCP servers add tools (known only once they connect), or when a
+deferred tool's name is a built-in one, the session gets `tool_search`. The decision is made
+once, at the start, and kept in the session's stored tool list, which every later run (a
+resume, a restarted harness) reads back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -30,9 +40,57 @@ _NOT_FROM_JS = ("exec_js", "tool_search")  # a search appends to the transcript;
 log = logging.getLogger("loopwire.harness")
 
 
-def core_tools(config: HarnessConfig, start: harness_pb2.StartTask) -> list[common_pb2.Tool]:
-    """The extra tools a new session shows the model (fixed for the session)."""
-    return ([tool_catalog.TOOL_SEARCH] if has_catalog(config, start) else []) + ([EXEC_JS] if config.code_mode else [])
+def core_tools(config: HarnessConfig, start: harness_pb2.StartTask, window: int = 0) -> list[common_pb2.Tool]:
+    """The extra tools a new session shows the model (fixed for the session): `tool_search`, or the
+    deferred tools themselves when they fit the threshold share of ``window`` (0: not known)."""
+    direct = direct_tools(config, start, config.context_window or window)
+    search = [tool_catalog.TOOL_SEARCH] if has_catalog(config, start) and not direct else []
+    return direct + search + ([EXEC_JS] if config.code_mode else [])
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_tokens(name: str, description: str, parameters: str) -> int:
+    return schema_compaction.tokens([common_pb2.Tool(name=name, description=description, parameters=parameters)])
+
+
+def direct_possible(config: HarnessConfig, start: harness_pb2.StartTask) -> bool:
+    """Whether the window could make the session's deferred tools direct (else no need to ask it)."""
+    return config.tool_search_threshold > 0 and bool(config.deferred_tools) and not (config.mcp_servers
+                                                                                     or start.mcp_servers)
+
+
+def direct_tools(config: HarnessConfig, start: harness_pb2.StartTask, window: int) -> list[common_pb2.Tool]:
+    """The deferred tools with their full schemas when a session is offered them directly instead of
+    `tool_search` (the module docstring says when); [] when it gets `tool_search`."""
+    if window <= 0 or not direct_possible(config, start):
+        return []
+    from loopwire.harness import tools
+
+    budget = config.tool_search_threshold * window
+    taken = set(tools.TOOLS) | set(_NOT_FROM_JS)
+    out: dict[str, common_pb2.Tool] = {}
+    total = 0
+    try:
+        for factory in config.deferred_tools:
+            tool = factory().tool
+            if tool.name in out:
+                continue  # a clash: the first is kept, as in the catalog
+            if tool.name in taken:
+                return []  # beside the built-ins it would hide one: the session keeps tool_search
+            total += _schema_tokens(tool.name, tool.description, tool.parameters)
+            if total > budget:
+                return []
+            out[tool.name] = tool
+    except Exception:  # noqa: BLE001 - a broken factory: tool_search, whose catalog load tells the model
+        log.exception("building the deferred tools failed")
+        return []
+    return list(out.values())
+
+
+def _builtin_names() -> set[str]:
+    from loopwire.harness import tools
+
+    return set(tools.TOOLS)
 
 
 def wanted(config: HarnessConfig, start: harness_pb2.StartTask) -> bool:
@@ -47,21 +105,34 @@ class Extensions:
     """Per session: the catalog, the tools found so far, and items waiting to be appended."""
 
     def __init__(self, config: HarnessConfig, start: harness_pb2.StartTask,
-                 items: Sequence[common_pb2.Item], tenant: str = "") -> None:
+                 items: Sequence[common_pb2.Item], tenant: str = "", offered: Sequence[str] = ()) -> None:
+        """``offered``: the names in the session's stored tool list (what its start decided)."""
         self.config = config
         self.start = start
         self.tenant = tenant  # MCP server processes are never shared between tenants
-        self.enabled = has_catalog(config, start)
+        self.has_catalog = has_catalog(config, start)
         self.found = tool_catalog.discovered(items)
+        # The deferred tools this session was offered directly (not through tool_search).
+        builtin = {*_builtin_names(), *_NOT_FROM_JS}
+        self._direct = frozenset(n for n in offered if n not in builtin) if self.has_catalog else frozenset()
         self.catalog = Catalog()
         self.notes: list[str] = []  # catalog problems (a server that would not start), told on search
         self._ready: asyncio.Task[None] | None = None
         self._pending: list[common_pb2.Item] = []
 
+    def direct(self) -> frozenset[str]:
+        """Names of the deferred tools the session was offered directly (`direct_tools`)."""
+        return self._direct
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the session finds its deferred tools with tool_search (rather than having them)."""
+        return self.has_catalog and not self.direct()
+
     def handles(self, name: str) -> bool:
         if name == "exec_js":
             return self.config.code_mode
-        return self.enabled and (name == "tool_search" or name in self.found)
+        return self.has_catalog and (name == "tool_search" or name in self.found or name in self.direct())
 
     async def ready(self) -> None:
         """Fills the catalog once (MCP servers connect on first use)."""
@@ -118,7 +189,8 @@ class Extensions:
             return Result("error: `code` must be a non-empty string of JavaScript", True)
         from loopwire.harness import tools
 
-        names = sorted(n for n in tools.TOOLS if n != tools.FINISH) + sorted(self.found) + list(_NOT_FROM_JS)  # the last two say why not
+        names = (sorted(n for n in tools.TOOLS if n != tools.FINISH) + sorted(self.found | self.direct())
+                 + list(_NOT_FROM_JS))  # the last two say why not
 
         async def call_tool(name: str, call_args: dict) -> Result:
             if name in _NOT_FROM_JS:

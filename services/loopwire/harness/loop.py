@@ -76,7 +76,8 @@ class SessionRun:
         self.tool_context = tools.ToolContext(self.workspace, sandbox, self.background, config.shell_timeout,
                                               config.background_after)
         if extensions.wanted(config, self.start):  # tool_search over deferred tools, exec_js
-            self.tool_context.extra = extensions.Extensions(config, self.start, self.items, stored.tenant)
+            self.tool_context.extra = extensions.Extensions(config, self.start, self.items, stored.tenant,
+                                                            [t.name for t in stored.tools])
         self.conversation = Conversation(
             config.gateway, api_key or config.api_key,  # the caller's key: the gateway bills its tenant
             stateful=self.start.model.conversation_mode != harness_pb2.CONVERSATION_MODE_STATELESS,

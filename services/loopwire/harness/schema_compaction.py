@@ -3,11 +3,17 @@
 Found schemas are appended to the transcript, so their size is paid on every later turn.
 Compaction works in levels, each applied to every schema until the set fits the budget:
 
-1. drop annotations JSON Schema validation ignores (`title`, `default`, `examples`,
-   `$comment`, `deprecated`, `readOnly`, `writeOnly`, `x-*`), and flatten
+1. drop annotations JSON Schema validation ignores (`title`, `examples`, `$comment`,
+   `deprecated`, `readOnly`, `writeOnly`, `x-*`, and trivial defaults, below), and flatten
    single-branch `allOf`/`anyOf`/`oneOf` and one-element `type` lists;
 2. cut descriptions to their first sentence (tool: 160 chars, parameter: 80);
 3. drop parameter descriptions; the tool description keeps its first sentence.
+
+Defaults: a `default` tells the model what leaving an argument out means, which it cannot
+derive otherwise (a URL template, an enum choice, a unit, `true`, a number such as 10), so it
+is kept at every level. Only a trivial default is dropped (from level 1): `null`, `false`,
+`""`, `0`, `[]` or `{}` (what an omitted argument is taken to be anyway), unless the same
+schema's `enum` lists it as a choice.
 
 Names, types, `required`, `enum`, `const`, bounds, patterns and `additionalProperties` are
 never touched, so a compacted schema accepts and rejects exactly the same argument objects
@@ -25,8 +31,7 @@ from collections.abc import Callable, Sequence
 
 from loopwire.v1 import common_pb2
 
-ANNOTATIONS = frozenset({"title", "default", "examples", "example", "$comment", "deprecated",
-                         "readOnly", "writeOnly"})
+ANNOTATIONS = frozenset({"title", "examples", "example", "$comment", "deprecated", "readOnly", "writeOnly"})
 # Keywords whose value is a schema, a list of schemas, or a map of name -> schema.
 _ONE = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
         "additionalItems", "unevaluatedItems", "unevaluatedProperties")
@@ -64,12 +69,27 @@ def compact_schema(schema: object, level: int) -> object:
     return _walk(copy.deepcopy(schema), level)
 
 
+def trivial_default(value: object, enum: object = None) -> bool:
+    """Whether a `default` says nothing a model would not assume (the rule in the module docstring)."""
+    if isinstance(enum, list) and any(isinstance(v, bool) == isinstance(value, bool) and v == value for v in enum):
+        return False  # one of the listed choices: which one is meaningful
+    if value is None or value is False:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value == 0
+    return isinstance(value, str | list | dict) and len(value) == 0
+
+
 def _walk(node: object, level: int) -> object:
     if not isinstance(node, dict):
         return node
     out: dict = {}
     for key, value in node.items():
         if key in ANNOTATIONS or key.startswith("x-"):
+            continue
+        if key == "default" and trivial_default(value, node.get("enum")):
             continue
         if key == "description" and isinstance(value, str):
             if level >= 3:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +23,36 @@ from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 log = logging.getLogger("loopwire.harness")
 
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds above 0")
+    return value
+
+
+def _positive_mib(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of MiB, 1 or more")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a share of the context window from 0 to 1 "
+                                         "(0: always tool_search)")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -65,8 +96,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "streamable HTTP URL); repeat for more")
     parser.add_argument("--tool-search-budget", type=int, default=int(_env("tool-search-budget", "4000")),
                         help="token budget of the schemas one tool_search appends (compacted to fit)")
+    parser.add_argument("--tool-search-threshold", type=_share, default=_env("tool-search-threshold", "0.1"),
+                        metavar="SHARE",
+                        help="offer tool_search only when the deferred tools' schemas take more than this share "
+                             "of the context window; a smaller catalog is offered directly as tools (0: always "
+                             "tool_search; MCP servers, or a window neither --context-window nor the gateway "
+                             "gave: tool_search)")
     parser.add_argument("--code-mode", action="store_true", default=_env("code-mode", "") in ("1", "true"),
                         help="offer exec_js: scripts call the tools from an isolated V8 context")
+    parser.add_argument("--js-timeout-s", type=_positive_seconds, default=_env("js-timeout-s", "60"),
+                        metavar="SECONDS", help="wall time of one exec_js script before it is stopped")
+    parser.add_argument("--js-memory-mb", type=_positive_mib, default=_env("js-memory-mb", "128"), metavar="MIB",
+                        help="V8 heap limit of one exec_js script; a script over it is stopped")
     parser.add_argument("--exec-sessions-per-tenant", type=int, default=int(_env("exec-sessions-per-tenant", "8")),
                         help="interactive exec_command sessions one tenant may run at once, over all its sessions")
     parser.add_argument("--context-window", type=int, default=int(_env("context-window", "0")),
@@ -126,7 +167,9 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         approval_retention=args.approval_retention, max_turns=args.max_turns, tool_choice=args.tool_choice,
         tool_set=args.tool_set,
         mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
-        code_mode=args.code_mode, context_window=args.context_window, compact_at=args.compact_at,
+        tool_search_threshold=args.tool_search_threshold,
+        code_mode=args.code_mode, js_timeout=args.js_timeout_s, js_memory_mb=args.js_memory_mb,
+        context_window=args.context_window, compact_at=args.compact_at,
         exec_sessions_per_tenant=args.exec_sessions_per_tenant,
         **_sandbox_config(args))
 

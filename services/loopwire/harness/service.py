@@ -22,9 +22,10 @@ import grpc
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
-from loopwire.harness import session_ids, tools, validation, workspace_files
+from loopwire.harness import extensions, session_ids, tools, validation, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, REQUIRED_TOOLS_INSTRUCTIONS, HarnessConfig
+from loopwire.harness.conversation import Conversation
 from loopwire.harness.loop import SessionRun, user_message
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.store import Decision, SessionStore, Status
@@ -241,13 +242,23 @@ class RunStream:
         except OSError as e:
             raise invalid("start.workspace", f"cannot create it: {e}") from None
         replay = start.HasField("replay")
-        session_tools = sorted(start.replay.tools, key=lambda t: t.name) if replay else tools.tool_list(config, start)
+        session_tools = (sorted(start.replay.tools, key=lambda t: t.name) if replay else
+                         tools.tool_list(config, start, await self._window_for_tools(start)))
         default_instructions = REQUIRED_TOOLS_INSTRUCTIONS if tools.requires_tools(start) else DEFAULT_INSTRUCTIONS
         await asyncio.to_thread(store.create, sid, start, start.instructions or default_instructions,
                                 session_tools, str(workspace),
                                 start.replay.source or "recorded session" if replay else "", self.caller.tenant)
         await asyncio.to_thread(store.append, sid, [user_message(start.task)], first_seq=0)
         await self._launch(sid, resumed=False)
+
+    async def _window_for_tools(self, start: harness_pb2.StartTask) -> int:
+        """The model's window when it decides the tool list (a small deferred catalog is offered
+        directly): asked of the gateway once per process, and only then."""
+        config = self.service.config
+        if config.context_window or not extensions.direct_possible(config, start):
+            return 0
+        model = await Conversation(config.gateway, self.caller.key or config.api_key, stateful=False).model()
+        return model.context_length if model is not None else 0
 
     async def _decide(self, decision: harness_pb2.ApprovalDecision) -> None:
         store = self.service.store

@@ -93,16 +93,17 @@ TOOLS = {
 }
 
 
-def tool_list(config: HarnessConfig | None = None, start: object = None) -> list[common_pb2.Tool]:
+def tool_list(config: HarnessConfig | None = None, start: object = None, window: int = 0) -> list[common_pb2.Tool]:
     """The tool list of a new session: sorted by name so the prompt prefix never varies.
 
-    With deferred tools configured it also holds `tool_search`; the tools a search finds are
-    appended to the transcript, never added here."""
+    With deferred tools configured it also holds `tool_search` (or, when they fit a share of the
+    model's ``window``, the deferred tools themselves); the tools a search finds are appended to
+    the transcript, never added here."""
     extra = []
     if config is not None:
         from loopwire.harness import extensions
 
-        extra = extensions.core_tools(config, start)  # type: ignore[arg-type]
+        extra = extensions.core_tools(config, start, window)  # type: ignore[arg-type]
     by_name = {**TOOLS, **{t.name: t for t in extra}}
     if config is not None and config.tool_set == "shell":  # all a small model can choose between
         by_name = {name: tool for name, tool in by_name.items() if name in ("shell", FINISH)}

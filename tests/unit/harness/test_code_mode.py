@@ -9,7 +9,10 @@ import json
 import pytest
 
 from loopwire.harness.code_mode import run_js
+from loopwire.harness.config import HarnessConfig
+from loopwire.harness.extensions import Extensions
 from loopwire.harness.tool_catalog import Result
+from loopwire.v1 import harness_pb2
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,6 +53,21 @@ async def test_a_script_that_hogs_memory_is_stopped_at_the_memory_limit():
     run = await run_js("const a = []; while (true) a.push(new Array(1e6).fill(1.5));", [], echo,
                        timeout_s=60, memory_bytes=64 << 20)
     assert run.result.is_error and "memory limit of 64 MiB" in run.result.output
+
+
+async def test_the_configured_limits_are_the_ones_a_session_runs_scripts_under():
+    """HarnessConfig.js_memory_mb / js_timeout (--js-memory-mb, --js-timeout-s) reach exec_js."""
+    def exec_js(**limits: float) -> Extensions:
+        return Extensions(HarnessConfig(code_mode=True, **limits), harness_pb2.StartTask(task="t"), [])  # type: ignore[arg-type]
+
+    hog = {"code": "const a = []; while (true) a.push(new Array(1e6).fill(1.5));"}
+    small = await exec_js(js_memory_mb=24).execute("exec_js", hog, None)  # type: ignore[arg-type]
+    assert small.is_error and small.output == "error: the script went over its memory limit of 24 MiB and was stopped"
+    endless = await exec_js(js_timeout=0.5).execute("exec_js", {"code": "while (true) {}"}, None)  # type: ignore[arg-type]
+    assert endless.is_error and "time limit of 0.5s" in endless.output
+    fits = await exec_js(js_memory_mb=24).execute("exec_js", {"code": "return new Array(1e5).fill(1).length;"},
+                                                  None)  # type: ignore[arg-type]
+    assert fits == Result("100000")  # under the limit a script runs
 
 
 @pytest.mark.parametrize("code,expected", [

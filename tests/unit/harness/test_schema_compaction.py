@@ -23,6 +23,17 @@ TRICKY = [
     {"$schema": "http://json-schema.org/draft-07/schema#", "definitions": {"n": {"type": "integer", "minimum": 2}},
      "type": "object", "properties": {"a": {"allOf": [{"$ref": "#/definitions/n"}], "maximum": 9},
                                       "b": {"anyOf": [{"type": "string", "maxLength": 3}], "title": "B"}}},
+    # Defaults of every kind (validation ignores them all), meaningful and trivial, some enum choices.
+    {"type": "object", "properties": {
+        "url": {"type": "string", "default": "https://api.example.org/v1/{id}", "format": "uri"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+        "level": {"type": "integer", "enum": [0, 1, 2], "default": 0, "minimum": 0},
+        "limit": {"type": "integer", "default": 10, "maximum": 50},
+        "offset": {"type": "integer", "default": 0},
+        "verbose": {"type": "boolean", "default": False}, "strict": {"type": "boolean", "default": True},
+        "tags": {"type": "array", "items": {"type": "string", "default": ""}, "default": []},
+        "extra": {"type": ["object", "null"], "default": None, "properties": {"k": {"default": {}}}}},
+     "required": ["unit"], "default": {"unit": "celsius"}},
     # Single-branch combinators whose keys clash with the parent's, nested arrays, enums, type lists.
     {"type": "object", "properties": {
         "c": {"type": "string", "oneOf": [{"type": "string", "pattern": "^x"}]},
@@ -53,10 +64,39 @@ def test_tricky_schemas_keep_their_verdicts_at_every_level():
             assert valid > 20 and invalid > 20  # both sides of the line are exercised
     c = sc.compact_schema(TRICKY[0], 3)
     assert set(c["properties"]) == {"default", "description", "title"} and c["required"] == ["default", "description"]
-    assert "default" not in c["properties"]["default"] and "description" not in c["properties"]["description"]
+    assert c["properties"]["default"] == {"type": "integer", "default": 3}  # a meaningful default stays
+    assert "description" not in c["properties"]["description"]
     b = sc.compact_schema(TRICKY[1], 1)
     assert b["properties"]["a"]["allOf"] == [{"$ref": "#/definitions/n"}]  # not merged next to $ref
     assert b["properties"]["b"] == {"type": "string", "maxLength": 3}  # merged: no clash, title dropped
+
+
+def test_meaningful_defaults_survive_every_level_and_trivial_ones_go():
+    schema = TRICKY[2]
+    kept = {"url": "https://api.example.org/v1/{id}", "unit": "celsius", "level": 0, "limit": 10, "strict": True}
+    for level in range(1, sc.LEVELS + 1):
+        c = sc.compact_schema(schema, level)
+        assert {k: p["default"] for k, p in c["properties"].items() if "default" in p} == kept
+        assert c["default"] == {"unit": "celsius"}
+        assert c["properties"]["tags"] == {"type": "array", "items": {"type": "string"}}
+        assert c["properties"]["extra"] == {"type": ["object", "null"], "properties": {"k": {}}}
+    tool = common_pb2.Tool(name="fetch", description="Fetches a resource. Long details follow here.",
+                           parameters=json.dumps(schema))
+    for budget in (0, 1, sc.tokens([tool])):  # no budget, nothing fits, everything fits
+        (out,) = sc.compact_to_budget([tool], budget)
+        assert json.loads(out.parameters)["properties"]["url"]["default"] == "https://api.example.org/v1/{id}"
+
+
+@pytest.mark.parametrize("value,enum,trivial", [
+    (None, None, True), (False, None, True), ("", None, True), (0, None, True), (0.0, None, True),
+    ([], None, True), ({}, None, True),
+    (True, None, False), ("a", None, False), (-1, None, False), (0.5, None, False), ([0], None, False),
+    ({"a": None}, None, False),
+    (0, [0, 1], False), ("", ["", "x"], False), (None, [None, "x"], False),
+    (False, [0, 1], True), (0, [False, True], True),  # 0 and false are not the same choice
+])
+def test_which_defaults_are_trivial(value, enum, trivial):
+    assert sc.trivial_default(value, enum) is trivial
 
 
 @pytest.mark.slow
@@ -94,5 +134,5 @@ def test_a_budget_picks_the_least_compaction_that_fits():
     assert sc.compact_to_budget(tools, sc.tokens(level3)) == level3
     tight = sc.compact_to_budget(tools, 1)  # nothing fits: the most compact version
     assert tight == level3
-    assert all(json.loads(t.parameters)["properties"]["p"] == {"type": "string"} for t in tight)
+    assert all(json.loads(t.parameters)["properties"]["p"] == {"type": "string", "default": "x"} for t in tight)
     assert [t.name for t in tight] == [t.name for t in tools]

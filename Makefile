@@ -35,7 +35,7 @@ lock:  ## re-resolve requirements.lock from pyproject.toml (exact versions and h
 
 tools: $(TOOLS_STAMP)  ## what the tests use beyond Python: bubblewrap, protoc, buf, grpcurl, Jaeger, the built clients
 
-$(TOOLS_STAMP): scripts/install_tools.sh scripts/clients.sh scripts/jaeger.sh tests/mcp_servers/package-lock.json tests/codex/package-lock.json
+$(TOOLS_STAMP): scripts/install_tools.sh scripts/clients.sh scripts/jaeger.sh tests/mcp_servers/package-lock.json tests/codex/package-lock.json tests/ai_sdk/package-lock.json
 	./scripts/install_tools.sh
 	@mkdir -p $(dir $@) && touch $@
 

@@ -77,4 +77,10 @@ if ! cmp -s tests/codex/package-lock.json tests/codex/node_modules/.installed-lo
   (cd tests/codex && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-lock.json)
 fi
 
+# Vercel AI SDK for the OpenAI front-door tests (tests/e2e/test_ai_sdk_client.py), pinned by tests/ai_sdk/package-lock.json.
+if ! cmp -s tests/ai_sdk/package-lock.json tests/ai_sdk/node_modules/.installed-lock.json; then
+  log "npm ci tests/ai_sdk"
+  (cd tests/ai_sdk && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
 log "tools ready"

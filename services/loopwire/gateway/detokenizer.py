@@ -8,7 +8,40 @@ tokens, so the longest tail that could still grow into one is held back.
 from __future__ import annotations
 
 import codecs
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Per tokenizer, the bytes of every token seen so far: a token's bytes are looked up once per
+# process, then a batch is one dict lookup a token and one join (some tokenizers map each
+# byte-level character on every call).
+_BYTES: weakref.WeakKeyDictionary[Any, dict[int, bytes]] = weakref.WeakKeyDictionary()
+
+
+class TokenBytes:
+    """``tokenizer.token_bytes`` memoised and applied to a whole batch at once."""
+
+    __slots__ = ("_cache", "_lookup")
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._lookup: Callable[[int], bytes] = tokenizer.token_bytes
+        try:
+            cache = _BYTES.get(tokenizer)
+            if cache is None:
+                cache = _BYTES[tokenizer] = {}
+        except TypeError:  # not weakly referenceable: a cache of this stream's own
+            cache = {}
+        self._cache = cache
+
+    def join(self, token_ids: Sequence[int]) -> bytes:
+        cache = self._cache
+        try:
+            return b"".join([cache[t] for t in token_ids])
+        except KeyError:
+            for t in token_ids:
+                if t not in cache:
+                    cache[t] = self._lookup(t)
+            return b"".join([cache[t] for t in token_ids])
 
 
 class Utf8Stream:

@@ -36,12 +36,18 @@ def event(response_id: str, **kwargs: object) -> gateway_pb2.ConverseResponse:
 
 
 def output_event(response_id: str, out: OutputEvent) -> gateway_pb2.ConverseResponse:
-    """A parsed piece of model output as the event the client sees."""
-    if isinstance(out, TextOut):
-        return event(response_id, text_delta=gateway_pb2.TextDelta(text=out.text))
+    """A parsed piece of model output as the event the client sees (nested fields given as dicts:
+    upb builds them in place, no sub-message built and copied per token)."""
+    if type(out) is TextOut:
+        return gateway_pb2.ConverseResponse(response_id=response_id, text_delta={"text": out.text})  # type: ignore[arg-type]
+    if type(out) is CallArgumentsOut:
+        return gateway_pb2.ConverseResponse(response_id=response_id, tool_call_arguments_delta={  # type: ignore[arg-type]
+            "call_id": out.call_id, "delta": out.delta})
     if isinstance(out, CallStartedOut):
         return event(response_id, tool_call_started=gateway_pb2.ToolCallStarted(
             call_id=out.call_id, name=out.name, index=out.index))
+    if isinstance(out, TextOut):
+        return event(response_id, text_delta=gateway_pb2.TextDelta(text=out.text))
     if isinstance(out, CallArgumentsOut):
         return event(response_id, tool_call_arguments_delta=gateway_pb2.ToolCallArgumentsDelta(
             call_id=out.call_id, delta=out.delta))
@@ -75,17 +81,21 @@ class EventOutbox:
         self._ready = asyncio.Event()
 
     def put(self, response: gateway_pb2.ConverseResponse | None) -> None:
-        entry: gateway_pb2.ConverseResponse | _Run | None = response
-        if response is not None:
+        entries = self._entries
+        if response is not None and entries:  # something waits already: this delta may join the last one
             kind = response.WhichOneof("event")
             if kind == "text_delta" or kind == "tool_call_arguments_delta":
                 key = (response.response_id, kind, response.tool_call_arguments_delta.call_id)
-                tail = self._entries[-1] if self._entries else None
-                if isinstance(tail, _Run) and tail.key == key:
-                    tail.parts.append(response)
+                tail = entries[-1]
+                if isinstance(tail, _Run):
+                    if tail.key == key:
+                        tail.parts.append(response)
+                        return
+                elif tail is not None and tail.WhichOneof("event") == kind and _key(tail, kind) == key:
+                    entries[-1] = _Run(key, [tail, response])
                     return
-                entry = _Run(key, [response])
-        self._entries.append(entry)
+        # The writer waits (the common case when it keeps up): the event goes as it is.
+        entries.append(response)
         self._ready.set()
 
     async def take(self) -> gateway_pb2.ConverseResponse | None:
@@ -95,6 +105,10 @@ class EventOutbox:
             await self._ready.wait()
         entry = self._entries.popleft()
         return entry.merged() if isinstance(entry, _Run) else entry
+
+
+def _key(response: gateway_pb2.ConverseResponse, kind: str) -> tuple[str, str, str]:
+    return response.response_id, kind, response.tool_call_arguments_delta.call_id
 
 
 class _Run:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loopwire.common.model_def import ModelDefinition
-from loopwire.gateway.detokenizer import StopStringFilter, Utf8Stream
+from loopwire.gateway.detokenizer import StopStringFilter, TokenBytes, Utf8Stream
 from loopwire.v1 import common_pb2
 
 
@@ -101,6 +101,7 @@ class OutputParser:
         # Work per token is O(new text): pieces are kept in lists and joined once, never re-scanned.
         self._mode = _TEXT
         self._utf8 = Utf8Stream()
+        self._bytes = TokenBytes(self.model.tokenizer)
         self._stop = StopStringFilter(self.stops)
         self._stop_ids = frozenset(self.model.stop_token_ids)
         self._text: list[str] = []
@@ -114,6 +115,7 @@ class OutputParser:
         self._args_sent = 0
         self._call_id = ""
         self._format = self.model.tool_call_format or "hermes"
+        self._plain = self._format == "hermes" and not self._stop.stops
         self._lead = ""  # markup read before a JSON call (kept to give back as text if it is none)
         self._at_start = True  # llama3_json: nothing but whitespace so far, a call may still begin
         self._seq_calls = 0  # calls read since the opener (JSON formats)
@@ -143,25 +145,26 @@ class OutputParser:
         return self._mode == _DONE or self._stop.stopped
 
     def feed(self, token_ids: Sequence[int]) -> list[OutputEvent]:
+        """Events for a batch of ids, parsed as one piece of text: however the stream is cut into
+        batches, the text, calls and events are the same but for how deltas are split."""
         out: list[OutputEvent] = []
-        token_bytes = self.model.tokenizer.token_bytes
         if self._stop_ids.isdisjoint(token_ids):
-            data = b"".join([token_bytes(tok) for tok in token_ids])
+            data = self._bytes.join(token_ids)
         else:
-            parts = []
-            for tok in token_ids:
-                if tok in self._stop_ids:
-                    self.saw_stop_token = True
-                    break
-                parts.append(token_bytes(tok))
-            data = b"".join(parts)
+            cut = next(i for i, tok in enumerate(token_ids) if tok in self._stop_ids)
+            self.saw_stop_token = True
+            data = self._bytes.join(token_ids[:cut])
         if self.done:
             return out
         chunk = self._utf8.feed(data)
         if self.saw_stop_token:
             chunk += self._utf8.flush()
         self._raw.append(chunk)
-        self._consume(chunk, out)
+        if self._plain and self._mode == _TEXT and not self._pending and CALL_OPEN[0] not in chunk:
+            if chunk:  # the common case: plain text, no stop string to watch for, no call can begin
+                self._add_text(chunk, out)
+        else:
+            self._consume(chunk, out)
         if self.saw_stop_token:
             out += self.finish()
         return out

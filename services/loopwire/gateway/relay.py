@@ -120,12 +120,15 @@ class ResponseRun:
                 if kind == "tokens" and finished is None:
                     token_ids: Sequence[int] = message.tokens.token_ids
                     # Token batches that queued up behind this one are parsed (and sent) as one.
-                    while not queue.empty():
-                        held = queue.get_nowait()
-                        if not (isinstance(held, inference_pb2.GenerateResponse) and held.HasField("tokens")):
-                            break
-                        token_ids = [*token_ids, *held.tokens.token_ids]
-                        held = None
+                    if not queue.empty():
+                        joined = list(token_ids)
+                        while not queue.empty():
+                            held = queue.get_nowait()
+                            if not (isinstance(held, inference_pb2.GenerateResponse) and held.HasField("tokens")):
+                                break
+                            joined.extend(held.tokens.token_ids)
+                            held = None
+                        token_ids = joined
                     if await self._on_tokens(token_ids):
                         finished = inference_pb2.GenerationFinished(
                             finish_reason=common_pb2.FINISH_REASON_STOP,
@@ -280,14 +283,31 @@ class ResponseRun:
         if self.parser.done:
             return False
         with self.watch:
+            before = len(self.generated)
             self.generated.extend(token_ids)
             safety_from = len(self.parser.safety_text)
             outs = self.parser.feed(token_ids)
             self._queue_events(outs, safety_from)
+            if self.parser.stopped_by_string and len(token_ids) > 1:
+                del self.generated[self._tokens_to_stop(before):]
         if self.parser.stopped_by_string:
             await self.place.abandon(self.request_id)
             return True
         return False
+
+    def _tokens_to_stop(self, before: int) -> int:
+        """How many generated ids it took to reach the stop string that ended the output, when the
+        batch that held it held more: the turn counts the same however the replica batched it."""
+        lo, hi = before + 1, len(self.generated)
+        while lo < hi:  # the fewest ids whose text reaches a stop string (once per response)
+            mid = (lo + hi) // 2
+            probe = OutputParser(self.gw.model, stops=self.parser.stops, tools=self.parser.tools)
+            probe.feed(self.generated[:mid])
+            if probe.stopped_by_string:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def _end_output(self) -> None:
         with self.watch:

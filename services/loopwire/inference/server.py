@@ -21,7 +21,12 @@ from loopwire.common.service_flags import add_service_token_arguments, service_t
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
-from loopwire.inference.service import PROGRESS_INTERVAL_S, InferenceServicer
+from loopwire.inference.service import (
+    COALESCE_MAX_TOKENS,
+    COALESCE_WINDOW_S,
+    PROGRESS_INTERVAL_S,
+    InferenceServicer,
+)
 from loopwire.v1 import inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.inference")
@@ -140,6 +145,20 @@ def kv_blocks_for(model: ModelConfig, block_size: int = 16, budget_bytes: int = 
     return max(64, min(4096 * 16, budget_bytes // kv_block_bytes(model, block_size)))
 
 
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return number
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
+    return number
+
+
 def _non_negative(value: str) -> int:
     number = int(value)
     if number < 0:
@@ -193,6 +212,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=int(_env("prefill_progress_ms", str(int(PROGRESS_INTERVAL_S * 1000)))),
                         help="a prefill still running this long after the last progress event sends another "
                              "(tokens processed of total; 0: after every chunk)")
+    parser.add_argument("--coalesce-window-ms", type=_non_negative_float, metavar="MS",
+                        default=float(_env("coalesce_window_ms", f"{COALESCE_WINDOW_S * 1000:g}")),
+                        help="tokens of a generation after its first wait up to this long for more of it to share "
+                             "their stream message (the first never waits; 0: a message per engine step unless "
+                             "the gateway reads slower)")
+    parser.add_argument("--coalesce-max-tokens", type=_positive, metavar="N",
+                        default=int(_env("coalesce_max_tokens", str(COALESCE_MAX_TOKENS))),
+                        help="a waiting batch of this many tokens is sent without waiting out the window")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
     parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
     parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),
@@ -213,9 +240,11 @@ def describe(engine: Engine) -> str:
 
 
 def add_servicer(server: object, engine: Engine, role: str = "both", service_token: str = "",
-                 peers: frozenset[str] = frozenset(), progress_interval_s: float = PROGRESS_INTERVAL_S
+                 peers: frozenset[str] = frozenset(), progress_interval_s: float = PROGRESS_INTERVAL_S,
+                 coalesce_window_s: float = COALESCE_WINDOW_S, coalesce_max_tokens: int = COALESCE_MAX_TOKENS,
                  ) -> InferenceServicer:
-    servicer = InferenceServicer(engine, role, service_token, peers, progress_interval_s)
+    servicer = InferenceServicer(engine, role, service_token, peers, progress_interval_s, coalesce_window_s,
+                                 coalesce_max_tokens)
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(servicer, server)
     return servicer
 
@@ -230,6 +259,6 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     token = service_token_from_args(args, "inference")
     server = grpc_server.make_server([ServiceTokenInterceptor(token)] if token else [])
     add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()),
-                 args.prefill_progress_ms / 1000)
+                 args.prefill_progress_ms / 1000, args.coalesce_window_ms / 1000, args.coalesce_max_tokens)
     await engine.start()
     await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

@@ -316,7 +316,7 @@ def test_assistant_message_with_phase_is_accepted(api):
     ({"input": [{"role": "user", "content": "hi", "frobnicate": 1}]}, "unknown_parameter", "input[0].frobnicate"),
     ({"text": {"format": {"type": "text"}, "frobnicate": 1}}, "unknown_parameter", "text.frobnicate"),
     ({"input": [{"role": "assistant", "content": "x", "phase": "musing"}]}, "invalid_value", "input[0].phase"),
-    ({"background": True}, "unsupported_parameter", "background"),
+    ({"background": True, "store": False}, "invalid_value", "background"),
     ({"background": "yes"}, "invalid_type", "background"),
     ({"presence_penalty": 0.5}, "unsupported_parameter", "presence_penalty"),
     ({"frequency_penalty": 3}, "invalid_value", "frequency_penalty"),

@@ -20,6 +20,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive
 
+from loopwire.api.background import BackgroundResponses
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import ConverseStream, GatewayClient
 from loopwire.api.store import ResponseStore
@@ -46,6 +47,8 @@ class ApiContext:
     sse_keepalive_s: float = 15.0
     # Finished responses (and those in flight) per tenant, for GET/DELETE/cancel of /v1/responses/{id}.
     store: ResponseStore = field(default_factory=ResponseStore)
+    # The running background responses (background: true), bounded per tenant.
+    background: BackgroundResponses = field(default_factory=BackgroundResponses)
 
     def apply_replay(self, create: gateway_pb2.CreateResponse) -> None:
         if self.replay and not create.HasField("replay"):

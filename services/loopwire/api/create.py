@@ -21,7 +21,7 @@ from loopwire.v1 import common_pb2, gateway_pb2
 IMPLEMENTED = {
     "model", "input", "instructions", "previous_response_id", "store", "stream", "tools", "tool_choice",
     "max_output_tokens", "temperature", "top_p", "metadata", "parallel_tool_calls", "text",
-    "background",  # false only: every response here runs in its request
+    "background",  # HTTP only, with store: the api process runs it in a task of its own (background.py)
     "presence_penalty", "frequency_penalty",  # 0 only: the engine has no penalties
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
@@ -51,14 +51,17 @@ class ParsedCreate:
     echo: dict[str, Any] = field(default_factory=dict)
     # The request's input items as stored for ``GET /v1/responses/{id}/input_items``.
     input_json: list[dict[str, Any]] = field(default_factory=list)
+    # Runs in a task of the api process, polled by GET /v1/responses/{id} (background.py).
+    background: bool = False
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False) -> ParsedCreate:
     allowed = IMPLEMENTED | IGNORED | (WEBSOCKET_ONLY if websocket else set())
     items.check_keys(body, allowed, "")
     background = body.get("background")
-    if background is not None and items.want(background, bool, "background", "a boolean"):
-        raise unsupported("background", "background mode")
+    background = background is not None and items.want(background, bool, "background", "a boolean")
+    if background and websocket:
+        raise unsupported("background", "background mode over a WebSocket (the connection runs its responses)")
     model = body.get("model")
     if model is None:
         raise bad_request("Missing required parameter: 'model'.", "model", "missing_required_parameter")
@@ -84,6 +87,8 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     store = body.get("store", True)
     items.want(store, bool, "store", "a boolean")
     create.no_store = not store
+    if background and not store:  # polled by GET /v1/responses/{id}: it must be stored
+        raise bad_request("Background mode requires 'store' to be true.", "background", "invalid_value")
     stream = body.get("stream", False)
     items.want(stream, bool, "stream", "a boolean")
     generate = body.get("generate", True)
@@ -104,7 +109,8 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     if body.get("loopwire_replay") is not None:
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
     return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, list(tools_json),
-                        choice_json, {**text, "format": fmt}, echo(body), items.input_json(body.get("input", [])))
+                        choice_json, {**text, "format": fmt}, echo(body), items.input_json(body.get("input", [])),
+                        background)
 
 
 def echo(body: dict[str, Any]) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class ResponseBuilder:
             "frequency_penalty": 0.0,
             "top_logprobs": 0,
             "max_tool_calls": None,
-            "background": False,
+            "background": self.parsed.background,
             "service_tier": "default",
             "safety_identifier": None,
             "prompt_cache_key": None,
@@ -199,6 +199,18 @@ class ResponseBuilder:
             return [*out, self._event("response.failed", response=self.response())]
         self.status = "failed"
         self.error = {"code": api.code or "server_error", "message": api.message}
+        return [*out, self._event("response.failed", response=self.response())]
+
+    def lost(self, e: ApiError) -> list[dict[str, Any]]:
+        """The gateway went away mid-response: failed, with ``e`` as its error (a background response,
+        whose poller must see it end)."""
+        out = self._close_message()
+        self.done = True
+        for item in self.output:
+            item["status"] = "incomplete"
+        self.api_error = e
+        self.status = "failed"
+        self.error = {"code": e.code or "server_error", "message": e.message}
         return [*out, self._event("response.failed", response=self.response())]
 
     def failure(self) -> ApiError | None:

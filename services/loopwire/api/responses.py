@@ -2,7 +2,8 @@
 into one Response object. ``previous_response_id`` resolves in the gateway's response store,
 so a chain continues from any stored response of the tenant, on any connection (but not from
 one deleted here). Each finished response with ``store`` is kept in the api's store, for
-``GET /v1/responses/{id}``; while it runs, it can be cancelled."""
+``GET /v1/responses/{id}``; while it runs, it can be cancelled. ``background: true`` runs in a
+task of this process, polled and cancelled by id (``background.py``)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry.trace import Span
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api import items
 from loopwire.api.context import (
     SSE_KEEPALIVE,
+    ApiContext,
     context,
     error_response,
     feed_until_done,
@@ -28,6 +31,7 @@ from loopwire.api.context import (
 from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, previous_not_found, unsupported
 from loopwire.api.events import ResponseBuilder
+from loopwire.api.gateway_client import OWNER, ConverseStream
 from loopwire.api.store import InFlight, ResponseStore, tenant_key
 
 log = logging.getLogger("loopwire.api")
@@ -49,6 +53,8 @@ async def create_response(request: Request) -> Response:
         except ApiError as e:
             log.info("POST /v1/responses -> %d %s", e.status, e.code)
             return error_response(e)
+        if parsed.background:
+            return await background_response(ctx, authorization, tenant.name if tenant else "?", owner, parsed, span)
         builder = ResponseBuilder(parsed)
         stream = ctx.gateway.open(authorization)
         try:
@@ -96,6 +102,69 @@ async def create_response(request: Request) -> Response:
             await stream.close()
             if not logged and not stream.abandoned:  # an abandoned one is logged as cancelled already
                 _log(builder, tenant.name if tenant else "?", stream=True)
+
+    return StreamingResponse(body_events(), media_type="text/event-stream",
+                             headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+async def background_response(ctx: ApiContext, authorization: str, tenant: str, owner: str, parsed: ParsedCreate,
+                              span: Span) -> Response:
+    """``background: true``: answered once the gateway created the response (``in_progress``), the
+    rest read by a task of this process (``background.py``); ``stream`` streams it meanwhile."""
+    try:
+        ctx.background.reserve(owner)
+    except ApiError as e:
+        log.info("POST /v1/responses tenant=%s background=true -> %d %s", tenant, e.status, e.code)
+        return error_response(e)
+    builder = ResponseBuilder(parsed)
+    stream: ConverseStream | None = None
+    try:
+        token = OWNER.set(None)  # for no client connection: its departure must not end the response
+        try:
+            stream = ctx.gateway.open(authorization)
+        finally:
+            OWNER.reset(token)
+        events, first = await first_events(stream, parsed.create, builder.feed)
+    except ApiError as e:
+        ctx.background.release(owner)
+        if stream is not None:
+            await stream.close()
+        log.info("POST /v1/responses tenant=%s background=true -> %d %s", tenant, e.status, e.code)
+        return error_response(e)
+    except BaseException:
+        ctx.background.release(owner)
+        if stream is not None:
+            stream.abandon()
+        raise
+    span.set_attribute("gen_ai.response.id", builder.id)
+    ctx.store.begin(owner, builder.id, InFlight(stream, builder.response))
+
+    def finished() -> None:
+        ended(ctx.store, owner, builder)
+        _log(builder, tenant, stream=parsed.stream)
+
+    run = ctx.background.start(owner, stream, events, builder, finished)
+    log.info("POST /v1/responses tenant=%s id=%s background=true stream=%s -> %s", tenant, builder.id,
+             parsed.stream, builder.status)
+    if not parsed.stream:
+        return JSONResponse(builder.response())
+    sub = run.subscribe()  # before the task first runs: it misses no event
+
+    async def body_events() -> AsyncIterator[bytes]:
+        try:
+            for ready in first:
+                yield sse(ready)
+            async for event in sub.events(ctx.sse_keepalive_s):
+                yield SSE_KEEPALIVE if event is None else sse(event)
+            if sub.overflowed:
+                yield sse(error_event(ApiError(503, "This stream fell too far behind its background response, "
+                                                    "which goes on: poll GET /v1/responses/{id}.",
+                                               type="server_error", code="stream_overflow"), builder.seq))
+            elif not builder.done:
+                yield sse(error_event(ApiError(503, "The server shut down: the background response was cancelled.",
+                                               type="server_error", code="unavailable"), builder.seq))
+        finally:  # the client left: the response goes on
+            run.unsubscribe(sub)
 
     return StreamingResponse(body_events(), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})

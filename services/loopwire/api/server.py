@@ -22,6 +22,7 @@ from google.protobuf import json_format
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from loopwire.api.app import build_app
+from loopwire.api.background import BackgroundResponses
 from loopwire.api.context import ApiContext
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import GatewayClient
@@ -72,6 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(env LOOPWIRE_STORED_BYTES)")
     parser.add_argument("--stored-ttl-s", type=float, default=float(_env("stored_ttl_s", str(24 * 3600))),
                         help="seconds a stored response stays readable (env LOOPWIRE_STORED_TTL_S)")
+    parser.add_argument("--background-responses", type=int, default=_env_int("background_responses", 16),
+                        help="background responses (background: true) one tenant may have queued or in progress "
+                             "at once; more is 429; they run in this process and are cancelled when it stops "
+                             "(0: background mode off) (env LOOPWIRE_BACKGROUND_RESPONSES)")
     add_insecure_dev_argument(parser)
 
 
@@ -91,13 +96,17 @@ def build_context(args: argparse.Namespace) -> ApiContext:
         raise SystemExit("api: --header-timeout-s, --body-timeout-s and --keep-alive-s must be positive")
     if args.stored_responses < 0 or args.stored_bytes < 0 or args.stored_ttl_s <= 0:
         raise SystemExit("api: --stored-responses and --stored-bytes must be 0 or positive, --stored-ttl-s positive")
+    if args.background_responses < 0:
+        raise SystemExit("api: --background-responses must be 0 (off) or positive")
     # In all, as much as the tenants of the tenants file may keep (without one: as for 16 keys).
     tenants = max(1, len(authenticator.tenants)) if authenticator is not None else 16
     store = ResponseStore(per_tenant=args.stored_responses, total=args.stored_responses * tenants,
                           bytes_per_tenant=args.stored_bytes, total_bytes=args.stored_bytes * tenants,
                           ttl_s=args.stored_ttl_s)
+    background = BackgroundResponses(per_tenant=args.background_responses,
+                                     total=args.background_responses * tenants)
     return ApiContext(GatewayClient(args.gateway), models, args.max_body_bytes, authenticator, turns,
-                      sse_keepalive_s=args.sse_keepalive_s, store=store)
+                      sse_keepalive_s=args.sse_keepalive_s, store=store, background=background)
 
 
 def load_replay(path: str) -> list[common_pb2.ReplayOutput]:
@@ -120,12 +129,26 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         timeout_graceful_shutdown=10, timeout_keep_alive=args.keep_alive_s,
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
-    server = uvicorn.Server(config)
+    server = ApiServer(config, ctx)
     log.info("api on http://%s (gateway %s, models %s)", args.listen, args.gateway, ", ".join(ctx.models))
     try:
         await server.serve()
     finally:
+        await ctx.background.shutdown()
         await ctx.gateway.close()
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn's server that, on shutdown, first cancels the running background responses (they
+    cannot outlive the process), so the streams of their clients end before the graceful wait."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ApiContext) -> None:
+        super().__init__(config)
+        self.ctx = ctx
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        await self.ctx.background.shutdown()
+        await super().shutdown(sockets)
 
 
 MAX_HEADER_BYTES = 16 * 1024  # request line + headers; more is a 400 (h11's limit, said explicitly)

@@ -74,7 +74,7 @@ async def get_response(request: Request) -> Response:
         owner = _owner(ctx, request)
         query: RetrieveQuery = _query(request, RetrieveQuery)
         if query.stream:
-            raise unsupported("stream", "streaming a stored response (only background responses stream later)")
+            raise unsupported("stream", "streaming a stored or background response again (poll it instead)")
         stored = ctx.store.get(owner, rid)
         if stored is not None:
             return JSONResponse(stored.response)

@@ -238,6 +238,68 @@ def replay_compaction_table(session_path: Path, window: int) -> tuple[Table, dic
     return table, prompts
 
 
+def replay_tools_table(session_path: Path) -> Table:
+    """A recorded session replayed with its tools running (``run_tools``) through the mesh (simulated
+    engine), the harness in code mode with the three pinned npm MCP servers: its `tool_search`, the MCP
+    tools a search finds and `exec_js` run for real; a tool the harness lacks gets its recorded output."""
+    import asyncio
+    import shlex
+    import tempfile
+
+    from loopwire.client import run_task
+    from loopwire.common.recorded import load_session
+    from loopwire.mesh import start_mesh
+    from loopwire.v1 import harness_pb2
+
+    bin_dir = provenance.ROOT / "tests" / "mcp_servers" / "node_modules" / ".bin"
+    if not (bin_dir / "mcp-server-memory").exists():
+        raise SystemExit("--replay-session needs the npm MCP servers: run `make tools`")
+    session = load_session(session_path)
+
+    async def replay(tmp: Path) -> list[harness_pb2.ToolCallEnded]:
+        (tmp / "shared").mkdir()
+        servers = {"fs": [str(bin_dir / "mcp-server-filesystem"), str(tmp / "shared")],
+                   # The memory server keeps its graph in a file: this run's, never in node_modules.
+                   "memory": ["env", f"MEMORY_FILE_PATH={tmp / 'memory.jsonl'}", str(bin_dir / "mcp-server-memory")],
+                   "everything": [str(bin_dir / "mcp-server-everything"), "stdio"]}
+        specs = [a for name, argv in servers.items() for a in ("--mcp-server", f"{name}={shlex.join(argv)}")]
+        extra = {"inference": ["--engine", "simulated", "--model", "dummy:0", "--time-scale", "0"],
+                 "harness": ["--code-mode", *specs]}
+        start = harness_pb2.StartTask(task=session.task, instructions=session.instructions,
+                                      replay=session.replay_script(run_tools=True))
+        events: list[harness_pb2.RunResponse] = []
+        mesh = await asyncio.to_thread(start_mesh, tmp / "state", extra_args=extra)
+        try:
+            result = await run_task(mesh.harness, start, events.append, api_key=mesh.api_key)
+        finally:
+            await asyncio.to_thread(mesh.stop)
+        if not result.completed:
+            raise SystemExit(f"the replay of {session_path} failed: {result.error}")
+        return [e.tool_call_ended for e in events if e.WhichOneof("event") == "tool_call_ended"]
+
+    with tempfile.TemporaryDirectory(prefix="loopwire-bench-tools-") as tmp:
+        ended = asyncio.run(replay(Path(tmp)))
+    rows: dict[str, list[int]] = {}  # name -> [calls, recorded outputs used, errors, µs, output tokens]
+    for e in ended:
+        row = rows.setdefault(e.name, [0, 0, 0, 0, 0])
+        # A recorded output is emitted at once, with no exit code: its call never ran.
+        recorded = e.finished_at_us == e.started_at_us and not e.exit_code
+        row[0] += 1
+        row[1] += recorded
+        row[2] += e.is_error
+        row[3] += e.finished_at_us - e.started_at_us
+        row[4] += len(ENC.encode(e.output))
+    table = Table(title=f"Tools of a replayed session ({session_path.name}, {len(session.turns)} turns) run for "
+                        "real: code mode, MCP servers fs, memory, everything (the first tool_search starts them)")
+    for c in ("tool", "calls", "recorded output used", "errors", "total ms", "mean ms", "output tokens"):
+        table.add_column(c, justify="left" if c == "tool" else "right")
+    for name, (calls, recorded, errors, us, toks) in sorted(rows.items()):
+        ran = calls - recorded
+        table.add_row(name, str(calls), str(recorded), str(errors), f"{us / 1000:,.1f}",
+                      f"{us / 1000 / ran:,.1f}" if ran else "-", f"{toks:,}")
+    return table
+
+
 def plot(recall: dict, prompts: dict[str, list[int]], window: int, out: Path, data: str) -> Path:
     import matplotlib
 
@@ -270,6 +332,9 @@ def plot(recall: dict, prompts: dict[str, list[int]], window: int, out: Path, da
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="accepted for `make bench`; the run is short anyway")
+    parser.add_argument("--replay-session", type=Path, default=None, metavar="PATH",
+                        help="also replay this recorded session with its tools running (code mode, the npm MCP "
+                             "servers) and time each tool, tool_search, MCP tools and exec_js included")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     console = Console(width=160)
@@ -297,6 +362,10 @@ def main() -> int:
     replay, prompts = replay_compaction_table(session, 16384)
     console.print(replay)
     tables.append(replay)
+    if args.replay_session:
+        t = replay_tools_table(args.replay_session)
+        console.print(t)
+        tables.append(t)
 
     body: list[str] = []
     for t in tables:
@@ -306,6 +375,9 @@ def main() -> int:
             "MCP: @modelcontextprotocol/server-filesystem, -memory, -everything (tests/mcp_servers/package-lock.json)",
             f"compaction: {provenance.rel(session)} replayed through the mesh (simulated engine, dummy:0 "
             "model: summaries are its random tokens, 1,024 at most)"]
+    if args.replay_session:
+        data.append(f"tools run for real: {provenance.rel(args.replay_session)} replayed through the mesh "
+                    "(simulated engine, run_tools, code mode, the npm MCP servers)")
     header = provenance.provenance(data, notes=[
         "plain Okapi BM25: rank-bm25 defaults over name + description + parameter names and descriptions, "
         "lowercased alphanumeric tokens",

@@ -112,9 +112,12 @@ class Extensions:
         self.tenant = tenant  # MCP server processes are never shared between tenants
         self.has_catalog = has_catalog(config, start)
         self.found = tool_catalog.discovered(items)
-        # The deferred tools this session was offered directly (not through tool_search).
+        # The deferred tools this session was offered directly (not through tool_search). A replay's
+        # tool list is the recording's, not a decision of this harness: its tools are found by search.
         builtin = {*_builtin_names(), *_NOT_FROM_JS}
-        self._direct = frozenset(n for n in offered if n not in builtin) if self.has_catalog else frozenset()
+        replay = bool(start.replay.turns)
+        self._direct = (frozenset(n for n in offered if n not in builtin) if self.has_catalog and not replay
+                        else frozenset())
         self.catalog = Catalog()
         self.notes: list[str] = []  # catalog problems (a server that would not start), told on search
         self._ready: asyncio.Task[None] | None = None

@@ -1,6 +1,9 @@
 """Replay of a recorded session: each turn asks the engine to emit the recorded output, and
 the recorded followups (tool outputs, user messages) come back instead of running tools,
-unless `run_tools` is set, when the harness's real tools run (recorded `bash` → `shell`).
+unless `run_tools` is set, when the harness's real tools run (recorded `bash` → `shell`), and
+so do its context tools where the harness has them configured: `tool_search` (over its deferred
+tools and MCP servers), the tools a search found, and `exec_js` (code mode). A recorded call the
+harness has no tool for gets its recorded output.
 """
 
 from __future__ import annotations

@@ -57,13 +57,19 @@ class TurnTools:
             return
         replay = self.run.replay
         mapped = replay.map_call(call) if replay else call
-        if replay and mapped.name not in tools.TOOLS:
+        if replay and mapped.name not in tools.TOOLS and not self._extension_call(mapped.name):
             return  # a recorded tool the harness does not have: its recorded output is used
         verdict = verdict or approvals.verdict(self.run.start.approval_policy, mapped)
         if verdict is Verdict.ASK:
             self.awaiting[call.call_id] = self.run.new_approval_id()
             return
         self.tasks[call.call_id] = asyncio.ensure_future(self._execute(call, mapped, verdict))
+
+    def _extension_call(self, name: str) -> bool:
+        """Whether the session's extensions run ``name`` (tool_search, a tool it found, exec_js),
+        as they would in a live session: with their servers configured, a replay calls them for real."""
+        extra = self.run.tool_context.extra
+        return extra is not None and extra.handles(name)
 
     async def _execute(self, call: common_pb2.FunctionCall, mapped: common_pb2.FunctionCall,
                        verdict: Verdict) -> common_pb2.FunctionCallOutput:

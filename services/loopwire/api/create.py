@@ -128,6 +128,10 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
                 raise bad_request(f"Invalid '{name}': {value} is not in [{low}, {high}].", name, "invalid_value")
         out[name] = value
     out["top_logprobs"] = 0  # no logprobs are produced, whatever was asked
+    reasoning_param(body.get("reasoning"))
+    # A reasoning model's think block is returned as a reasoning item (never summarized); the effort
+    # does not reach the gateway yet (CreateResponse has no field for it), so none was applied.
+    out["reasoning"] = {"effort": None, "summary": None}
     tier = body.get("service_tier")
     if tier is not None:
         items.want(tier, str, "service_tier", "a string")
@@ -144,6 +148,26 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
             raise unsupported(name, f"a nonzero {name}")
         out[name] = 0.0
     return out
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+REASONING_SUMMARIES = ("auto", "concise", "detailed")
+
+
+def reasoning_param(value: Any) -> str | None:
+    """``reasoning`` checked: its ``effort`` (None when not given)."""
+    if value is None:
+        return None
+    items.want(value, dict, "reasoning", "an object")
+    items.check_keys(value, {"effort", "summary", "generate_summary"}, "reasoning")
+    for name, allowed in (("effort", REASONING_EFFORTS), ("summary", REASONING_SUMMARIES),
+                          ("generate_summary", REASONING_SUMMARIES)):
+        given = value.get(name)
+        if given is not None and not (isinstance(given, str) and given in allowed):
+            raise bad_request(f"Invalid value for 'reasoning.{name}': {given!r} (expected one of "
+                              f"{', '.join(map(repr, allowed))}).", f"reasoning.{name}", "invalid_value")
+    effort = value.get("effort")
+    return effort if isinstance(effort, str) else None
 
 
 _MODES = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED, "none": common_pb2.TOOL_CHOICE_MODE_NONE,

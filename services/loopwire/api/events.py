@@ -2,6 +2,10 @@
 
 One builder per response; the same events go out as SSE (HTTP ``stream: true``), as WebSocket
 messages, or are only folded into the Response object (``stream: false``).
+
+Text that opens with a think block (``<think>...</think>``, which reasoning models write before
+their answer, and the gateway passes on as text) streams as a ``reasoning`` item, with
+``response.reasoning_text.delta`` / ``.done`` events, and the answer after it as the message.
 """
 
 from __future__ import annotations
@@ -15,6 +19,15 @@ from loopwire.api.errors import ApiError, from_stream_error
 from loopwire.v1 import common_pb2, gateway_pb2
 
 Code = common_pb2.ErrorCode
+_UNDECIDED, _THINKING, _GAP, _ANSWER = range(4)  # where the text is with respect to a think block
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest tail of ``text`` that could still grow into ``marker``."""
+    for k in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-k:]):
+            return k
+    return 0
 
 
 class ResponseBuilder:
@@ -30,6 +43,9 @@ class ResponseBuilder:
         self.status = "in_progress"
         self.output: list[dict[str, Any]] = []
         self._open_message: int | None = None  # output index of the message being streamed
+        self._open_reasoning: int | None = None  # output index of the reasoning item being streamed
+        self._think = _UNDECIDED
+        self._held = ""  # text that may still be (or end) a think marker
         self._calls: dict[str, int] = {}  # call_id -> output index
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
@@ -137,6 +153,73 @@ class ResponseBuilder:
         return []  # safety verdicts that passed: nothing to tell an OpenAI client
 
     def _text(self, text: str) -> list[dict[str, Any]]:
+        """A text delta: reasoning while inside the opening think block, the message's text after."""
+        if self._think == _ANSWER:
+            return self._message_text(text)
+        out: list[dict[str, Any]] = []
+        text, self._held = self._held + text, ""
+        if self._think == _UNDECIDED:
+            body = text.lstrip()
+            if body.startswith(items.THINK_OPEN):
+                self._think, text = _THINKING, body[len(items.THINK_OPEN):]
+                out += self._open_reasoning_item()
+            elif items.THINK_OPEN.startswith(body):
+                self._held = text
+                return out
+            else:
+                self._think = _ANSWER
+                return self._message_text(text)
+        if self._think == _THINKING:
+            at = text.find(items.THINK_CLOSE)
+            if at < 0:
+                keep = _partial_suffix(text, items.THINK_CLOSE)
+                text, self._held = text[: len(text) - keep], text[len(text) - keep:]
+                return out + self._reasoning_delta(text)
+            out += self._reasoning_delta(text[:at])
+            out += self._close_reasoning()
+            self._think, text = _GAP, text[at + len(items.THINK_CLOSE):]
+        text = text.lstrip()  # the whitespace between the closer and the answer
+        if text:
+            self._think = _ANSWER
+            out += self._message_text(text)
+        return out
+
+    def _open_reasoning_item(self) -> list[dict[str, Any]]:
+        index = self._open_reasoning = len(self.output)
+        item = items.output_reasoning(items.reasoning_id(self.id, index), "", status="in_progress")
+        self.output.append(item)
+        return [self._event("response.output_item.added", output_index=index, item={**item, "content": []}),
+                self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                            content_index=0, part=items.reasoning_text(""))]
+
+    def _reasoning_delta(self, text: str) -> list[dict[str, Any]]:
+        if not text or self._open_reasoning is None:
+            return []
+        index = self._open_reasoning
+        item = self.output[index]
+        item["content"][0]["text"] += text
+        return [self._event("response.reasoning_text.delta", item_id=item["id"], output_index=index,
+                            content_index=0, delta=text)]
+
+    def _close_reasoning(self) -> list[dict[str, Any]]:
+        if self._open_reasoning is None:
+            return []
+        out = []
+        if self._think == _THINKING and self._held:  # a partial closer that never completed
+            out += self._reasoning_delta(self._held)
+            self._held = ""
+        index, self._open_reasoning = self._open_reasoning, None
+        item = self.output[index]
+        item["status"] = "completed"
+        part = item["content"][0]
+        return [*out,
+                self._event("response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0,
+                            text=part["text"]),
+                self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                            part=part),
+                self._event("response.output_item.done", output_index=index, item=item)]
+
+    def _message_text(self, text: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if self._open_message is None:
             index = self._open_message = len(self.output)
@@ -154,13 +237,21 @@ class ResponseBuilder:
         return out
 
     def _close_message(self) -> list[dict[str, Any]]:
+        """Closes what is streaming (the reasoning item, the message): a call or the end comes."""
+        out = self._close_reasoning()
+        if self._think == _UNDECIDED and self._held:  # the start of a marker that never came
+            out += self._message_text(self._held)
+        self._held = ""
+        if self._think != _ANSWER:
+            self._think = _ANSWER  # a think block opens only the output
         if self._open_message is None:
-            return []
+            return out
         index, self._open_message = self._open_message, None
         item = self.output[index]
         item["status"] = "completed"
         part = item["content"][0]
         return [
+            *out,
             self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
                         text=part["text"], logprobs=[]),
             self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,

@@ -22,8 +22,12 @@ ROLES = {
     "assistant": common_pb2.ROLE_ASSISTANT,
 }
 _TEXT_PARTS = {"input_text", "output_text", "text", "refusal"}
-# Items the model never produces here and the transcript does not need: accepted and dropped.
-_DROPPED_ITEMS = {"reasoning"}
+# The think markers of reasoning models (Qwen3, DeepSeek-R1): output that opens with a think block
+# has its reasoning returned as a ``reasoning`` item, and a reasoning item sent back is rendered
+# into its assistant turn between them again, as the model wrote it (so the prefix stays cached).
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# Between the closer and the answer, as such models write it (the answer is returned without it).
+THINK_GAP = "\n\n"
 # An assistant message's phase (Codex labels its preambles): a label, the transcript is the same.
 PHASES = {"commentary", "final_answer"}
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
@@ -80,10 +84,23 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
         return [text_item(common_pb2.ROLE_USER, value)]
     want(value, list, path, "a string or an array of input items")
     items: list[common_pb2.Item] = []
+    think: str | None = None  # a reasoning item's block, waiting for the assistant turn it opens
+    think_prefix = ""  # the block, for the assistant message being read
     for i, raw in enumerate(value):
         p = f"{path}[{i}]"
         want(raw, dict, p, "an object")
         kind = raw.get("type", "message")
+        if kind == "reasoning":
+            block = _reasoning_block(raw, p)
+            if block is not None:
+                think = block if think is None else think + block
+            continue
+        if think is not None:
+            if kind == "message" and raw.get("role") == "assistant":
+                think_prefix = think
+            else:  # the turn was reasoning alone (or its calls): the block is its text
+                items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
+            think = None
         if kind == "message":
             role = raw.get("role", "")
             if not _known(role, ROLES):
@@ -93,6 +110,11 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
                 raise bad_request(f"Invalid value for '{p}.phase': {raw['phase']!r} (expected 'commentary' or "
                                   "'final_answer').", f"{p}.phase", "invalid_value")
             parts = _content_text(raw.get("content", ""), f"{p}.content")
+            if think_prefix:
+                if not parts:
+                    parts.append(common_pb2.ContentPart(text=""))
+                parts[0].text = think_prefix + (THINK_GAP + parts[0].text if parts[0].text else "")
+                think_prefix = ""
             items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[role], content=parts)))  # type: ignore[arg-type]
         elif kind == "function_call":
             check_keys(raw, {"type", "call_id", "name", "arguments", "id", "status"}, p)
@@ -107,11 +129,44 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
                 call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
                 output=_tool_output_text(raw.get("output", ""), f"{p}.output"),
             )))
-        elif _known(kind, _DROPPED_ITEMS):
-            continue
         else:
             raise unsupported(f"{p}.type", f"input item type {kind!r}")
+    if think is not None:
+        items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
     return items
+
+
+def _reasoning_block(raw: dict[str, Any], p: str) -> str | None:
+    """A reasoning input item as the think block the model wrote (None: it carries no reasoning
+    text, only a summary or encrypted content, which another model wrote: dropped)."""
+    check_keys(raw, {"type", "id", "summary", "content", "encrypted_content", "status"}, p)
+    want(raw.get("summary", []), list, f"{p}.summary", "an array")
+    content = raw.get("content")
+    if content is None:
+        return None
+    want(content, list, f"{p}.content", "an array of reasoning_text parts")
+    texts = []
+    for j, part in enumerate(content):
+        pp = f"{p}.content[{j}]"
+        want(part, dict, pp, "an object")
+        if part.get("type") != "reasoning_text":
+            raise unsupported(f"{pp}.type", f"reasoning content type {part.get('type')!r} (only reasoning_text)")
+        texts.append(want(part.get("text"), str, f"{pp}.text", "a string"))
+    return THINK_OPEN + "".join(texts) + THINK_CLOSE if texts else None
+
+
+def split_think(text: str) -> tuple[str | None, str, bool]:
+    """An assistant text as (reasoning, answer, closed): the reasoning between the think markers
+    when the text opens with a think block (None otherwise), the answer after it without the
+    whitespace that follows the closer."""
+    body = text.lstrip()
+    if not body.startswith(THINK_OPEN):
+        return None, text, True
+    body = body[len(THINK_OPEN):]
+    at = body.find(THINK_CLOSE)
+    if at < 0:
+        return body, "", False
+    return body[:at], body[at + len(THINK_CLOSE):].lstrip(), True
 
 
 def input_json(value: Any) -> list[dict[str, Any]]:
@@ -247,13 +302,35 @@ def output_function_call(call: common_pb2.FunctionCall, status: str = "completed
             "name": call.name, "arguments": call.arguments, "status": status}
 
 
+def reasoning_id(response_id: str, index: int) -> str:
+    return f"rs_{response_id.removeprefix('resp_')}_{index}"
+
+
+def output_reasoning(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
+    """A reasoning item: the model's own reasoning text as its content (no summary is written)."""
+    return {"type": "reasoning", "id": item_id, "status": status, "summary": [],
+            "content": [reasoning_text(text)], "encrypted_content": None}
+
+
+def reasoning_text(text: str) -> dict[str, Any]:
+    return {"type": "reasoning_text", "text": text}
+
+
 def output_items(response_id: str, output: list[common_pb2.Item]) -> list[dict[str, Any]]:
-    """The gateway's output items (authoritative: cut at stop strings) as Responses output items."""
+    """The gateway's output items (authoritative: cut at stop strings) as Responses output items;
+    a message that opens with a think block becomes a reasoning item, then the message."""
     out: list[dict[str, Any]] = []
     for item in output:
         kind = item.WhichOneof("item")
         if kind == "message":
             text = "".join(p.text for p in item.message.content)
+            reasoning, answer, closed = split_think(text)
+            if reasoning is not None:
+                out.append(output_reasoning(reasoning_id(response_id, len(out)), reasoning,
+                                            "completed" if closed else "incomplete"))
+                if not answer:
+                    continue
+                text = answer
             out.append(output_message(message_id(response_id, len(out)), text))
         elif kind == "function_call":
             out.append(output_function_call(item.function_call))

@@ -18,6 +18,18 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+# The think markers of reasoning templates (Qwen3, DeepSeek-R1 and their kin): the model writes
+# its reasoning between them, before the answer.
+THINK_MARKERS = (("<think>", "</think>"),)
+
+
+def think_markers(source: str) -> tuple[str, str] | None:
+    """The (opener, closer) a template's model reasons between, None for a template that does not think."""
+    for opener, closer in THINK_MARKERS:
+        if opener in source and closer in source:
+            return opener, closer
+    return None
+
 
 class ChatTemplateError(ValueError):
     """The template does not compile, or raised while rendering (names the cause)."""
@@ -70,6 +82,22 @@ class ChatTemplate:
         # Whether the template lays out tools and tool calls itself (else the prompt layer does).
         self.handles_tools = "tools" in source
         self.handles_tool_calls = "tool_calls" in source
+        self.think = think_markers(source)
+        self._opens_think: bool | None = None
+
+    @property
+    def opens_think(self) -> bool:
+        """Whether the generation prompt itself opens the think block (the output starts inside it)."""
+        if self._opens_think is None:
+            opened = False
+            if self.think is not None:
+                try:
+                    prompt = self.render([{"role": "user", "content": "x"}], add_generation_prompt=True)
+                except ChatTemplateError:
+                    prompt = ""
+                opened = prompt.rstrip().endswith(self.think[0])
+            self._opens_think = opened
+        return self._opens_think
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
                add_generation_prompt: bool = False) -> str:

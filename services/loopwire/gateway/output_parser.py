@@ -11,6 +11,9 @@ several joined by ``;``); ``mistral``, ``[TOOL_CALLS][{"name": ..., "arguments":
 ``qwen3_coder``, ``<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n...
 </function>\n</tool_call>``, whose values become a JSON object by the tool schema's types.
 Arguments are always streamed as the text of a JSON object.
+A model whose template thinks (``<think>...</think>``, Qwen3-style) opens its output with its
+reasoning: that block is released as text as it comes (markers included, so the api can tell it
+from the answer) but is never searched for calls; ``reasoning`` is its inner text.
 Every event records how far the safety-checked text had grown when it was produced
 (``safety_offset``), so buffer mode can release exactly what has been checked.
 """
@@ -60,6 +63,7 @@ class CallDoneOut:
 OutputEvent = TextOut | CallStartedOut | CallArgumentsOut | CallDoneOut
 
 _TEXT, _CALL, _DONE = range(3)
+_THINK_UNDECIDED, _THINK_OPEN, _THINK_PAST = range(3)  # where the output is with respect to the think block
 CALL_OPEN = "<tool_call>"
 CALL_CLOSE = "</tool_call>"
 _CALL_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
@@ -125,6 +129,17 @@ class OutputParser:
         self._x_kind = "string"
         self._x_started = False  # the value's leading newline has been dealt with
         self._x_params = 0
+        think = self.model.template.think
+        self._think_markers = think
+        self._think = _THINK_PAST if think is None else (
+            _THINK_OPEN if self.model.template.opens_think else _THINK_UNDECIDED)
+        self._think_held = ""  # text held while it may still be (or end) the think block
+        self._reasoning: list[str] = []
+
+    @property
+    def reasoning(self) -> str:
+        """The think block's text, between its markers (empty for a model that did not think)."""
+        return "".join(self._reasoning)
 
     @property
     def text(self) -> str:
@@ -160,6 +175,8 @@ class OutputParser:
         if self.saw_stop_token:
             chunk += self._utf8.flush()
         self._raw.append(chunk)
+        if self._think != _THINK_PAST:
+            chunk = self._think_step(chunk, out, final=self.saw_stop_token)
         if self._plain and self._mode == _TEXT and not self._pending and CALL_OPEN[0] not in chunk:
             if chunk:  # the common case: plain text, no stop string to watch for, no call can begin
                 self._add_text(chunk, out)
@@ -168,6 +185,39 @@ class OutputParser:
         if self.saw_stop_token:
             out += self.finish()
         return out
+
+    def _think_step(self, chunk: str, out: list[OutputEvent], final: bool) -> str:
+        """Releases the think block (as text, never parsed for calls); returns the text after it,
+        for the answer's parsing. ``final``: no more text comes, nothing is held back."""
+        assert self._think_markers is not None
+        opener, closer = self._think_markers
+        held = self._think_held + chunk
+        self._think_held = ""
+        if self._think == _THINK_UNDECIDED:
+            body = held.lstrip()
+            if body.startswith(opener):
+                self._add_text(self._stop.feed(held[: len(held) - len(body) + len(opener)]), out)
+                held, self._think = body[len(opener) :], _THINK_OPEN
+            elif not final and opener.startswith(body):
+                self._think_held = held  # may still become the opener
+                return ""
+            else:
+                self._think = _THINK_PAST  # the model answers without thinking
+                return held
+        at = held.find(closer)
+        if at < 0:
+            keep = 0 if final else _partial_suffix(held, closer)
+            inner = held[: len(held) - keep]
+            self._think_held = held[len(held) - keep :]
+            if inner:
+                self._reasoning.append(inner)
+                self._add_text(self._stop.feed(inner), out)
+            return ""
+        if at:
+            self._reasoning.append(held[:at])
+        self._add_text(self._stop.feed(held[: at + len(closer)]), out)
+        self._think = _THINK_PAST
+        return held[at + len(closer) :]
 
     def _consume(self, chunk: str, out: list[OutputEvent]) -> None:
         if self._format != "hermes":
@@ -250,6 +300,8 @@ class OutputParser:
             return out
         tail = self._utf8.flush()
         self._raw.append(tail)
+        if self._think != _THINK_PAST:
+            tail = self._think_step(tail, out, final=True)
         self._consume(tail, out)
         if self._format != "hermes":
             self._finish_other(out)

@@ -14,6 +14,11 @@ so a small model cannot pour other JSON into them).
 * none: text that never opens a call;
 * allowed_tools: any of the above over a subset of the tools (the prompt keeps them all);
 * a text format (JSON Schema): the whole text is one such JSON value.
+
+A model whose template thinks (``<think>...</think>``) can be given a thinking budget
+(``think_budget``): the output opens with the think block, whose body may take at most that many
+tokens (llguidance's ``max_tokens`` on its rule) before the closer is the only thing allowed,
+then the answer under the constraint above (or free text).
 """
 
 from __future__ import annotations
@@ -115,20 +120,58 @@ def _avoiding(word: str) -> str:
     return f"([^{cls(head)}]|{esc}+({wrong}))*({esc}+({tail})?)?"
 
 
+# Tokens of reasoning each ``reasoning.effort`` allows before the think block's closer is forced.
+THINK_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
+
+
+def think_budget(answer: inference_pb2.Constraint | None, model: ModelDefinition,
+                 budget: int) -> inference_pb2.Constraint | None:
+    """``answer`` (None: free text) after a think block of at most ``budget`` tokens, always
+    closed; ``answer`` itself for a model whose template does not think. Only Lark answers
+    compose (the ones ``constraint`` builds)."""
+    markers = model.template.think
+    if markers is None or budget <= 0:
+        return answer
+    opener, closer = markers
+    rules: list[str] = []
+    if answer is None:
+        rules.append("lw_answer: /(.|\\n)*/")
+        gap = ""
+    else:
+        if answer.WhichOneof("grammar") != "lark":
+            raise ValueError("only a Lark constraint composes with a thinking budget")
+        for line in answer.lark.splitlines():
+            if line.startswith("%llguidance"):
+                continue
+            rules.append("lw_answer:" + line[len("start:"):] if line.startswith("start:") else line)
+        rules.append("lw_gap: /[ \\t\\n]*/")  # the newlines models write after the closer
+        gap = " lw_gap"
+    head = "" if model.template.opens_think else json.dumps(opener) + " "
+    start = f"start: {head}lw_think {json.dumps(closer)}{gap} lw_answer"
+    body = f"lw_think[max_tokens={int(budget)}]: /{_avoiding(closer).replace('/', chr(92) + '/')}/"
+    built = inference_pb2.Constraint(lark="\n".join(["%llguidance {}", start, body, *rules]) + "\n")
+    built.generated_token_ids.extend(answer.generated_token_ids if answer is not None else ())
+    return built
+
+
 def constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
-               tools: Sequence[common_pb2.Tool]) -> inference_pb2.Constraint | None:
+               tools: Sequence[common_pb2.Tool], think: int = 0) -> inference_pb2.Constraint | None:
     """The Constraint of this request (None: free text) over the conversation's ``tools``, or an
     in-stream error naming the field; the grammar is checked by llguidance before anything runs.
     A session asks with the same tools and choice every turn, so a built and checked grammar is
-    kept (a few ms of gateway CPU per turn otherwise); refusals are not kept."""
+    kept (a few ms of gateway CPU per turn otherwise); refusals are not kept. ``think``: a thinking
+    budget in tokens (0: none), see ``think_budget``."""
     key = (model.name, model.tool_call_format, tuple(t.SerializeToString(deterministic=True) for t in tools),
            create.tool_choice.SerializeToString(deterministic=True),
            create.parallel_tool_calls if create.HasField("parallel_tool_calls") else None,
-           create.text_format.SerializeToString(deterministic=True) if create.HasField("text_format") else None)
+           create.text_format.SerializeToString(deterministic=True) if create.HasField("text_format") else None,
+           think, model.chat_template if think else "")
     if key in _BUILT:
         _BUILT.move_to_end(key)
         return _BUILT[key]
     built = _constraint(create, model, list(tools))
+    if think:
+        built = think_budget(built, model, think)
     if built is not None:
         try:
             check_constraint(built)

@@ -47,12 +47,11 @@ from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
-from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
 from loopwire.gateway.disagg import DEFAULT_MAX_LOCAL_PREFILL_LENGTH, DEFAULT_MAX_PREFILL_QUEUE, DisaggPolicy  # noqa: E402
+from loopwire.gateway.factory import start_gateway  # noqa: E402
 from loopwire.gateway.router import Router  # noqa: E402
-from loopwire.gateway.safety import LexiconClassifier  # noqa: E402
-from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
+from loopwire.gateway.service import GatewayConfig  # noqa: E402
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
 
@@ -112,17 +111,10 @@ async def start(dep: Deployment, time_scale: float) -> tuple[gateway_pb2_grpc.Ga
         await server.start()
         addresses.append(f"127.0.0.1:{port}")
         closers += [engine.close, lambda s=server: s.stop(0)]
-    router = Router(addresses, "cache-aware", poll_interval_s=0.1, disagg=dep.policy)
-    model = ModelDefinition.from_proto(await router.fetch_model())
-    await router.start()
-    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-    server = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-    closers += [router.close, lambda: server.stop(0), channel.close]
-    return gateway_pb2_grpc.GatewayServiceStub(channel), router, closers
+    gateway = await start_gateway(addresses, poll_interval_s=0.1, disagg=dep.policy, authenticator=Authenticator.open(),
+                                  config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    closers.append(gateway.close)
+    return gateway.stub, gateway.router, closers
 
 
 async def replay(stub: gateway_pb2_grpc.GatewayServiceStub, session: RecordedSession, tag: str, max_turns: int,

@@ -54,10 +54,10 @@ from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
-from loopwire.common.model_def import ModelDefinition, load_definition  # noqa: E402
+from loopwire.common.model_def import load_definition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
-from loopwire.gateway.router import Router  # noqa: E402
-from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier  # noqa: E402
+from loopwire.gateway.factory import start_gateway  # noqa: E402
+from loopwire.gateway.safety import GuardModelClassifier, SafetyClassifier  # noqa: E402
 from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc  # noqa: E402
@@ -118,18 +118,11 @@ async def start_mesh(
     params: str = "8b",
 ) -> Mesh:
     addresses, closers = await start_replicas(replicas, time_scale, kv_blocks, gpu=gpu, params=params)
-    router = Router(addresses, routing, poll_interval_s=0.1)
-    await router.start()
-    model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
-    gateway = GatewayServicer(model, router, Authenticator.open(), classifier or LexiconClassifier(),
-                              config or GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-    server = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-    closers += [router.close, lambda: server.stop(0), channel.close]
-    return Mesh(gateway_pb2_grpc.GatewayServiceStub(channel), gateway, addresses, closers)
+    gateway = await start_gateway(addresses, routing=routing, poll_interval_s=0.1, authenticator=Authenticator.open(),
+                                  classifier=classifier,
+                                  config=config or GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    closers.append(gateway.close)
+    return Mesh(gateway.stub, gateway.servicer, addresses, closers)
 
 
 # -- a gateway in a process of its own, for its CPU -------------------------------------------
@@ -140,14 +133,7 @@ def _gateway_main(addresses: list[str], config: GatewayConfig, conn: multiproces
     logging.basicConfig(level=logging.ERROR)
 
     async def serve() -> None:
-        router = Router(addresses, "cache-aware")
-        await router.start()
-        model = ModelDefinition.from_proto(await router.fetch_model())
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), config)
-        server = grpc_server.make_server()
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
+        gateway = await start_gateway(addresses, authenticator=Authenticator.open(), config=config)
         loop = asyncio.get_running_loop()
         stopped = asyncio.Event()
 
@@ -160,10 +146,9 @@ def _gateway_main(addresses: list[str], config: GatewayConfig, conn: multiproces
             loop.call_soon_threadsafe(stopped.set)
 
         threading.Thread(target=answer, daemon=True).start()
-        conn.send(port)
+        conn.send(gateway.port)
         await stopped.wait()
-        await server.stop(0)
-        await router.close()
+        await gateway.close()
 
     asyncio.run(serve())
 
@@ -245,7 +230,7 @@ async def start_process_mesh(config: GatewayConfig, model: str = "") -> ProcessM
         for close in reversed(closers):
             await close()
         raise
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{gateway.port}")
+    channel = grpc_server.service_channel(f"127.0.0.1:{gateway.port}")
     closers.append(channel.close)
     return ProcessMesh(gateway_pb2_grpc.GatewayServiceStub(channel), gateway, closers)
 

@@ -42,11 +42,9 @@ from rich.table import Table  # noqa: E402
 
 from loopwire.common import grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
-from loopwire.common.model_def import ModelDefinition  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.gateway.router import Router  # noqa: E402
-from loopwire.gateway.safety import LexiconClassifier  # noqa: E402
-from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
+from loopwire.gateway.factory import start_gateway  # noqa: E402
+from loopwire.gateway.service import GatewayConfig  # noqa: E402
 from loopwire.harness import tools  # noqa: E402
 from loopwire.harness.background import BackgroundTasks  # noqa: E402
 from loopwire.harness.config import HarnessConfig  # noqa: E402
@@ -54,7 +52,7 @@ from loopwire.harness.conversation import Conversation  # noqa: E402
 from loopwire.harness.sandbox import Sandbox  # noqa: E402
 from loopwire.harness.server import build  # noqa: E402
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine  # noqa: E402
-from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc  # noqa: E402
+from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2, harness_pb2_grpc  # noqa: E402
 
 import interrupts  # noqa: E402
 import provenance  # noqa: E402
@@ -75,18 +73,17 @@ class Mesh:
                                             max_output_tokens=8192))
         replica = await self._serve(lambda s: add_servicer(s, engine))
         await engine.start()
-        router = Router([replica], "cache-aware", poll_interval_s=0.1)
-        await router.start()
-        model = ModelDefinition.from_proto(await router.fetch_model())  # as the gateway server starts
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
-        self.gateway = await self._serve(lambda s: gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, s))
+        gateway = await start_gateway([replica], poll_interval_s=0.1, authenticator=Authenticator.open(),
+                                      config=GatewayConfig(allow_replay=True))
+        self.closers.append(gateway.close)
+        self.gateway = gateway.address
         self.config = HarnessConfig(gateway=self.gateway, workspace_root=self.state / "workspaces",
                                     shell_timeout=30, background_after=30)
         service, store = build(self.config, self.state / "harness.db", Authenticator.open())
         harness = await self._serve(lambda s: harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, s))
-        self.channel = grpc_server.insecure_channel(harness)
+        self.channel = grpc_server.service_channel(harness)
         self.stub = harness_pb2_grpc.HarnessServiceStub(self.channel)
-        self.closers += [engine.close, router.close, self.channel.close]
+        self.closers += [engine.close, self.channel.close]
         self.closers.append(lambda: asyncio.to_thread(store.close))
         return self
 

@@ -262,7 +262,7 @@ async def bench_one(pace: str, streams: int, window_s: float, max_tokens: int, t
     try:
         await gateway.started()
         await gateway.calibrate()
-        channel = grpc_server.insecure_channel(f"127.0.0.1:{gateway.port}")
+        channel = grpc_server.service_channel(f"127.0.0.1:{gateway.port}")
         closers.append(channel.close)
         stub = gateway_pb2_grpc.GatewayServiceStub(channel)
         clients = [Stream(stub, i) for i in range(streams)]

@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from loopwire.common.auth import Authenticator, hash_key
-from loopwire.common.grpc_server import insecure_channel, make_server
+from loopwire.common.grpc_server import make_server, service_channel
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build
 from loopwire.mesh import free_port, wait_healthy
@@ -205,7 +205,7 @@ async def harness_env(tmp: Path, **config: object) -> AsyncIterator[Harness]:
         setattr(cfg, k, v)
     service, store = build(cfg, tmp / "harness.db", two_tenant_authenticator(tmp))
     server, addr = await start_server(harness_pb2_grpc.add_HarnessServiceServicer_to_server, service)
-    channel = insecure_channel(addr, TENANT_KEYS["t1"])  # every call as tenant t1, key "test-key"
+    channel = service_channel(addr, TENANT_KEYS["t1"])  # every call as tenant t1, key "test-key"
     try:
         yield Harness(harness_pb2_grpc.HarnessServiceStub(channel), gateway, cfg, service, tmp, addr)
     finally:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 
@@ -36,7 +36,7 @@ async def run_task(
     run completes or fails."""
     result = RunResult()
     t0 = time.perf_counter()
-    async with insecure_channel(harness) as channel:
+    async with service_channel(harness) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         request = (harness_pb2.RunRequest(start=start) if isinstance(start, harness_pb2.StartTask)

@@ -34,7 +34,7 @@ from session_files import session_path
 from loopwire.client import run_task
 from loopwire.common import tls
 from loopwire.common.auth import create_dev_config
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.common.recorded import load_session
 from loopwire.common.service_auth import create_token_file
 from loopwire.mesh import wait_healthy
@@ -234,7 +234,7 @@ def _status(c: Cluster, host: str) -> inference_pb2.GetStatusResponse:
 
 
 async def _resume(c: Cluster, session_id: str) -> tuple[bool, str]:
-    async with insecure_channel(c.address("harness")) as channel:
+    async with service_channel(c.address("harness")) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         request = harness_pb2.RunRequest(resume=harness_pb2.ResumeSession(session_id=session_id))
         async for event in stub.Run(iter([request]), timeout=300,
@@ -248,7 +248,7 @@ async def _resume(c: Cluster, session_id: str) -> tuple[bool, str]:
 
 
 async def _items(c: Cluster, session_id: str) -> harness_pb2.GetSessionResponse:
-    async with insecure_channel(c.address("harness")) as channel:
+    async with service_channel(c.address("harness")) as channel:
         return await harness_pb2_grpc.HarnessServiceStub(channel).GetSession(
             harness_pb2.GetSessionRequest(session_id=session_id), timeout=30,
             metadata=(("authorization", f"Bearer {c.api_key}"),))

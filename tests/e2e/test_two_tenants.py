@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from loopwire.common.auth import hash_key
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.harness import tools
 from loopwire.mesh import start_mesh
 from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
@@ -29,7 +29,7 @@ def shell_then_done(command: str) -> harness_pb2.ReplayScript:
 
 
 async def run(address: str, key: str, request: harness_pb2.RunRequest) -> list[harness_pb2.RunResponse]:
-    async with insecure_channel(address, key) as channel:
+    async with service_channel(address, key) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         return [e async for e in stub.Run(iter([request]), timeout=120)]
 
@@ -83,7 +83,7 @@ def test_b_reaches_nothing_of_a_by_any_name(mesh):
     assert of(b_events, "started")[0].workspace != a_workspace
 
     async def views() -> tuple:
-        async with insecure_channel(mesh.harness, KEYS["alpha"]) as a, insecure_channel(mesh.harness, KEYS["beta"]) as b:
+        async with service_channel(mesh.harness, KEYS["alpha"]) as a, service_channel(mesh.harness, KEYS["beta"]) as b:
             sa, sb = harness_pb2_grpc.HarnessServiceStub(a), harness_pb2_grpc.HarnessServiceStub(b)
             listed_a = await sa.ListSessions(harness_pb2.ListSessionsRequest())
             listed_b = await sb.ListSessions(harness_pb2.ListSessionsRequest())

@@ -42,7 +42,7 @@ def status(api) -> inference_pb2.GetStatusResponse:
     token = read_token_file(api.state / "service-token")
 
     async def get() -> inference_pb2.GetStatusResponse:
-        async with grpc_server.insecure_channel(api.mesh.inference[0]) as channel:
+        async with grpc_server.service_channel(api.mesh.inference[0]) as channel:
             return await inference_pb2_grpc.InferenceServiceStub(channel).GetStatus(
                 inference_pb2.GetStatusRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
 
@@ -114,7 +114,7 @@ def test_a_cancelled_converse_stream_cancels_its_generation(api):
     wait_for(lambda: idle(api), "the replica is idle before the test")
 
     async def converse_then_cancel() -> None:
-        async with grpc_server.insecure_channel(api.mesh.gateway) as channel:
+        async with grpc_server.service_channel(api.mesh.gateway) as channel:
             call = gateway_pb2_grpc.GatewayServiceStub(channel).Converse(
                 metadata=(("authorization", f"Bearer {KEYS['alpha']}"),))
             item = common_pb2.Item(message=common_pb2.Message(

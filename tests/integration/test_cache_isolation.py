@@ -7,10 +7,8 @@ import json
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, hash_key
 from loopwire.common.hashing import block_hashes, salted_root
-from loopwire.common.model_def import ModelDefinition
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.gateway.factory import start_gateway
+from loopwire.gateway.service import GatewayConfig
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
@@ -43,16 +41,11 @@ async def test_a_tenant_gets_no_cache_hits_from_another_tenants_prompt(tmp_path)
     await replica.start()
     auth = tmp_path / "auth.json"
     auth.write_text(json.dumps({"tenants": {t: {"key_sha256": [hash_key(k)]} for t, k in KEYS.items()}}))
-    router = Router([address], poll_interval_s=0.05)
-    model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
-    await router.start()
-    gateway = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF)), gateway)
-    port = gateway.add_insecure_port("127.0.0.1:0")
-    await gateway.start()
+    gateway = await start_gateway([address], poll_interval_s=0.05, model_timeout_s=10,
+                                  authenticator=Authenticator.from_file(auth),
+                                  config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     try:
-        async with grpc_server.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc_server.service_channel(gateway.address) as channel:
             stub = gateway_pb2_grpc.GatewayServiceStub(channel)
             secret = "my password is hunter2 and my bank PIN is 4921"
             first = await _ask(stub, KEYS["alice"], secret)
@@ -62,8 +55,7 @@ async def test_a_tenant_gets_no_cache_hits_from_another_tenants_prompt(tmp_path)
             probe = await _ask(stub, KEYS["mallory"], secret)  # the same prompt from another tenant: no hit
             assert probe.usage.cached_input_tokens == 0
     finally:
-        await gateway.stop(0)
-        await router.close()
+        await gateway.close()
         await replica.stop(0)
         await engine.close()
 

@@ -22,14 +22,12 @@ from required import missing
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.discovery import DiscoveryError, DnsName, parse_inference
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.gateway.factory import start_gateway
+from loopwire.gateway.service import GatewayConfig
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.mesh import free_port
-from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+from loopwire.v1 import common_pb2, gateway_pb2
 
 pytestmark = [pytest.mark.timeout(180)]
 NAME = "inference.loopwire.test"
@@ -173,17 +171,11 @@ async def test_replicas_join_and_leave_by_dns_while_streams_run(dns):
     hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     port, servers, engines = await start_replicas(hosts)
     await dns.publish({NAME: hosts[:2]})
-    router = Router(dns.name(port=port), "round-robin", poll_interval_s=0.1, discovery_interval_s=0.1,
-                    drain_timeout_s=120)
-    model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=20))
-    await router.start()
-    gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-    gw_server = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
-    gw_port = gw_server.add_insecure_port("127.0.0.1:0")
-    await gw_server.start()
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{gw_port}")
-    stub = gateway_pb2_grpc.GatewayServiceStub(channel)
+    gw = await start_gateway(dns.name(port=port), routing="round-robin", poll_interval_s=0.1,
+                             discovery_interval_s=0.1, drain_timeout_s=120, model_timeout_s=20,
+                             authenticator=Authenticator.open(),
+                             config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    gateway, router, stub = gw.servicer, gw.router, gw.stub
     addresses = lambda: sorted(r.address for r in router.replicas if not r.draining)  # noqa: E731
     try:
         assert addresses() == [f"{h}:{port}" for h in hosts[:2]]
@@ -239,9 +231,7 @@ async def test_replicas_join_and_leave_by_dns_while_streams_run(dns):
         assert events[-1].WhichOneof("event") == "completed" and events[0].created.replica_id == f"sim-{hosts[2]}"
         await call.done_writing()
     finally:
-        await channel.close()
-        await gw_server.stop(0)
-        await router.close()
+        await gw.close()
         for server in servers:
             await server.stop(0)
         for engine in engines:

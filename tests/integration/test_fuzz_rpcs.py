@@ -19,16 +19,13 @@ from hypothesis import strategies as st
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.common.model_def import ModelDefinition
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.gateway.factory import start_gateway
+from loopwire.gateway.service import GatewayConfig
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build as build_harness
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import (
     gateway_pb2,
-    gateway_pb2_grpc,
     harness_pb2,
     harness_pb2_grpc,
     inference_pb2,
@@ -87,21 +84,17 @@ class Mesh:
         add_servicer(inference, self.engine)
         self.inference = f"127.0.0.1:{inference.add_insecure_port('127.0.0.1:0')}"
         await inference.start()
-        self.router = Router([self.inference], poll_interval_s=0.2)
-        model = ModelDefinition.from_proto(await self.router.fetch_model(timeout_s=10))
-        await self.router.start()
-        gateway = grpc_server.make_server()
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-            GatewayServicer(model, self.router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True)), gateway)
-        self.gateway = f"127.0.0.1:{gateway.add_insecure_port('127.0.0.1:0')}"
-        await gateway.start()
+        gateway = await start_gateway([self.inference], poll_interval_s=0.2, model_timeout_s=10,
+                                      authenticator=Authenticator.open(), config=GatewayConfig(allow_replay=True))
+        self.router = gateway.router
+        self.gateway = gateway.address
         config = HarnessConfig(gateway=self.gateway, workspace_root=tmp / "workspaces", shell_timeout=5)
         service, self.store = build_harness(config, tmp / "harness.db", Authenticator.open())
         harness = grpc_server.make_server()
         harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, harness)
         self.harness = f"127.0.0.1:{harness.add_insecure_port('127.0.0.1:0')}"
         await harness.start()
-        self.servers = [harness, gateway, inference]
+        self.servers = [harness, gateway.server, inference]
         return self
 
     async def stop(self) -> None:

@@ -19,10 +19,8 @@ import pytest
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.disagg import DisaggPolicy
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
+from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -67,19 +65,10 @@ class Mesh:
 
     async def gateway(self, addresses: list[str], policy: DisaggPolicy,
                       poll_interval_s: float = 0.1) -> tuple[GatewayServicer, gateway_pb2_grpc.GatewayServiceStub]:
-        router = Router(addresses, "cache-aware", poll_interval_s=poll_interval_s, disagg=policy)
-        model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
-        await router.start()
-        self.stack.push_async_callback(router.close)
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
-        server = grpc_server.make_server()
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        self.stack.push_async_callback(server.stop, 0)
-        channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-        self.stack.push_async_callback(channel.close)
-        return gateway, gateway_pb2_grpc.GatewayServiceStub(channel)
+        gateway = await start_gateway(addresses, poll_interval_s=poll_interval_s, disagg=policy, model_timeout_s=10,
+                                      authenticator=Authenticator.open(), config=GatewayConfig(allow_replay=True))
+        self.stack.push_async_callback(gateway.close)
+        return gateway.servicer, gateway.stub
 
 
 @pytest.fixture

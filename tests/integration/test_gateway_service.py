@@ -15,10 +15,9 @@ import pytest
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.common.model_def import ModelDefinition, dummy_definition
+from loopwire.common.model_def import dummy_definition
 from loopwire.common.prompt import ChatPrompt
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
+from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.inference.service import InferenceServicer
@@ -82,17 +81,10 @@ async def real_mesh():
             servers.append(server)
             engines.append(engine)
             addresses.append(f"127.0.0.1:{port}")
-        router = Router(addresses, routing, poll_interval_s=0.1)
-        await router.start()
-        model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))  # as the gateway server starts
-        gateway = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-        gw_server = grpc_server.make_server()
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, gw_server)
-        port = gw_server.add_insecure_port("127.0.0.1:0")
-        await gw_server.start()
-        channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-        mesh = RealMesh(gateway, gateway_pb2_grpc.GatewayServiceStub(channel), servers, engines,
-                        [channel.close, lambda: gw_server.stop(0), router.close])
+        gw = await start_gateway(addresses, routing=routing, poll_interval_s=0.1, model_timeout_s=10,
+                                 authenticator=Authenticator.open(),
+                                 config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+        mesh = RealMesh(gw.servicer, gw.stub, servers, engines, [gw.close])
         meshes.append(mesh)
         return mesh
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server
 
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.common.recorded import load_session
 from loopwire.v1 import gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
@@ -30,7 +30,7 @@ async def events_until(address: str, request: R, stop_when, then=None) -> list[h
     """Stream events of ``request`` until ``stop_when(events)`` holds (then call ``then`` with
     the stream still open) or the stream ends."""
     events: list[harness_pb2.RunResponse] = []
-    async with insecure_channel(address) as channel:
+    async with service_channel(address) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         async for event in stub.Run(iter([request]), timeout=120):
             events.append(event)
@@ -42,7 +42,7 @@ async def events_until(address: str, request: R, stop_when, then=None) -> list[h
 
 
 async def get_session(address: str, sid: str) -> harness_pb2.GetSessionResponse:
-    async with insecure_channel(address) as channel:
+    async with service_channel(address) as channel:
         return await harness_pb2_grpc.HarnessServiceStub(channel).GetSession(
             harness_pb2.GetSessionRequest(session_id=sid))
 
@@ -85,7 +85,7 @@ async def test_sigkill_during_a_tool_then_resume_reports_the_lost_call(tmp_path,
     fake.script = [answer("", call("shell", json.dumps({"command": "sleep 30"}))), answer("recovered")]
     first = HarnessProcess(tmp_path, gw)
     await first.wait_ready()
-    async with insecure_channel(first.address) as channel:
+    async with service_channel(first.address) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
         async for event in stub.Run(iter([R(start=harness_pb2.StartTask(task="long"))]), timeout=120):
             if event.WhichOneof("event") == "tool_call_began":
@@ -179,7 +179,7 @@ async def test_a_call_whose_turn_a_crash_kept_from_being_stored_is_still_in_the_
                           call("shell", json.dumps({"command": "true"}), "c_2"))]
     first = HarnessProcess(tmp_path, gw)
     await first.wait_ready()
-    async with insecure_channel(first.address) as channel:  # open until the kill: a client leaving interrupts
+    async with service_channel(first.address) as channel:  # open until the kill: a client leaving interrupts
         stream = harness_pb2_grpc.HarnessServiceStub(channel).Run(
             iter([R(start=harness_pb2.StartTask(task="side effects"))]), timeout=120)
         async for event in stream:

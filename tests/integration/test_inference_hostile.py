@@ -38,7 +38,7 @@ async def test_every_rpc_needs_the_service_token_but_health_does_not() -> None:
     address = f"127.0.0.1:{port}"
     try:
         for token in ("", "wrong-token-but-long-enough"):
-            async with grpc_server.insecure_channel(address, token) as channel:
+            async with grpc_server.service_channel(address, token) as channel:
                 stub = inference_pb2_grpc.InferenceServiceStub(channel)
                 calls = [
                     stub.GetStatus(inference_pb2.GetStatusRequest()),
@@ -61,7 +61,7 @@ async def test_every_rpc_needs_the_service_token_but_health_does_not() -> None:
                     assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
                 health_reply = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
                 assert health_reply.status == health_pb2.HealthCheckResponse.SERVING
-        async with grpc_server.insecure_channel(address, TOKEN) as channel:
+        async with grpc_server.service_channel(address, TOKEN) as channel:
             status = await inference_pb2_grpc.InferenceServiceStub(channel).GetStatus(inference_pb2.GetStatusRequest())
             assert status.engine == "reference"
     finally:

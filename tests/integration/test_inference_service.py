@@ -30,7 +30,7 @@ class Replica:
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         await self.server.start()
         self.address = f"127.0.0.1:{self.port}"
-        self.channel = grpc_server.insecure_channel(self.address)
+        self.channel = grpc_server.service_channel(self.address)
         self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
         return self
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from harness_testkit import REPO, TENANT_KEYS, answer, call, harness_env, kinds, of
 
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.harness import mcp_client
 from loopwire.harness.mcp_client import McpServer
 from loopwire.v1 import harness_pb2, harness_pb2_grpc
@@ -141,7 +141,7 @@ async def test_a_servers_state_never_crosses_tenants(tmp_path):
                             answer("", search("read the knowledge graph", "s2")),
                             answer("", call("memory__read_graph", "{}", "c2")), answer("ok")]
         await h.start("t1 writes")  # as tenant t1
-        async with insecure_channel(h.address, TENANT_KEYS["t2"]) as channel:
+        async with service_channel(h.address, TENANT_KEYS["t2"]) as channel:
             stub = harness_pb2_grpc.HarnessServiceStub(channel)
             events = [e async for e in stub.Run(iter([harness_pb2.RunRequest(
                 start=harness_pb2.StartTask(task="t2 reads"))]), timeout=60)]

@@ -7,12 +7,12 @@ import pytest
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.common.model_def import ModelDefinition, dummy_definition
+from loopwire.common.model_def import dummy_definition
+from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.gateway.service import GatewayConfig
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
-from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2, inference_pb2_grpc
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2, inference_pb2_grpc
 
 
 def user(text: str) -> common_pb2.Item:
@@ -44,16 +44,9 @@ async def replicas():
 
 
 async def _gateway(addresses: list[str]):
-    router = Router(addresses, poll_interval_s=0.05)
-    model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
-    await router.start()
-    servicer = GatewayServicer(model, router, Authenticator.open(), LexiconClassifier(), GatewayConfig(allow_replay=True))
-    server = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-    return servicer, gateway_pb2_grpc.GatewayServiceStub(channel), [channel.close, lambda: server.stop(0), router.close]
+    gateway = await start_gateway(addresses, poll_interval_s=0.05, model_timeout_s=10, authenticator=Authenticator.open(),
+                                  config=GatewayConfig(allow_replay=True))
+    return gateway.servicer, gateway.stub, [gateway.close]
 
 
 async def _until_status(router: Router, n: int) -> None:
@@ -68,7 +61,7 @@ async def _until_status(router: Router, n: int) -> None:
 
 async def test_model_info_over_grpc(replicas):
     (address,) = await replicas("dummy:0")
-    async with grpc_server.insecure_channel(address) as channel:
+    async with grpc_server.service_channel(address) as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         info = (await stub.GetModelInfo(inference_pb2.GetModelInfoRequest())).model
         status = await stub.GetStatus(inference_pb2.GetStatusRequest())

@@ -20,7 +20,7 @@ from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kin
 from postgres_server import PostgresServer, shared
 
 from loopwire.common.auth import ANONYMOUS_TENANT
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.common.recorded import load_session
 from loopwire.harness import session_ids
 from loopwire.harness.loop import user_message
@@ -61,7 +61,7 @@ async def replicas(tmp_path, gateway):
 
 async def run(address: str, request: R, stop_when=lambda events: False) -> list[harness_pb2.RunResponse]:  # noqa: ANN001
     events: list[harness_pb2.RunResponse] = []
-    async with insecure_channel(address) as channel:
+    async with service_channel(address) as channel:
         async for event in harness_pb2_grpc.HarnessServiceStub(channel).Run(iter([request]), timeout=120):
             events.append(event)
             if stop_when(events):
@@ -70,7 +70,7 @@ async def run(address: str, request: R, stop_when=lambda events: False) -> list[
 
 
 async def get_session(address: str, sid: str) -> harness_pb2.GetSessionResponse:
-    async with insecure_channel(address) as channel:
+    async with service_channel(address) as channel:
         return await harness_pb2_grpc.HarnessServiceStub(channel).GetSession(
             harness_pb2.GetSessionRequest(session_id=sid))
 
@@ -105,7 +105,7 @@ async def test_a_running_session_is_not_run_twice_and_is_cancelled_from_another_
     fake, _ = gateway
     (a, b), url = replicas
     fake.script = [answer("", call("shell", json.dumps({"command": "sleep 60"}))), answer("after the cancel")]
-    async with insecure_channel(a.address) as channel:
+    async with service_channel(a.address) as channel:
         stream = harness_pb2_grpc.HarnessServiceStub(channel).Run(iter([R(start=harness_pb2.StartTask(task="long"))]),
                                                                   timeout=120)
         events = []

@@ -11,10 +11,8 @@ from harness_testkit import answer, call, harness_env, kinds, of
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator, hash_key
-from loopwire.common.model_def import ModelDefinition
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
+from loopwire.gateway.factory import start_gateway
+from loopwire.gateway.service import GatewayConfig
 from loopwire.harness import tool_eval
 from loopwire.harness.tool_catalog import DeferredTool, Result
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
@@ -115,17 +113,12 @@ async def _cache_breaks(tmp_path, requests: list[gateway_pb2.CreateResponse]) ->
     key = "key-tool-search-0123456789"
     auth = tmp_path / "gw-auth.json"
     auth.write_text(json.dumps({"tenants": {"t": {"key_sha256": [hash_key(key)]}}}))
-    router = Router([address], poll_interval_s=0.05)
-    model = ModelDefinition.from_proto(await router.fetch_model(timeout_s=10))
-    await router.start()
-    gateway = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(
-        GatewayServicer(model, router, Authenticator.from_file(auth), LexiconClassifier(), GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF)), gateway)
-    port = gateway.add_insecure_port("127.0.0.1:0")
-    await gateway.start()
+    gateway = await start_gateway([address], poll_interval_s=0.05, model_timeout_s=10,
+                                  authenticator=Authenticator.from_file(auth),
+                                  config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     breaks, cached = 0, []
     try:
-        async with grpc_server.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc_server.service_channel(gateway.address) as channel:
             stub = gateway_pb2_grpc.GatewayServiceStub(channel)
             stream = stub.Converse(metadata=(("authorization", f"Bearer {key}"),))
             for n, req in enumerate(requests):
@@ -146,8 +139,7 @@ async def _cache_breaks(tmp_path, requests: list[gateway_pb2.CreateResponse]) ->
                         break
             stream.cancel()
     finally:
-        await gateway.stop(0)
-        await router.close()
+        await gateway.close()
         await replica.stop(0)
         await engine.close()
     return breaks, cached

@@ -63,12 +63,17 @@ def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc
                            options=SERVER_OPTIONS)
 
 
-def insecure_channel(target: str, service_token: str = "") -> grpc.aio.Channel:
+def service_channel(target: str, service_token: str = "") -> grpc.aio.Channel:
     """A channel to another service: mutual TLS when this process has TLS files (plaintext
     otherwise), the current trace propagated, and the service token if given."""
     return tls.channel(
         target, options=CHANNEL_OPTIONS,
         interceptors=[*telemetry.client_interceptors(), *service_auth.client_interceptors(service_token)])
+
+
+# Deprecated: the old name of service_channel, which is not insecure when TLS is configured.
+# Kept for the callers not yet renamed; new code calls service_channel.
+insecure_channel = service_channel
 
 
 class _MethodAwarePool:

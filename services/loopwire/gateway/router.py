@@ -154,7 +154,7 @@ class Router:
                 self._add(address)
 
     def _add(self, address: str) -> Replica:
-        channel = grpc_server.insecure_channel(address, self.service_token)
+        channel = grpc_server.service_channel(address, self.service_token)
         replica = Replica(address, channel, inference_pb2_grpc.InferenceServiceStub(channel))
         self.replicas.append(replica)
         if self._started:

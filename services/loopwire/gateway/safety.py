@@ -105,7 +105,7 @@ class GuardModelClassifier:
     """A guard model (Llama Guard style) served by an inference service, asked per check."""
 
     def __init__(self, target: str, max_tokens: int = 8, service_token: str = "") -> None:
-        self._channel = grpc_server.insecure_channel(target, service_token)
+        self._channel = grpc_server.service_channel(target, service_token)
         self._stub = inference_pb2_grpc.InferenceServiceStub(self._channel)
         self._model: ModelDefinition | None = None  # the guard replica's own model, asked once
         self._max_tokens = max_tokens

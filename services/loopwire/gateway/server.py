@@ -9,7 +9,7 @@ from collections.abc import Callable
 from loopwire.common import grpc_server
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
-from loopwire.common.model_def import ModelDefinition, ModelError
+from loopwire.common.model_def import ModelDefinition
 from loopwire.common.service_flags import (
     add_service_token_arguments,
     load_authenticator,
@@ -17,14 +17,13 @@ from loopwire.common.service_flags import (
 )
 from loopwire.gateway.disagg import DEFAULT_MAX_LOCAL_PREFILL_LENGTH, DEFAULT_MAX_PREFILL_QUEUE, DisaggPolicy
 from loopwire.gateway.discovery import parse_inference
+from loopwire.gateway.factory import SERVICE_NAME, ModelUnavailable, start_gateway
 from loopwire.gateway.policy import SAFETY_MODES
 from loopwire.gateway.router import DISCOVERY_INTERVAL_S, DRAIN_TIMEOUT_S, POLICIES, Router
 from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, SafetyClassifier
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
-from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 
 log = logging.getLogger("loopwire.gateway")
-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,26 +104,17 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         replicas = parse_inference(args.inference)
     except ValueError as e:
         raise SystemExit(f"gateway: {e}") from None
-    router = Router(replicas, args.routing, service_token=token, discovery_interval_s=args.discovery_interval,
-                    drain_timeout_s=args.drain_timeout,
-                    disagg=DisaggPolicy(args.max_local_prefill_length, args.max_prefill_queue))
     try:
-        info = await router.fetch_model(timeout_s=args.replica_wait)
-        model = ModelDefinition.from_proto(info)
-    except (RuntimeError, ModelError) as e:
-        await router.close()
+        gateway = await start_gateway(
+            replicas, routing=args.routing, service_token=token, discovery_interval_s=args.discovery_interval,
+            drain_timeout_s=args.drain_timeout, disagg=DisaggPolicy(args.max_local_prefill_length, args.max_prefill_queue),
+            model_timeout_s=args.replica_wait, make_servicer=lambda model, router: build_servicer(args, model, router, token),
+            listen=None)  # grpc_server.serve binds it, with health, reflection and the drain
+    except ModelUnavailable as e:
         raise SystemExit(f"gateway: {e}") from None
-    log.info("gateway tokenizes for model %s (%s, tokenizer digest %s)", model.name, model.source, model.digest[:16])
-    servicer = build_servicer(args, model, router, token)
-    await servicer.router.start()
-    server = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
-    name = gateway_pb2.DESCRIPTOR.services_by_name["GatewayService"].full_name
 
     async def stop() -> None:
-        log.info("gateway metrics at shutdown: %s", servicer.metrics.snapshot())
-        await servicer.router.close()
-        if isinstance(servicer.classifier, GuardModelClassifier):
-            await servicer.classifier.close()
+        log.info("gateway metrics at shutdown: %s", gateway.servicer.metrics.snapshot())
+        await gateway.close_upstreams()
 
-    await grpc_server.serve(server, args.listen, [name], on_stop=stop, ready=ready)
+    await grpc_server.serve(gateway.server, args.listen, [SERVICE_NAME], on_stop=stop, ready=ready)

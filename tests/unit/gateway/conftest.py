@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier, SafetyClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
-from loopwire.v1 import gateway_pb2_grpc
+from loopwire.gateway.factory import start_gateway
+from loopwire.gateway.safety import SafetyClassifier
+from loopwire.gateway.service import GatewayConfig
 
 from .gateway_fakes import MODEL, FakeReplica, Mesh, start_replica
 
@@ -31,17 +29,10 @@ async def make_mesh():
             server, address = await start_replica(r)
             servers.append(server)
             addresses.append(address)
-        router = Router(addresses, routing, poll_interval_s=0.05)
-        await router.start()
-        servicer = GatewayServicer(
-            MODEL, router, auth or Authenticator.open(), classifier or LexiconClassifier(), config or GatewayConfig(allow_replay=True)
-        )
-        server = grpc_server.make_server()
-        gateway_pb2_grpc.add_GatewayServiceServicer_to_server(servicer, server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        await server.start()
-        channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
-        mesh = Mesh(servicer, replicas, gateway_pb2_grpc.GatewayServiceStub(channel), [server, *servers], channel)
+        gateway = await start_gateway(
+            addresses, routing=routing, poll_interval_s=0.05, model=MODEL, authenticator=auth or Authenticator.open(),
+            classifier=classifier, config=config or GatewayConfig(allow_replay=True))
+        mesh = Mesh(gateway.servicer, replicas, gateway.stub, [gateway.server, *servers], gateway.channel)
         meshes.append(mesh)
         return mesh
 

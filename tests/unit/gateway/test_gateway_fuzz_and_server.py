@@ -14,11 +14,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from loopwire.common import grpc_server
+from loopwire.common.auth import Authenticator
 from loopwire.gateway import server
+from loopwire.gateway.factory import ModelUnavailable, start_gateway
 from loopwire.gateway.safety import INPUT, GuardModelClassifier
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import MODEL, FakeReplica, kinds, start_replica, user
+from .gateway_fakes import MODEL, Conversation, FakeReplica, kinds, start_replica, user
 
 JUNK = ["", "x", "{", "<|im_end|>", "🦀" * 50, "\x00\xff", "null", '{"type": 3}', '{"type": "object", "required": [1]}',
         "a" * 3000, '{"properties": []}', "[1, 2]"]
@@ -134,7 +136,7 @@ async def test_serve_from_args_serves_health_and_drains_on_sigterm():
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(server.serve_from_args(args, ready=ready.set_result))
     port = await asyncio.wait_for(ready, 10)
-    async with grpc_server.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with grpc_server.service_channel(f"127.0.0.1:{port}") as channel:
         health = await health_pb2_grpc.HealthStub(channel).Check(
             health_pb2.HealthCheckRequest(service="loopwire.v1.GatewayService"))
         assert health.status == health_pb2.HealthCheckResponse.SERVING
@@ -143,5 +145,32 @@ async def test_serve_from_args_serves_health_and_drains_on_sigterm():
     await asyncio.wait_for(task, 15)
     await srv.stop(0)
     with pytest.raises(grpc.aio.AioRpcError):
-        async with grpc_server.insecure_channel(f"127.0.0.1:{port}") as channel:
+        async with grpc_server.service_channel(f"127.0.0.1:{port}") as channel:
             await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+
+
+async def test_start_gateway_serves_and_closes_what_it_made():
+    replica = FakeReplica()
+    srv, address = await start_replica(replica)
+    try:
+        async with start_gateway([address], poll_interval_s=0.05, authenticator=Authenticator.open()) as gw:
+            assert replica.model_info_calls >= 1 and gw.model.digest == gw.router.model_digest
+            assert gw.address == f"127.0.0.1:{gw.port}" and gw.port > 0
+            conversation = Conversation(gw.stub)
+            events = await conversation.send(input=[user("hi")])
+            assert kinds(events)[-1] == "completed"
+            await conversation.close()
+        assert not gw.router.replicas  # the router it made is closed with it
+        with pytest.raises(grpc.aio.AioRpcError) as stopped:  # and its server is stopped
+            async with grpc_server.service_channel(gw.address) as channel:
+                await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1)
+        assert stopped.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    finally:
+        await srv.stop(0)
+
+
+async def test_start_gateway_without_a_model_or_an_authenticator_is_refused():
+    with pytest.raises(TypeError, match="authenticator"):
+        await start_gateway(["127.0.0.1:1"], model=MODEL)
+    with pytest.raises(ModelUnavailable, match="no inference replica told its model"):
+        await start_gateway(["127.0.0.1:1"], model_timeout_s=0.1, authenticator=Authenticator.open())

@@ -15,9 +15,9 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
 from loopwire.common.model_def import dummy_definition
+from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.output_parser import (
     CallArgumentsOut,
     CallDoneOut,
@@ -25,10 +25,8 @@ from loopwire.gateway.output_parser import (
     OutputParser,
     TextOut,
 )
-from loopwire.gateway.router import Router
-from loopwire.gateway.safety import LexiconClassifier
-from loopwire.gateway.service import GatewayConfig, GatewayServicer
-from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2
+from loopwire.gateway.service import GatewayConfig
+from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 from .gateway_fakes import MODEL, FakeReplica, start_replica, user
 
@@ -199,17 +197,10 @@ def _without_ids(items: Sequence[common_pb2.Item]) -> list[common_pb2.Item]:
 async def relay(text: str, calls: list[common_pb2.FunctionCall], cuts: list[int], stops: list[str]) -> list:
     replica = CuttingReplica(batch=1 << 20, cuts=cuts)
     server, address = await start_replica(replica)
-    router = Router([address], "cache-aware", poll_interval_s=0.05)
-    await router.start()
-    gateway = GatewayServicer(MODEL, router, Authenticator.open(), LexiconClassifier(),
-                              GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-    front = grpc_server.make_server()
-    gateway_pb2_grpc.add_GatewayServiceServicer_to_server(gateway, front)
-    port = front.add_insecure_port("127.0.0.1:0")
-    await front.start()
-    channel = grpc_server.insecure_channel(f"127.0.0.1:{port}")
+    gateway = await start_gateway([address], poll_interval_s=0.05, model=MODEL, authenticator=Authenticator.open(),
+                                  config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     try:
-        call = gateway_pb2_grpc.GatewayServiceStub(channel).Converse()
+        call = gateway.stub.Converse()
         await call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
             input=[user("go")], replay=common_pb2.ReplayOutput(text=text, function_calls=calls),
             sampling=common_pb2.SamplingParams(stop=stops))))
@@ -223,10 +214,8 @@ async def relay(text: str, calls: list[common_pb2.FunctionCall], cuts: list[int]
         await call.done_writing()
         return events
     finally:
-        await channel.close()
-        await front.stop(0)
+        await gateway.close()
         await server.stop(0)
-        await router.close()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,7 +25,7 @@ import pytest
 from harness_testkit import TENANT_KEYS, answer, harness_env, of
 from harness_testkit import call as model_call
 
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.harness import file_edit, file_pool, tools, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
@@ -119,7 +119,7 @@ async def test_each_tenants_sessions_run_as_the_tenants_own_uid(root):
         for tenant in ("t1", "t2"):
             h.gateway.script = [answer("", model_call("shell", '{"command": "echo made > by-command.txt"}')),
                                 answer("done")]
-            async with insecure_channel(h.address, TENANT_KEYS[tenant]) as channel:
+            async with service_channel(h.address, TENANT_KEYS[tenant]) as channel:
                 stub = harness_pb2_grpc.HarnessServiceStub(channel)
                 start = harness_pb2.RunRequest(start=harness_pb2.StartTask(task="go"))
                 events = [e async for e in stub.Run(iter([start]), timeout=60)]

@@ -6,14 +6,14 @@ import grpc
 import pytest
 from harness_testkit import TENANT_KEYS, answer, call, harness_env, kinds, of
 
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
 
 Mode = harness_pb2.ApprovalMode
 
 
 def _stub(h, key: str | None) -> tuple[grpc.aio.Channel, harness_pb2_grpc.HarnessServiceStub]:
-    channel = insecure_channel(h.address, key or "")
+    channel = service_channel(h.address, key or "")
     return channel, harness_pb2_grpc.HarnessServiceStub(channel)
 
 

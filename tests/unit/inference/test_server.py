@@ -70,7 +70,7 @@ async def test_serve_from_args_listens_and_drains_on_sigterm() -> None:
         if ports:
             break
         await asyncio.sleep(0.02)
-    async with grpc_server.insecure_channel(f"127.0.0.1:{ports[0]}") as channel:
+    async with grpc_server.service_channel(f"127.0.0.1:{ports[0]}") as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         status = await stub.GetStatus(inference_pb2.GetStatusRequest())
         info = (await stub.GetModelInfo(inference_pb2.GetModelInfoRequest())).model

@@ -50,7 +50,7 @@ async def test_get_status_reports_queues_rates_and_both_kv_tiers() -> None:
             break
         await asyncio.sleep(0.02)
     block_bytes = BLOCK * CostModel.named("h200", "8b").kv_bytes_per_token
-    async with grpc_server.insecure_channel(f"127.0.0.1:{ports[0]}") as channel:
+    async with grpc_server.service_channel(f"127.0.0.1:{ports[0]}") as channel:
         stub = inference_pb2_grpc.InferenceServiceStub(channel)
         idle = await stub.GetStatus(inference_pb2.GetStatusRequest())
         assert idle.role == inference_pb2.ENGINE_ROLE_DECODE

@@ -41,7 +41,7 @@ class GatewayClient:
 
     def stub(self) -> gateway_pb2_grpc.GatewayServiceStub:
         if self._stub is None:  # created inside the server's event loop
-            self._channel = grpc_server.insecure_channel(self.address)
+            self._channel = grpc_server.service_channel(self.address)
             self._stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
         return self._stub
 

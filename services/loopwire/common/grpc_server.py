@@ -71,10 +71,6 @@ def service_channel(target: str, service_token: str = "") -> grpc.aio.Channel:
         interceptors=[*telemetry.client_interceptors(), *service_auth.client_interceptors(service_token)])
 
 
-# Deprecated: the old name of service_channel, which is not insecure when TLS is configured.
-# Kept for the callers not yet renamed; new code calls service_channel.
-insecure_channel = service_channel
-
 
 class _MethodAwarePool:
     """grpcio-reflection cannot resolve method symbols (grpcurl `describe Service.Method`): look

@@ -18,7 +18,7 @@ import grpc
 
 from loopwire.common import telemetry
 from loopwire.common.errors import Code
-from loopwire.common.grpc_server import insecure_channel
+from loopwire.common.grpc_server import service_channel
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 # Retryable gateway failures (no replica, rate limited, a broken stream) are retried with
@@ -103,7 +103,7 @@ class Conversation:
         key = self.target
         if key not in _MODELS:
             try:
-                async with insecure_channel(self.target) as channel:
+                async with service_channel(self.target) as channel:
                     _MODELS[key] = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
                         gateway_pb2.GetModelRequest(), metadata=self.metadata, timeout=10)
             except grpc.aio.AioRpcError as e:
@@ -235,7 +235,7 @@ class Conversation:
 
     async def _stream(self) -> grpc.aio.StreamStreamCall:
         if self._call is None:
-            self._channel = insecure_channel(self.target)
+            self._channel = service_channel(self.target)
             trace_context: dict[str, str] = {}
             telemetry.inject(trace_context)  # the gateway's stream span joins the turn that opened it
             self._call = gateway_pb2_grpc.GatewayServiceStub(self._channel).Converse(

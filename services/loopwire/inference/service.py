@@ -474,7 +474,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         if not self.engine.supports_kv_transfer:
             raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, f"start.kv_handle: the {self.engine.name} engine "
                                "cannot import KV through this service", "start.kv_handle")
-        async with grpc_server.insecure_channel(source, self.service_token) as channel:
+        async with grpc_server.service_channel(source, self.service_token) as channel:
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
             blocks = []
             try:

@@ -84,6 +84,9 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     if choice is not None:
         create.tool_choice.CopyFrom(choice)
     _sampling(body, create.sampling)
+    effort = reasoning_param(body.get("reasoning"))
+    if effort in THINK_BUDGETS:
+        create.sampling.reasoning_budget_tokens = THINK_BUDGETS[effort]
     store = body.get("store", True)
     items.want(store, bool, "store", "a boolean")
     create.no_store = not store
@@ -128,10 +131,9 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
                 raise bad_request(f"Invalid '{name}': {value} is not in [{low}, {high}].", name, "invalid_value")
         out[name] = value
     out["top_logprobs"] = 0  # no logprobs are produced, whatever was asked
-    reasoning_param(body.get("reasoning"))
     # A reasoning model's think block is returned as a reasoning item (never summarized); the effort
-    # does not reach the gateway yet (CreateResponse has no field for it), so none was applied.
-    out["reasoning"] = {"effort": None, "summary": None}
+    # becomes a thinking budget (sampling.reasoning_budget_tokens, set by parse_create).
+    out["reasoning"] = {"effort": reasoning_param(body.get("reasoning")), "summary": None}
     tier = body.get("service_tier")
     if tier is not None:
         items.want(tier, str, "service_tier", "a string")
@@ -151,6 +153,9 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
 
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+# Tokens of reasoning each effort allows before the think block's closer is forced (the gateway's
+# reasoning_budget_tokens; "none" and "xhigh" set no budget: the model's own end of thinking).
+THINK_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
 REASONING_SUMMARIES = ("auto", "concise", "detailed")
 
 

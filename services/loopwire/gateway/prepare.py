@@ -92,7 +92,7 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
     conversation, new_items, tokenized, broke, tokenize_ns = work
     # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
     constraint = None if create.HasField("replay") or cfg.unconstrained else tool_grammar.constraint(
-        create, gw.model, conversation.tools)
+        create, gw.model, conversation.tools, think=create.sampling.reasoning_budget_tokens)
     if broke and difference is None:
         difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
     window = gw.model.context_length

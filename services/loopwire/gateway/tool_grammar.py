@@ -120,10 +120,6 @@ def _avoiding(word: str) -> str:
     return f"([^{cls(head)}]|{esc}+({wrong}))*({esc}+({tail})?)?"
 
 
-# Tokens of reasoning each ``reasoning.effort`` allows before the think block's closer is forced.
-THINK_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
-
-
 def think_budget(answer: inference_pb2.Constraint | None, model: ModelDefinition,
                  budget: int) -> inference_pb2.Constraint | None:
     """``answer`` (None: free text) after a think block of at most ``budget`` tokens, always
@@ -171,7 +167,10 @@ def constraint(create: gateway_pb2.CreateResponse, model: ModelDefinition,
         return _BUILT[key]
     built = _constraint(create, model, list(tools))
     if think:
-        built = think_budget(built, model, think)
+        try:
+            built = think_budget(built, model, think)
+        except ValueError as e:
+            raise invalid("create_response.sampling.reasoning_budget_tokens", str(e)) from None
     if built is not None:
         try:
             check_constraint(built)

@@ -529,6 +529,7 @@ class SamplingParams(_message.Message):
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
     STOP_FIELD_NUMBER: _builtins.int
     SPECULATIVE_DECODING_FIELD_NUMBER: _builtins.int
+    REASONING_BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
     """Softmax temperature, finite and >= 0; 0 means greedy (argmax)."""
     top_p: _builtins.float
@@ -544,6 +545,11 @@ class SamplingParams(_message.Message):
     """
     speculative_decoding: _builtins.bool
     """Speculative decoding on (default) or off; output is the same either way."""
+    reasoning_budget_tokens: _builtins.int
+    """A thinking budget in tokens for a model whose chat template thinks (<think>...</think>):
+    the think block's body takes at most this many tokens, then its closer is forced. 0: no
+    budget. Ignored for a model that does not think. The api sets it from reasoning.effort.
+    """
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Stop strings: the output ends (FINISH_REASON_STOP) before the first occurrence of any of
@@ -559,10 +565,11 @@ class SamplingParams(_message.Message):
         max_output_tokens: _builtins.int = ...,
         stop: _abc.Iterable[_builtins.str] | None = ...,
         speculative_decoding: _builtins.bool | None = ...,
+        reasoning_budget_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "speculative_decoding", b"speculative_decoding"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "max_output_tokens", b"max_output_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop", b"stop", "temperature", b"temperature", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "max_output_tokens", b"max_output_tokens", "reasoning_budget_tokens", b"reasoning_budget_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop", b"stop", "temperature", b"temperature", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__speculative_decoding: _TypeAlias = _typing.Literal["speculative_decoding"]  # noqa: Y015
     _WhichOneofArgType__speculative_decoding: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding"]  # noqa: Y015

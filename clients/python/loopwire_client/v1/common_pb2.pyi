@@ -162,20 +162,22 @@ class ToolChoice(_message.Message):
     def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., function_name: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "seed", "max_output_tokens", "stop", "speculative_decoding")
+    __slots__ = ("temperature", "top_p", "seed", "max_output_tokens", "stop", "speculative_decoding", "reasoning_budget_tokens")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     MAX_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_DECODING_FIELD_NUMBER: _ClassVar[int]
+    REASONING_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     seed: int
     max_output_tokens: int
     stop: _containers.RepeatedScalarFieldContainer[str]
     speculative_decoding: bool
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., speculative_decoding: _Optional[bool] = ...) -> None: ...
+    reasoning_budget_tokens: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., speculative_decoding: _Optional[bool] = ..., reasoning_budget_tokens: _Optional[int] = ...) -> None: ...
 
 class ReplayOutput(_message.Message):
     __slots__ = ("text", "function_calls")

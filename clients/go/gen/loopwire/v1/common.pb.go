@@ -961,8 +961,12 @@ type SamplingParams struct {
 	Stop []string `protobuf:"bytes,5,rep,name=stop,proto3" json:"stop,omitempty"`
 	// Speculative decoding on (default) or off; output is the same either way.
 	SpeculativeDecoding *bool `protobuf:"varint,6,opt,name=speculative_decoding,json=speculativeDecoding,proto3,oneof" json:"speculative_decoding,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A thinking budget in tokens for a model whose chat template thinks (<think>...</think>):
+	// the think block's body takes at most this many tokens, then its closer is forced. 0: no
+	// budget. Ignored for a model that does not think. The api sets it from reasoning.effort.
+	ReasoningBudgetTokens uint32 `protobuf:"varint,7,opt,name=reasoning_budget_tokens,json=reasoningBudgetTokens,proto3" json:"reasoning_budget_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -1035,6 +1039,13 @@ func (x *SamplingParams) GetSpeculativeDecoding() bool {
 		return *x.SpeculativeDecoding
 	}
 	return false
+}
+
+func (x *SamplingParams) GetReasoningBudgetTokens() uint32 {
+	if x != nil {
+		return x.ReasoningBudgetTokens
+	}
+	return 0
 }
 
 // The recorded assistant output of one turn of a real session. When present,
@@ -1509,14 +1520,15 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"ToolChoice\x12/\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1b.loopwire.v1.ToolChoiceModeR\x04mode\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x12#\n" +
-	"\rallowed_tools\x18\x03 \x03(\tR\fallowedTools\"\xec\x01\n" +
+	"\rallowed_tools\x18\x03 \x03(\tR\fallowedTools\"\xa4\x02\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x12\n" +
 	"\x04seed\x18\x03 \x01(\x04R\x04seed\x12*\n" +
 	"\x11max_output_tokens\x18\x04 \x01(\x05R\x0fmaxOutputTokens\x12\x12\n" +
 	"\x04stop\x18\x05 \x03(\tR\x04stop\x126\n" +
-	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01B\x17\n" +
+	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x126\n" +
+	"\x17reasoning_budget_tokens\x18\a \x01(\rR\x15reasoningBudgetTokensB\x17\n" +
 	"\x15_speculative_decoding\"d\n" +
 	"\fReplayOutput\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12@\n" +

@@ -9,6 +9,7 @@ export interface SamplingParams {
   'maxOutputTokens'?: (number);
   'stop'?: (string)[];
   'speculativeDecoding'?: (boolean);
+  'reasoningBudgetTokens'?: (number);
   '_speculativeDecoding'?: "speculativeDecoding";
 }
 
@@ -19,5 +20,6 @@ export interface SamplingParams__Output {
   'maxOutputTokens': (number);
   'stop': (string)[];
   'speculativeDecoding'?: (boolean);
+  'reasoningBudgetTokens': (number);
   '_speculativeDecoding'?: "speculativeDecoding";
 }

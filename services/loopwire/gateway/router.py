@@ -40,9 +40,16 @@ POLICIES = ("cache-aware", "round-robin", "least-loaded")
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_PREFILL_TPS = 10_000.0
 DEFAULT_TOKEN_LATENCY_S = 0.01
-# Cache affinity may pick a replica carrying up to this much more load than the lightest.
+# Cache affinity may pick a replica carrying up to this much more load than the lightest. The
+# load counts an open stream's generation twice (a session and a request in flight): a slack of
+# 2 was one request, and the holder of a prefix fell outside it on ordinary fluctuation.
 BALANCE_RATIO = 1.25
-BALANCE_SLACK = 2
+BALANCE_SLACK = 6
+# The prompt tokens a replica would have to prefill count this many times more in the cache-aware
+# score than in the predicted TTFT: they also delay every request queued behind them there (a
+# TTFT-only score moved sessions off their prefix's holder whenever it had a short queue, and the
+# re-prefill made the next replica's queue longer in turn).
+REPREFILL_WEIGHT = 1.0
 # Two unreachable polls in a row mean a replica is gone; a slow answer counts a fraction of one,
 # so only a replica that stays silent for ~STATUS_TIMEOUT_S / SLOW_POLL_WEIGHT seconds is dropped.
 POLLS_TO_MARK_DOWN = 2
@@ -289,7 +296,7 @@ class Router:
         else:
             lightest = min(r.sessions + r.load() for r in candidates)
             balanced = [r for r in candidates if r.sessions + r.load() <= lightest * BALANCE_RATIO + BALANCE_SLACK]
-            chosen = min(balanced, key=lambda r: (self.predicted_ttft_s(r, prompt_length, block_hashes), r.sessions, r.routed))
+            chosen = min(balanced, key=lambda r: (self._score_s(r, prompt_length, block_hashes), r.sessions, r.routed))
         chosen.routed += 1
         return chosen
 
@@ -319,6 +326,11 @@ class Router:
             if asyncio.get_running_loop().time() > deadline:
                 raise RuntimeError(f"no inference replica told its model within {timeout_s:.0f} s (last: {last})")
             await asyncio.sleep(0.2)
+
+    def _score_s(self, replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
+        uncached = max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
+        return (self.predicted_ttft_s(replica, prompt_length, block_hashes)
+                + REPREFILL_WEIGHT * uncached / replica.prefill_speed())
 
     @staticmethod
     def predicted_ttft_s(replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:

@@ -328,13 +328,20 @@ class Router:
             await asyncio.sleep(0.2)
 
     def _score_s(self, replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
-        uncached = max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
-        return (self.predicted_ttft_s(replica, prompt_length, block_hashes)
-                + REPREFILL_WEIGHT * uncached / replica.prefill_speed())
+        uncached = self._uncached(replica, prompt_length, block_hashes)
+        return self._ttft_s(replica, uncached) + REPREFILL_WEIGHT * uncached / replica.prefill_speed()
+
+    @classmethod
+    def predicted_ttft_s(cls, replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
+        return cls._ttft_s(replica, cls._uncached(replica, prompt_length, block_hashes))
 
     @staticmethod
-    def predicted_ttft_s(replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
-        uncached = max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
+    def _uncached(replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> int:
+        """Prompt tokens this replica would prefill: those past its cached prefix."""
+        return max(0, prompt_length - replica.cached_prefix_blocks(block_hashes(replica.block_size)) * replica.block_size)
+
+    @staticmethod
+    def _ttft_s(replica: Replica, uncached: int) -> float:
         prefill_s = (uncached + replica.pending_prefill_tokens) / replica.prefill_speed()
         return prefill_s + replica.load() * replica.token_latency_s
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from harness_testkit import REPO, TENANT_KEYS, answer, call, harness_env, kinds, of
+from mcp_testkit import BIN, memory_server, npm_server, servers_installed
 
 from loopwire.common.grpc_server import service_channel
 from loopwire.harness import mcp_client
@@ -17,25 +17,12 @@ from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.e2e]
 
-BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 BAD = REPO / "tests" / "mcp_servers" / "bad_server.py"
 
 
-@pytest.fixture(autouse=True)
-async def _servers_installed():
-    if not (BIN / "mcp-server-memory").exists():
-        pytest.fail("the npm MCP servers are not installed: run `make tools` (npm ci in tests/mcp_servers)")
-    yield
-    await mcp_client.close_all()  # this test's event loop owns the connections
+_servers_installed = pytest.fixture(autouse=True)(servers_installed)
 
 
-def npm_server(name: str, binary: str, *args: str, env: tuple = ()) -> McpServer:
-    return McpServer(name, command=str(BIN / binary), args=args, env=env, connect_timeout=60)
-
-
-def memory_server(tmp: Path) -> McpServer:
-    """The memory server keeps its graph in a file: one per test, never in node_modules."""
-    return npm_server("memory", "mcp-server-memory", env=(("MEMORY_FILE_PATH", str(tmp / "memory.jsonl")),))
 
 
 def bad_server(mode: str) -> McpServer:

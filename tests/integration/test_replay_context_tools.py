@@ -5,34 +5,22 @@ for real; without them the recorded outputs come back, as for any tool the harne
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from harness_testkit import REPO, harness_env, kinds, of
+from mcp_testkit import memory_server, servers_installed
 
 from loopwire.common.recorded import RecordedSession, load_session
 from loopwire.harness import mcp_client
-from loopwire.harness.mcp_client import McpServer
 from loopwire.v1 import harness_pb2
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.e2e]
 
 SESSION = REPO / "tests" / "fixtures" / "replay" / "context_tools.openai.json"
-BIN = REPO / "tests" / "mcp_servers" / "node_modules" / ".bin"
 
 
-@pytest.fixture(autouse=True)
-async def _servers_installed():
-    if not (BIN / "mcp-server-memory").exists():
-        pytest.fail("the npm MCP servers are not installed: run `make tools` (npm ci in tests/mcp_servers)")
-    yield
-    await mcp_client.close_all()  # this test's event loop owns the connections
+_servers_installed = pytest.fixture(autouse=True)(servers_installed)
 
-
-def memory_server(tmp: Path) -> McpServer:
-    """The memory server keeps its graph in a file: one per test, never in node_modules."""
-    return McpServer("memory", command=str(BIN / "mcp-server-memory"),
-                     env=(("MEMORY_FILE_PATH", str(tmp / "memory.jsonl")),), connect_timeout=60)
 
 
 def recorded_outputs(session: RecordedSession) -> dict[str, str]:

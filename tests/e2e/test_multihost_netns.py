@@ -323,8 +323,11 @@ def test_killing_the_serving_replica_mid_session_fails_over_and_the_session_comp
     assert _status(c, survivor).prefix_cache_queried_tokens > queried[survivor]
     c.processes["gateway"].send_signal(signal.SIGTERM)  # its counters go to the log at shutdown
     c.processes["gateway"].wait(30)
-    failovers = re.findall(r"'failovers': (\d+)", (c.root / "gateway.log").read_text())
-    if first.completed:  # no retryable failure reached the client: the gateway moved the session
-        assert failovers and int(failovers[-1]) >= 1, failovers
+    log = (c.root / "gateway.log").read_text()
+    moved = {name: int(re.findall(rf"'{name}': (\d+)", log)[-1]) for name in ("failovers", "relinks")}
+    if first.completed:
+        # No retryable failure reached the client: the gateway moved the session, mid-generation
+        # (a failover) or, when it saw the stream end while tools ran, at the next turn (a relink).
+        assert moved["failovers"] + moved["relinks"] >= 1, moved
     print(f"\nmulti-host failover: killed {killed[0]} after turn 5 of {len(recorded.turns)}; "
-          f"session completed on {survivor}{resumed} in {wall:.1f}s; gateway failovers {failovers}")
+          f"session completed on {survivor}{resumed} in {wall:.1f}s; gateway {moved}")

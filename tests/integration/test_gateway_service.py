@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+from harness_testkit import until
 
 from loopwire.common import grpc_server
 from loopwire.common.auth import Authenticator
@@ -217,6 +218,26 @@ async def test_replica_stopped_mid_stream_fails_over(real_mesh):
     assert events[-1].WhichOneof("event") == "completed", events[-1]
     assert released == text
     assert mesh.gateway.metrics.failovers == 1 and created.replica_id
+    await call.done_writing()
+
+
+async def test_a_replica_lost_between_turns_is_routed_around_and_counted(real_mesh):
+    """The session's stream dies while no generation runs: the next turn routes anew and completes."""
+    mesh = await real_mesh(n=2, routing="round-robin")
+    call = mesh.stub.Converse()
+    await call.write(create(input=[user("one")], replay=common_pb2.ReplayOutput(text="A")))
+    first = await until_end(call)
+    (session,) = mesh.gateway.sessions.values()
+    serving = mesh.gateway.router.replicas.index(session.link.replica)
+    await mesh.replica_servers[serving].stop(0)
+    await until(lambda: not session.link.alive, "the gateway to see the stream end")
+    await call.write(create(previous_response_id=first[-1].response_id, input=[user("two")],
+                            replay=common_pb2.ReplayOutput(text="B")))
+    second = await asyncio.wait_for(until_end(call), 60)
+    assert second[-1].WhichOneof("event") == "completed", second[-1]
+    assert "".join(e.text_delta.text for e in second if e.WhichOneof("event") == "text_delta") == "B"
+    assert mesh.gateway.metrics.relinks == 1
+    assert session.link.replica is not mesh.gateway.router.replicas[serving]
     await call.done_writing()
 
 

@@ -43,8 +43,13 @@ class Placement:
         if session.link is not None and session.link.alive:  # a live stream is proof enough of a live replica
             return session.link
         if session.link is not None:
+            # The stream ended between generations (its replica died or restarted): route anew.
+            # A dead replica fails this start and is failed over; a restarted one may serve again.
             old, session.link = session.link, None
             await old.close()
+            self.gw.metrics.add("relinks", self.model)
+            log.warning("session %s: %s's stream ended between generations; routing anew",
+                        session.stream_id, old.replica.name)
         with self.watch:
             conversation = self.conversation
             replica = self.gw.router.choose(len(conversation), conversation.block_hashes, exclude=self.tried)

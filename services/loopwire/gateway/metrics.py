@@ -34,6 +34,8 @@ COUNTERS: dict[str, tuple[str, str, str]] = {
     "state_lost_resends": ("loopwire.gateway.state_lost_resends", "{generation}",
                            "Appends a replica answered STATE_LOST, resent in full"),
     "failovers": ("loopwire.gateway.failovers", "{generation}", "Generations continued on another replica"),
+    "relinks": ("loopwire.gateway.relinks", "{session}",
+                "Sessions whose replica stream ended between generations, routed anew"),
     "safety_cuts": ("loopwire.gateway.safety_cuts", "{response}", "Responses stopped by a safety verdict"),
     "tokens_tokenized": ("loopwire.gateway.tokens_tokenized", "{token}", "Tokens the gateway tokenized"),
     "tokens_forwarded": ("loopwire.gateway.tokens_forwarded", "{token}", "Prompt tokens sent to replicas"),
@@ -51,6 +53,7 @@ class GatewayMetrics:
     full_sends: int = 0
     state_lost_resends: int = 0
     failovers: int = 0
+    relinks: int = 0
     safety_cuts: int = 0
     tokens_tokenized: int = 0
     tokens_forwarded: int = 0

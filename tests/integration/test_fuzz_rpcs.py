@@ -17,7 +17,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loopwire.common import grpc_server
+from loopwire.common import grpc_server, rpc_errors
 from loopwire.common.auth import Authenticator
 from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.service import GatewayConfig
@@ -25,6 +25,7 @@ from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build as build_harness
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
 from loopwire.v1 import (
+    common_pb2,
     gateway_pb2,
     harness_pb2,
     harness_pb2_grpc,
@@ -118,8 +119,9 @@ def methods() -> list[tuple[int, str, bool, bool]]:
 
 
 async def call_raw(address: str, method: str, client_streaming: bool, server_streaming: bool,
-                   payload: bytes) -> grpc.StatusCode:
-    """One call with raw bytes; returns its status code (streams are read until they end or 3 s pass)."""
+                   payload: bytes) -> tuple[grpc.StatusCode, rpc_errors.RpcFailure]:
+    """One call with raw bytes; returns its status code and rich details (streams are read until
+    they end or 3 s pass)."""
     async with grpc.aio.insecure_channel(address) as channel:
         if not client_streaming and not server_streaming:
             call = channel.unary_unary(method)(payload, timeout=10)
@@ -136,8 +138,8 @@ async def call_raw(address: str, method: str, client_streaming: bool, server_str
             else:
                 await call
         except grpc.aio.AioRpcError as e:
-            return e.code()
-        return grpc.StatusCode.OK
+            return e.code(), rpc_errors.failure_of(e)
+        return grpc.StatusCode.OK, rpc_errors.RpcFailure()
 
 
 async def still_serving(mesh: Mesh) -> None:
@@ -167,8 +169,9 @@ def test_malformed_bytes_are_invalid_argument(mesh, service, method, cs, ss) -> 
     if (bad := invalid_utf8(request)) is not None:
         cases["a string field that is not UTF-8"] = bad
     for name, payload in cases.items():
-        code = loop.run_until_complete(asyncio.wait_for(call_raw(address, method, cs, ss, payload), 30))
+        code, failure = loop.run_until_complete(asyncio.wait_for(call_raw(address, method, cs, ss, payload), 30))
         assert code == grpc.StatusCode.INVALID_ARGUMENT, f"{method} answered {code.name} to {name}"
+        assert failure.reason == common_pb2.ERROR_REASON_MALFORMED_MESSAGE, f"{method}: {failure} to {name}"
     loop.run_until_complete(still_serving(m))
 
 
@@ -178,5 +181,5 @@ def test_malformed_bytes_are_invalid_argument(mesh, service, method, cs, ss) -> 
 def test_random_bytes_never_crash_or_hang(mesh, service, method, cs, ss, payload) -> None:
     m, loop = mesh
     address = m.targets()[service][0]
-    code = loop.run_until_complete(asyncio.wait_for(call_raw(address, method, cs, ss, payload), 30))
+    code, _ = loop.run_until_complete(asyncio.wait_for(call_raw(address, method, cs, ss, payload), 30))
     assert code in ALLOWED, f"{method} answered {code.name} to {payload!r}"

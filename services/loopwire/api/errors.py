@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 
+from loopwire.common import rpc_errors
 from loopwire.v1 import common_pb2
 
 Code = common_pb2.ErrorCode
@@ -102,7 +103,7 @@ def from_stream_error(error: common_pb2.Error, previous_response_id: str = "") -
     if code == Code.ERROR_CODE_INVALID_ARGUMENT:
         return ApiError(400, message, param=param, code="invalid_value")
     if code == Code.ERROR_CODE_RESOURCE_EXHAUSTED:
-        if error.retryable:
+        if error.retryable or error.reason == common_pb2.ERROR_REASON_RATE_LIMIT:
             return ApiError(429, message, type="rate_limit_exceeded", param=param, code="rate_limit_exceeded",
                             retry_after_ms=error.retry_after_ms)
         return ApiError(400, message, param=param, code="context_length_exceeded")
@@ -139,9 +140,9 @@ def _from_status(e: grpc.aio.AioRpcError) -> ApiError:
     if status == grpc.StatusCode.PERMISSION_DENIED:
         return ApiError(403, details, type="permission_error", code="permission_denied")
     if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        retry = next((str(v) for k, v in e.trailing_metadata() or () if k == "retry-after-ms"), "0")
+        # The gateway's RetryInfo says when the stream limit frees a slot.
         return ApiError(429, details, type="rate_limit_exceeded", code="rate_limit_exceeded",
-                        retry_after_ms=int(retry) if retry.isdigit() else 1000)
+                        retry_after_ms=rpc_errors.failure_of(e).retry_after_ms or 1000)
     if status == grpc.StatusCode.INVALID_ARGUMENT:
         return ApiError(400, details, code="invalid_value")
     if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):

@@ -13,6 +13,9 @@ from typing import Any
 
 import grpc
 
+from loopwire.common import rpc_errors
+from loopwire.v1 import common_pb2
+
 
 class _Undecodable:
     __slots__ = ("reason",)
@@ -35,7 +38,9 @@ def _safe(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any]
 
 
 async def _refuse(context: grpc.aio.ServicerContext, method: str, bad: _Undecodable) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: the request is not a valid message ({bad.reason})")
+    await rpc_errors.abort(context, grpc.StatusCode.INVALID_ARGUMENT,
+                           f"{method}: the request is not a valid message ({bad.reason})",
+                           common_pb2.ERROR_REASON_MALFORMED_MESSAGE)
 
 
 def _checked_stream(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, method: str) -> AsyncIterator[Any]:

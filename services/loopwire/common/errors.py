@@ -18,6 +18,7 @@ class RequestError(Exception):
         *,
         retryable: bool = False,
         retry_after_ms: int = 0,
+        reason: common_pb2.ErrorReason.ValueType = common_pb2.ERROR_REASON_UNSPECIFIED,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -25,6 +26,7 @@ class RequestError(Exception):
         self.field = field
         self.retryable = retryable
         self.retry_after_ms = retry_after_ms
+        self.reason = reason
 
     def to_proto(self) -> common_pb2.Error:
         return common_pb2.Error(
@@ -33,6 +35,7 @@ class RequestError(Exception):
             field=self.field,
             retryable=self.retryable,
             retry_after_ms=self.retry_after_ms,
+            reason=self.reason,
         )
 
 

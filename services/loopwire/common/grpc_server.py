@@ -13,8 +13,9 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from loopwire.common import service_auth, telemetry, tls
+from loopwire.common import rpc_errors, service_auth, telemetry, tls
 from loopwire.common.decode_guard import DecodeGuardInterceptor
+from loopwire.v1 import common_pb2
 
 log = logging.getLogger("loopwire.server")
 
@@ -38,12 +39,11 @@ SERVER_OPTIONS = [
 
 
 async def refuse_stream(context: grpc.aio.ServicerContext, requests: object, code: grpc.StatusCode,
-                        details: str) -> None:
+                        details: str, reason: common_pb2.ErrorReason.ValueType = common_pb2.ERROR_REASON_UNSPECIFIED) -> None:
     """End a client-streaming call with ``code``: read what the client already sent (bounded)
     first, because closing a stream the client is still writing makes gRPC report INTERNAL to
     it now and then ("Internal error from Core") instead of the real status."""
-    context.set_code(code)
-    context.set_details(details)
+    rpc_errors.set_status(context, code, details, reason)
 
     async def drain() -> None:
         n = 0

@@ -17,7 +17,9 @@ from typing import Any
 
 import grpc
 
+from loopwire.common import rpc_errors
 from loopwire.common.auth import authorization_header, bearer_key, write_private_file
+from loopwire.v1 import common_pb2
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
@@ -46,12 +48,13 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
     """A handler of the same shape as ``handler`` that ends the call UNAUTHENTICATED."""
 
     async def abort_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        await rpc_errors.abort(context, grpc.StatusCode.UNAUTHENTICATED, message, common_pb2.ERROR_REASON_BAD_CREDENTIALS)
 
     async def abort_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
         from loopwire.common.grpc_server import refuse_stream
 
-        await refuse_stream(context, request, grpc.StatusCode.UNAUTHENTICATED, message)
+        await refuse_stream(context, request, grpc.StatusCode.UNAUTHENTICATED, message,
+                            common_pb2.ERROR_REASON_BAD_CREDENTIALS)
         return
         yield  # pragma: no cover - makes this an async generator
 

@@ -103,6 +103,7 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
             f"{window}-token context window (the reply needs at least one token of it): shorten or compact the "
             "conversation",
             "create_response.input",
+            reason=common_pb2.ERROR_REASON_CONTEXT_LENGTH_EXCEEDED,
         )
     if len(conversation) > cfg.max_session_tokens:
         raise RequestError(
@@ -110,6 +111,7 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
             f"conversation is {len(conversation)} tokens, over the gateway's {cfg.max_session_tokens}-token "
             "limit per session: compact it",
             "create_response.input",
+            reason=common_pb2.ERROR_REASON_SESSION_TOKEN_LIMIT,
         )
     wait_ms = session.limiter.admit(tokenized)
     if wait_ms:
@@ -120,6 +122,7 @@ async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateR
             "create_response",
             retryable=True,
             retry_after_ms=wait_ms,
+            reason=common_pb2.ERROR_REASON_RATE_LIMIT,
         )
     gw.metrics.add("tokens_tokenized", model, tokenized)
     naive = cfg.stateless or (create.no_store and not create.previous_response_id)

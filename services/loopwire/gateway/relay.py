@@ -142,7 +142,8 @@ class ResponseRun:
                     yield self._event(prefill_progress=message.prefill_progress)
                 elif kind == "error":
                     error = message.error
-                    if self.remote_prefill and error.field.startswith("start.kv_") and not self.generated:
+                    if (self.remote_prefill and error.reason == common_pb2.ERROR_REASON_KV_PULL_FAILED
+                            and not self.generated):
                         # The decode replica refused the pull (say, the prefill replica is not among its
                         # --peers): the same request, prefilled locally; the client never sees it.
                         self.gw.router.disagg.failed += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from loopwire.common import grpc_server
+from loopwire.common import grpc_server, rpc_errors
 from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.errors import RequestError
 from loopwire.common.model_def import ModelDefinition
@@ -104,7 +104,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
-            await context.abort(e.status_code, f"authorization: {e}")
+            await rpc_errors.abort(context, e.status_code, f"authorization: {e}", common_pb2.ERROR_REASON_BAD_CREDENTIALS)
         m = self.model
         return gateway_pb2.GetModelResponse(name=m.name, context_length=m.context_length,
                                             tool_call_format=m.tool_call_format,
@@ -116,12 +116,12 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             tenant = self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
-            await context.abort(e.status_code, f"authorization: {e}")
+            await rpc_errors.abort(context, e.status_code, f"authorization: {e}", common_pb2.ERROR_REASON_BAD_CREDENTIALS)
         try:
             return await count_tokens.count(self, tenant, request.request)
         except RequestError as e:
-            await context.abort(_UNARY_STATUS.get(e.code, grpc.StatusCode.INVALID_ARGUMENT), e.message)
-        raise AssertionError("unreachable: abort raises")
+            await rpc_errors.abort(context, _UNARY_STATUS.get(e.code, grpc.StatusCode.INVALID_ARGUMENT), e.message,
+                                   e.reason, retry_after_ms=e.retry_after_ms)
 
     async def Converse(
         self, request_iterator: AsyncIterator[gateway_pb2.ConverseRequest], context: grpc.aio.ServicerContext
@@ -129,17 +129,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             tenant = self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
-            await grpc_server.refuse_stream(context, request_iterator, e.status_code, f"authorization: {e}")
+            await grpc_server.refuse_stream(context, request_iterator, e.status_code, f"authorization: {e}",
+                                            common_pb2.ERROR_REASON_BAD_CREDENTIALS)
             return
         limiter = self.limiter(tenant)
         wait_ms = limiter.open_stream()
         if wait_ms:
             self.metrics.add("rate_limited", self.model.name)
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            await rpc_errors.abort(
+                context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"tenant {tenant.name!r} already has {limiter.limits.concurrent_streams} open streams",
-                trailing_metadata=(("retry-after-ms", str(wait_ms)),),
-            )
+                common_pb2.ERROR_REASON_STREAM_LIMIT, retry_after_ms=wait_ms)
         session = ConverseSession(self, tenant, limiter)
         self.sessions[session.stream_id] = session
         try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from loopwire.common import telemetry
+from loopwire.common import rpc_errors, telemetry
 from loopwire.common.errors import Code
 from loopwire.common.grpc_server import service_channel
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
@@ -194,10 +194,13 @@ class Conversation:
                     grpc.StatusCode.RESOURCE_EXHAUSTED: Code.ERROR_CODE_RESOURCE_EXHAUSTED,
                     grpc.StatusCode.INVALID_ARGUMENT: Code.ERROR_CODE_INVALID_ARGUMENT}
             mapped = ours.get(code, Code.ERROR_CODE_UNAVAILABLE)
+            failure = rpc_errors.failure_of(e)
             # Retryable as the retries above treat it: a gateway killed or restarting (the stream
             # reset, UNAVAILABLE) is gone for now, and the session resumes from its stored items.
             raise GatewayError(common_pb2.Error(code=mapped, retryable=mapped in _TRANSIENT,
-                                                message=f"gateway {code.name}: {e.details()}")) from None
+                                                message=f"gateway {code.name}: {e.details()}",
+                                                reason=failure.reason,
+                                                retry_after_ms=failure.retry_after_ms)) from None
         except GatewayError:
             raise  # an in-stream error: the stream stays usable
         except BaseException:

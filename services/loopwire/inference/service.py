@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import grpc
 import numpy as np
 
-from loopwire.common import grpc_server, telemetry
+from loopwire.common import grpc_server, rpc_errors, telemetry
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import SequenceHash
@@ -274,8 +274,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             prompt, prompt_hash = resolve_prompt(start, state.held, self.vocab_size)
             check_params(start, len(prompt), self.config, self.vocab_size)
             if start.kv_handle and start.kv_source not in self.peers:
-                raise invalid("start.kv_source", f"{start.kv_source!r} is not a configured peer of this replica "
-                              "(--peers): KV is imported only from replicas it trusts")
+                raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT,
+                                   f"start.kv_source: {start.kv_source!r} is not a configured peer of this replica "
+                                   "(--peers): KV is imported only from replicas it trusts", "start.kv_source",
+                                   reason=common_pb2.ERROR_REASON_KV_PULL_FAILED)
             grammar = self._grammar(start)
         except RequestError as e:
             state.outbox.put(_error(rid, e))
@@ -416,7 +418,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         except RequestError as e:
             code = (grpc.StatusCode.RESOURCE_EXHAUSTED if e.code == Code.ERROR_CODE_RESOURCE_EXHAUSTED
                     else grpc.StatusCode.INVALID_ARGUMENT)
-            await context.abort(code, e.message)
+            await rpc_errors.abort(context, code, e.message, e.reason)
         handle = secrets.token_bytes(16)
         req = GenerationRequest(
             request_id=f"prefill/{handle.hex()}",
@@ -473,7 +475,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         """Fetch a prefilled prompt's blocks from ``source`` into this replica's prefix cache."""
         if not self.engine.supports_kv_transfer:
             raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, f"start.kv_handle: the {self.engine.name} engine "
-                               "cannot import KV through this service", "start.kv_handle")
+                               "cannot import KV through this service", "start.kv_handle",
+                               reason=common_pb2.ERROR_REASON_KV_PULL_FAILED)
         async with grpc_server.service_channel(source, self.service_token) as channel:
             stub = inference_pb2_grpc.InferenceServiceStub(channel)
             blocks = []
@@ -483,7 +486,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                         blocks.append(_block_data(chunk.block))
             except grpc.aio.AioRpcError as e:
                 raise RequestError(Code.ERROR_CODE_STATE_LOST, f"start.kv_handle: pull from {source} failed: "
-                                   f"{e.details()}", "start.kv_handle", retryable=True) from e
+                                   f"{e.details()}", "start.kv_handle", retryable=True,
+                                   reason=common_pb2.ERROR_REASON_KV_PULL_FAILED) from e
         await self.engine.import_kv(blocks)
 
     # -- status -----------------------------------------------------------------------

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.hashing import SequenceHash
 from loopwire.inference.config import EngineConfig
-from loopwire.v1 import inference_pb2
+from loopwire.v1 import common_pb2, inference_pb2
 
 MAX_DRAFT_TOKENS = 64
 # A generation may ask to be kept or preferred only so much: beyond these a caller could pin
@@ -68,7 +68,8 @@ def check_capacity(field: str, tokens: int, config: EngineConfig) -> None:
         raise RequestError(
             Code.ERROR_CODE_RESOURCE_EXHAUSTED,
             f"{field}: {tokens} tokens need more KV than this replica has "
-            f"({config.num_kv_blocks} blocks of {config.block_size})", field)
+            f"({config.num_kv_blocks} blocks of {config.block_size})", field,
+            reason=common_pb2.ERROR_REASON_KV_CAPACITY)
 
 
 def check_params(start: inference_pb2.GenerationStart, prompt_len: int, config: EngineConfig, vocab_size: int) -> None:

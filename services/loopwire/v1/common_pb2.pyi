@@ -228,6 +228,71 @@ ERROR_CODE_ALREADY_EXISTS: ErrorCode.ValueType  # 13
 """The caller's own object of that name exists already."""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
+class _ErrorReason:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReason.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ERROR_REASON_UNSPECIFIED: _ErrorReason.ValueType  # 0
+    """No specific cause beyond the ErrorCode (or a newer reason this client does not know)."""
+    ERROR_REASON_CONTEXT_LENGTH_EXCEEDED: _ErrorReason.ValueType  # 1
+    """The prompt plus at least one output token does not fit the model's context window:
+    shorten or compact the conversation (OpenAI's "context_length_exceeded").
+    """
+    ERROR_REASON_SESSION_TOKEN_LIMIT: _ErrorReason.ValueType  # 2
+    """The conversation is over the gateway's per-session token limit: compact it."""
+    ERROR_REASON_RATE_LIMIT: _ErrorReason.ValueType  # 3
+    """The tenant is over its request or token rate: retry after the suggested delay."""
+    ERROR_REASON_STREAM_LIMIT: _ErrorReason.ValueType  # 4
+    """The tenant already has its maximum of open Converse streams: close one, or retry after
+    the suggested delay.
+    """
+    ERROR_REASON_KV_PULL_FAILED: _ErrorReason.ValueType  # 5
+    """The decode replica could not import the KV a prefill replica computed: resend, and the
+    gateway prefills on the decode replica instead.
+    """
+    ERROR_REASON_KV_CAPACITY: _ErrorReason.ValueType  # 6
+    """The prompt needs more KV blocks than the replica has at all: it can never be served there."""
+    ERROR_REASON_BAD_CREDENTIALS: _ErrorReason.ValueType  # 7
+    """The API key (or service token) is missing, unknown or disabled."""
+    ERROR_REASON_MALFORMED_MESSAGE: _ErrorReason.ValueType  # 8
+    """The request bytes do not decode as the RPC's request message."""
+
+class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
+    """The specific cause of a failure, finer than ErrorCode, for the cases a client acts on.
+    A failure of a whole RPC (not an in-stream Error) carries the same reason in its gRPC
+    status details: a google.rpc.ErrorInfo whose domain is "loopwire.v1" and whose reason is
+    the value's name without the ERROR_REASON_ prefix (e.g. "STREAM_LIMIT"), beside a
+    google.rpc.RetryInfo with the suggested delay when a retry may succeed.
+    """
+
+ERROR_REASON_UNSPECIFIED: ErrorReason.ValueType  # 0
+"""No specific cause beyond the ErrorCode (or a newer reason this client does not know)."""
+ERROR_REASON_CONTEXT_LENGTH_EXCEEDED: ErrorReason.ValueType  # 1
+"""The prompt plus at least one output token does not fit the model's context window:
+shorten or compact the conversation (OpenAI's "context_length_exceeded").
+"""
+ERROR_REASON_SESSION_TOKEN_LIMIT: ErrorReason.ValueType  # 2
+"""The conversation is over the gateway's per-session token limit: compact it."""
+ERROR_REASON_RATE_LIMIT: ErrorReason.ValueType  # 3
+"""The tenant is over its request or token rate: retry after the suggested delay."""
+ERROR_REASON_STREAM_LIMIT: ErrorReason.ValueType  # 4
+"""The tenant already has its maximum of open Converse streams: close one, or retry after
+the suggested delay.
+"""
+ERROR_REASON_KV_PULL_FAILED: ErrorReason.ValueType  # 5
+"""The decode replica could not import the KV a prefill replica computed: resend, and the
+gateway prefills on the decode replica instead.
+"""
+ERROR_REASON_KV_CAPACITY: ErrorReason.ValueType  # 6
+"""The prompt needs more KV blocks than the replica has at all: it can never be served there."""
+ERROR_REASON_BAD_CREDENTIALS: ErrorReason.ValueType  # 7
+"""The API key (or service token) is missing, unknown or disabled."""
+ERROR_REASON_MALFORMED_MESSAGE: ErrorReason.ValueType  # 8
+"""The request bytes do not decode as the RPC's request message."""
+Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
+
 @_typing.final
 class ContentPart(_message.Message):
     """One part of a message's content (only text today; images would be a new case)."""
@@ -766,6 +831,7 @@ class Error(_message.Message):
     FIELD_FIELD_NUMBER: _builtins.int
     RETRYABLE_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_MS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     code: Global___ErrorCode.ValueType
     """What kind of failure; clients branch on this, not on the message."""
     message: _builtins.str
@@ -778,6 +844,10 @@ class Error(_message.Message):
     """When retryable: milliseconds to wait before retrying, as the server suggests it
     (e.g. until the tenant's rate limit admits the request); 0: no hint.
     """
+    reason: Global___ErrorReason.ValueType
+    """The specific cause, where a client handles it differently from others of its code
+    (UNSPECIFIED otherwise): branch on this, never on the message or the field's prefix.
+    """
     def __init__(
         self,
         *,
@@ -786,10 +856,11 @@ class Error(_message.Message):
         field: _builtins.str = ...,
         retryable: _builtins.bool = ...,
         retry_after_ms: _builtins.int = ...,
+        reason: Global___ErrorReason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "message", b"message", "retry_after_ms", b"retry_after_ms", "retryable", b"retryable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "message", b"message", "reason", b"reason", "retry_after_ms", b"retry_after_ms", "retryable", b"retryable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

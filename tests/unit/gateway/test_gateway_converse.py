@@ -8,6 +8,7 @@ import json
 import grpc
 import pytest
 
+from loopwire.common import rpc_errors
 from loopwire.common.auth import Authenticator, hash_key
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
@@ -202,12 +203,16 @@ async def test_auth_errors_are_status_codes(make_mesh, tmp_path):
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await mesh.open(key).send(input=[user("x")])
         assert e.value.code() == code
+        assert rpc_errors.failure_of(e.value) == rpc_errors.RpcFailure(common_pb2.ERROR_REASON_BAD_CREDENTIALS)
     conv = mesh.open("good")
     assert kinds(await conv.send(input=[user("x")]))[-1] == "completed"
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await mesh.open("good").send(input=[user("x")])
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert int(dict(e.value.trailing_metadata())["retry-after-ms"]) > 0
+    # The standard rich status: ErrorInfo names the cause, RetryInfo the wait (no custom trailer).
+    failure = rpc_errors.failure_of(e.value)
+    assert failure.reason == common_pb2.ERROR_REASON_STREAM_LIMIT and failure.retry_after_ms > 0
+    assert "retry-after-ms" not in dict(e.value.trailing_metadata())
 
 
 async def test_a_tenant_cannot_continue_another_tenants_response(make_mesh, tmp_path):

@@ -28,6 +28,7 @@ export interface ProtoGrpcType {
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
+      ErrorReason: EnumTypeDefinition
       FinishReason: EnumTypeDefinition
       FunctionCall: MessageTypeDefinition<_loopwire_v1_FunctionCall, _loopwire_v1_FunctionCall__Output>
       FunctionCallOutput: MessageTypeDefinition<_loopwire_v1_FunctionCallOutput, _loopwire_v1_FunctionCallOutput__Output>

@@ -67,6 +67,7 @@ export interface ProtoGrpcType {
       ConversationMode: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
+      ErrorReason: EnumTypeDefinition
       FinishReason: EnumTypeDefinition
       FunctionCall: MessageTypeDefinition<_loopwire_v1_FunctionCall, _loopwire_v1_FunctionCall__Output>
       FunctionCallOutput: MessageTypeDefinition<_loopwire_v1_FunctionCallOutput, _loopwire_v1_FunctionCallOutput__Output>

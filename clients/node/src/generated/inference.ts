@@ -59,6 +59,7 @@ export interface ProtoGrpcType {
       EngineRole: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
+      ErrorReason: EnumTypeDefinition
       FinishReason: EnumTypeDefinition
       FullPrompt: MessageTypeDefinition<_loopwire_v1_FullPrompt, _loopwire_v1_FullPrompt__Output>
       FunctionCall: MessageTypeDefinition<_loopwire_v1_FunctionCall, _loopwire_v1_FunctionCall__Output>

@@ -48,6 +48,18 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_CODE_FAILED_PRECONDITION: _ClassVar[ErrorCode]
     ERROR_CODE_NOT_FOUND: _ClassVar[ErrorCode]
     ERROR_CODE_ALREADY_EXISTS: _ClassVar[ErrorCode]
+
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_CONTEXT_LENGTH_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_SESSION_TOKEN_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_RATE_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_STREAM_LIMIT: _ClassVar[ErrorReason]
+    ERROR_REASON_KV_PULL_FAILED: _ClassVar[ErrorReason]
+    ERROR_REASON_KV_CAPACITY: _ClassVar[ErrorReason]
+    ERROR_REASON_BAD_CREDENTIALS: _ClassVar[ErrorReason]
+    ERROR_REASON_MALFORMED_MESSAGE: _ClassVar[ErrorReason]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_DEVELOPER: Role
@@ -78,6 +90,15 @@ ERROR_CODE_INTERNAL: ErrorCode
 ERROR_CODE_FAILED_PRECONDITION: ErrorCode
 ERROR_CODE_NOT_FOUND: ErrorCode
 ERROR_CODE_ALREADY_EXISTS: ErrorCode
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_CONTEXT_LENGTH_EXCEEDED: ErrorReason
+ERROR_REASON_SESSION_TOKEN_LIMIT: ErrorReason
+ERROR_REASON_RATE_LIMIT: ErrorReason
+ERROR_REASON_STREAM_LIMIT: ErrorReason
+ERROR_REASON_KV_PULL_FAILED: ErrorReason
+ERROR_REASON_KV_CAPACITY: ErrorReason
+ERROR_REASON_BAD_CREDENTIALS: ErrorReason
+ERROR_REASON_MALFORMED_MESSAGE: ErrorReason
 
 class ContentPart(_message.Message):
     __slots__ = ("text",)
@@ -238,15 +259,17 @@ class Timings(_message.Message):
     def __init__(self, gateway_overhead_us: _Optional[int] = ..., tokenize_us: _Optional[int] = ..., queue_us: _Optional[int] = ..., prefill_us: _Optional[int] = ..., ttft_us: _Optional[int] = ..., decode_us: _Optional[int] = ..., safety_us: _Optional[int] = ..., total_us: _Optional[int] = ..., tokens_tokenized: _Optional[int] = ..., bytes_received: _Optional[int] = ..., tokens_forwarded: _Optional[int] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("code", "message", "field", "retryable", "retry_after_ms")
+    __slots__ = ("code", "message", "field", "retryable", "retry_after_ms", "reason")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     code: ErrorCode
     message: str
     field: str
     retryable: bool
     retry_after_ms: int
-    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+    reason: ErrorReason
+    def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[_Union[ErrorReason, str]] = ...) -> None: ...

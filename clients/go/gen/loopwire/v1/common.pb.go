@@ -314,6 +314,90 @@ func (ErrorCode) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{3}
 }
 
+// The specific cause of a failure, finer than ErrorCode, for the cases a client acts on.
+// A failure of a whole RPC (not an in-stream Error) carries the same reason in its gRPC
+// status details: a google.rpc.ErrorInfo whose domain is "loopwire.v1" and whose reason is
+// the value's name without the ERROR_REASON_ prefix (e.g. "STREAM_LIMIT"), beside a
+// google.rpc.RetryInfo with the suggested delay when a retry may succeed.
+type ErrorReason int32
+
+const (
+	// No specific cause beyond the ErrorCode (or a newer reason this client does not know).
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// The prompt plus at least one output token does not fit the model's context window:
+	// shorten or compact the conversation (OpenAI's "context_length_exceeded").
+	ErrorReason_ERROR_REASON_CONTEXT_LENGTH_EXCEEDED ErrorReason = 1
+	// The conversation is over the gateway's per-session token limit: compact it.
+	ErrorReason_ERROR_REASON_SESSION_TOKEN_LIMIT ErrorReason = 2
+	// The tenant is over its request or token rate: retry after the suggested delay.
+	ErrorReason_ERROR_REASON_RATE_LIMIT ErrorReason = 3
+	// The tenant already has its maximum of open Converse streams: close one, or retry after
+	// the suggested delay.
+	ErrorReason_ERROR_REASON_STREAM_LIMIT ErrorReason = 4
+	// The decode replica could not import the KV a prefill replica computed: resend, and the
+	// gateway prefills on the decode replica instead.
+	ErrorReason_ERROR_REASON_KV_PULL_FAILED ErrorReason = 5
+	// The prompt needs more KV blocks than the replica has at all: it can never be served there.
+	ErrorReason_ERROR_REASON_KV_CAPACITY ErrorReason = 6
+	// The API key (or service token) is missing, unknown or disabled.
+	ErrorReason_ERROR_REASON_BAD_CREDENTIALS ErrorReason = 7
+	// The request bytes do not decode as the RPC's request message.
+	ErrorReason_ERROR_REASON_MALFORMED_MESSAGE ErrorReason = 8
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0: "ERROR_REASON_UNSPECIFIED",
+		1: "ERROR_REASON_CONTEXT_LENGTH_EXCEEDED",
+		2: "ERROR_REASON_SESSION_TOKEN_LIMIT",
+		3: "ERROR_REASON_RATE_LIMIT",
+		4: "ERROR_REASON_STREAM_LIMIT",
+		5: "ERROR_REASON_KV_PULL_FAILED",
+		6: "ERROR_REASON_KV_CAPACITY",
+		7: "ERROR_REASON_BAD_CREDENTIALS",
+		8: "ERROR_REASON_MALFORMED_MESSAGE",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":             0,
+		"ERROR_REASON_CONTEXT_LENGTH_EXCEEDED": 1,
+		"ERROR_REASON_SESSION_TOKEN_LIMIT":     2,
+		"ERROR_REASON_RATE_LIMIT":              3,
+		"ERROR_REASON_STREAM_LIMIT":            4,
+		"ERROR_REASON_KV_PULL_FAILED":          5,
+		"ERROR_REASON_KV_CAPACITY":             6,
+		"ERROR_REASON_BAD_CREDENTIALS":         7,
+		"ERROR_REASON_MALFORMED_MESSAGE":       8,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[4].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[4]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{4}
+}
+
 // One part of a message's content (only text today; images would be a new case).
 type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1409,7 +1493,10 @@ type Error struct {
 	Retryable bool `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
 	// When retryable: milliseconds to wait before retrying, as the server suggests it
 	// (e.g. until the tenant's rate limit admits the request); 0: no hint.
-	RetryAfterMs  uint64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	RetryAfterMs uint64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
+	// The specific cause, where a client handles it differently from others of its code
+	// (UNSPECIFIED otherwise): branch on this, never on the message or the field's prefix.
+	Reason        ErrorReason `protobuf:"varint,6,opt,name=reason,proto3,enum=loopwire.v1.ErrorReason" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1477,6 +1564,13 @@ func (x *Error) GetRetryAfterMs() uint64 {
 		return x.RetryAfterMs
 	}
 	return 0
+}
+
+func (x *Error) GetReason() ErrorReason {
+	if x != nil {
+		return x.Reason
+	}
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
 var File_loopwire_v1_common_proto protoreflect.FileDescriptor
@@ -1557,13 +1651,14 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x10tokens_tokenized\x18\t \x01(\rR\x0ftokensTokenized\x12%\n" +
 	"\x0ebytes_received\x18\n" +
 	" \x01(\x04R\rbytesReceived\x12)\n" +
-	"\x10tokens_forwarded\x18\v \x01(\rR\x0ftokensForwarded\"\xa7\x01\n" +
+	"\x10tokens_forwarded\x18\v \x01(\rR\x0ftokensForwarded\"\xd9\x01\n" +
 	"\x05Error\x12*\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x16.loopwire.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\x12$\n" +
-	"\x0eretry_after_ms\x18\x05 \x01(\x04R\fretryAfterMs*d\n" +
+	"\x0eretry_after_ms\x18\x05 \x01(\x04R\fretryAfterMs\x120\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x18.loopwire.v1.ErrorReasonR\x06reason*d\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\x12\n" +
@@ -1598,7 +1693,17 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x12\"\n" +
 	"\x1eERROR_CODE_FAILED_PRECONDITION\x10\v\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_FOUND\x10\f\x12\x1d\n" +
-	"\x19ERROR_CODE_ALREADY_EXISTS\x10\rB\xaf\x01\n" +
+	"\x19ERROR_CODE_ALREADY_EXISTS\x10\r*\xbc\x02\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12(\n" +
+	"$ERROR_REASON_CONTEXT_LENGTH_EXCEEDED\x10\x01\x12$\n" +
+	" ERROR_REASON_SESSION_TOKEN_LIMIT\x10\x02\x12\x1b\n" +
+	"\x17ERROR_REASON_RATE_LIMIT\x10\x03\x12\x1d\n" +
+	"\x19ERROR_REASON_STREAM_LIMIT\x10\x04\x12\x1f\n" +
+	"\x1bERROR_REASON_KV_PULL_FAILED\x10\x05\x12\x1c\n" +
+	"\x18ERROR_REASON_KV_CAPACITY\x10\x06\x12 \n" +
+	"\x1cERROR_REASON_BAD_CREDENTIALS\x10\a\x12\"\n" +
+	"\x1eERROR_REASON_MALFORMED_MESSAGE\x10\bB\xaf\x01\n" +
 	"\x0fcom.loopwire.v1B\vCommonProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1613,46 +1718,48 @@ func file_loopwire_v1_common_proto_rawDescGZIP() []byte {
 	return file_loopwire_v1_common_proto_rawDescData
 }
 
-var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loopwire_v1_common_proto_goTypes = []any{
 	(Role)(0),                  // 0: loopwire.v1.Role
 	(ToolChoiceMode)(0),        // 1: loopwire.v1.ToolChoiceMode
 	(FinishReason)(0),          // 2: loopwire.v1.FinishReason
 	(ErrorCode)(0),             // 3: loopwire.v1.ErrorCode
-	(*ContentPart)(nil),        // 4: loopwire.v1.ContentPart
-	(*Message)(nil),            // 5: loopwire.v1.Message
-	(*FunctionCall)(nil),       // 6: loopwire.v1.FunctionCall
-	(*FunctionCallOutput)(nil), // 7: loopwire.v1.FunctionCallOutput
-	(*ToolSearchOutput)(nil),   // 8: loopwire.v1.ToolSearchOutput
-	(*CompactionSummary)(nil),  // 9: loopwire.v1.CompactionSummary
-	(*Item)(nil),               // 10: loopwire.v1.Item
-	(*Tool)(nil),               // 11: loopwire.v1.Tool
-	(*ToolChoice)(nil),         // 12: loopwire.v1.ToolChoice
-	(*SamplingParams)(nil),     // 13: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),       // 14: loopwire.v1.ReplayOutput
-	(*Usage)(nil),              // 15: loopwire.v1.Usage
-	(*PrefillProgress)(nil),    // 16: loopwire.v1.PrefillProgress
-	(*Timings)(nil),            // 17: loopwire.v1.Timings
-	(*Error)(nil),              // 18: loopwire.v1.Error
+	(ErrorReason)(0),           // 4: loopwire.v1.ErrorReason
+	(*ContentPart)(nil),        // 5: loopwire.v1.ContentPart
+	(*Message)(nil),            // 6: loopwire.v1.Message
+	(*FunctionCall)(nil),       // 7: loopwire.v1.FunctionCall
+	(*FunctionCallOutput)(nil), // 8: loopwire.v1.FunctionCallOutput
+	(*ToolSearchOutput)(nil),   // 9: loopwire.v1.ToolSearchOutput
+	(*CompactionSummary)(nil),  // 10: loopwire.v1.CompactionSummary
+	(*Item)(nil),               // 11: loopwire.v1.Item
+	(*Tool)(nil),               // 12: loopwire.v1.Tool
+	(*ToolChoice)(nil),         // 13: loopwire.v1.ToolChoice
+	(*SamplingParams)(nil),     // 14: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),       // 15: loopwire.v1.ReplayOutput
+	(*Usage)(nil),              // 16: loopwire.v1.Usage
+	(*PrefillProgress)(nil),    // 17: loopwire.v1.PrefillProgress
+	(*Timings)(nil),            // 18: loopwire.v1.Timings
+	(*Error)(nil),              // 19: loopwire.v1.Error
 }
 var file_loopwire_v1_common_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.Message.role:type_name -> loopwire.v1.Role
-	4,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
-	11, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
-	5,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
-	6,  // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
-	7,  // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
-	8,  // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
-	9,  // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
+	5,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
+	12, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
+	6,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
+	7,  // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
+	8,  // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
+	9,  // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
+	10, // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
 	1,  // 8: loopwire.v1.ToolChoice.mode:type_name -> loopwire.v1.ToolChoiceMode
-	6,  // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
+	7,  // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
 	3,  // 10: loopwire.v1.Error.code:type_name -> loopwire.v1.ErrorCode
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 11: loopwire.v1.Error.reason:type_name -> loopwire.v1.ErrorReason
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_common_proto_init() }
@@ -1676,7 +1783,7 @@ func file_loopwire_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_common_proto_rawDesc), len(file_loopwire_v1_common_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -11,6 +11,7 @@ decode-role replica is first prefilled on a prefill replica, whose KV the decode
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -35,6 +36,15 @@ if TYPE_CHECKING:
     from loopwire.gateway.session import ConverseSession
 
 Code = common_pb2.ErrorCode
+
+
+class Phase(enum.Enum):
+    """Where one response is (the relay's state machine)."""
+
+    OPENING = "opening"  # routing, the input's safety check, the start
+    GENERATING = "generating"  # the replica streams output
+    DRAINING = "draining"  # the generation ended; output waits for its safety verdicts
+    FAILED = "failed"  # ended with an error event (error, cancel, safety cut)
 
 
 class ResponseRun:
@@ -78,6 +88,10 @@ class ResponseRun:
         self.remote_prefill = False  # the generation in flight pulls its prompt's KV from a prefill replica
         self.tokens_forwarded = 0
         self.request_id = response_id
+        self.phase = Phase.OPENING
+        self.finished: inference_pb2.GenerationFinished | None = None
+        self._held: object = None  # a message taken while joining token batches, handled next
+        self._input_reported = False
 
     def stop_safety(self) -> None:
         self.safety.stop()
@@ -90,113 +104,156 @@ class ResponseRun:
             self.place.vacate()
 
     async def _events(self) -> AsyncIterator[gateway_pb2.ConverseResponse]:
-        cfg = self.gw.config
-        safety = self.safety
+        """The response's events: opening, then one handler per message until it ends.
+
+        Phases: GENERATING (the replica streams) -> DRAINING (the generation finished; output
+        waits for its safety verdicts) -> completed. Any handler may end it as FAILED (an error,
+        a cancel, a safety cut) after yielding its failure event.
+        """
+        for out in await self._open():
+            yield out
+        while self.phase in (Phase.GENERATING, Phase.DRAINING):
+            message = await self._next_message()
+            if isinstance(message, inference_pb2.GenerateResponse):
+                handled = await self._on_replica(message)
+            elif isinstance(message, LinkDown):
+                handled = await self._on_link_down(message)
+            elif message is CANCEL:
+                handled = await self._on_cancel()
+            else:  # a safety verdict or progress: only the re-evaluation below
+                handled = []
+            for out in handled:
+                yield out
+            if self.phase is Phase.FAILED:
+                return
+            for out in await self._after_message():
+                yield out
+            if self.phase is Phase.DRAINING and self.safety.done():
+                break
+        if self.phase is Phase.FAILED:
+            return
+        for out in self.safety.releasable():
+            yield out
+        checker = self.safety.checker
+        if checker is not None:
+            yield self._safety_event(OUTPUT, Verdict(True), checker.classifier_us, checker.checked_chars)
+        yield self._complete(self.finished)
+
+    async def _open(self) -> list[gateway_pb2.ConverseResponse]:
+        """Route, announce the response, check the input, start the generation."""
+        cfg, safety = self.gw.config, self.safety
         try:
             link = await self.place.link()
         except RequestError as e:
-            yield self._fail(e)
-            return
-        yield self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))
+            return self._failure(e)
+        out = [self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))]
         if safety.on:
             await safety.start(input_text(self.p.new_items), cfg.safety_chunk_chars, cfg.safety_overlap_chars,
                                cfg.safety_serial)
         if safety.input_verdict is not None and not safety.input_verdict.verdict.allowed:
-            yield self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0)
-            yield self._fail(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, "input failed the safety check"))
-            return
+            out.append(self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0))
+            return out + self._failure(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, "input failed the safety check"))
         await self._start(link, resend_full=False)
-        finished: inference_pb2.GenerationFinished | None = None
-        input_reported = False
+        self.phase = Phase.GENERATING
+        return out
+
+    async def _next_message(self) -> object:
+        """The next message; token batches queued behind one are joined into it (parsed and sent as one)."""
         queue = self.queue
-        held: object = None  # taken while joining token batches, handled next
-        while True:
-            if held is not None:
-                message, held = held, None
-            else:
-                message = await queue.get()
-            if isinstance(message, inference_pb2.GenerateResponse):
-                kind = message.WhichOneof("event")
-                if kind == "tokens" and finished is None:
-                    token_ids: Sequence[int] = message.tokens.token_ids
-                    # Token batches that queued up behind this one are parsed (and sent) as one.
-                    if not queue.empty():
-                        joined = list(token_ids)
-                        while not queue.empty():
-                            held = queue.get_nowait()
-                            if not (isinstance(held, inference_pb2.GenerateResponse) and held.HasField("tokens")):
-                                break
-                            joined.extend(held.tokens.token_ids)
-                            held = None
-                        token_ids = joined
-                    if await self._on_tokens(token_ids):
-                        finished = inference_pb2.GenerationFinished(
-                            finish_reason=common_pb2.FINISH_REASON_STOP,
-                            usage=common_pb2.Usage(output_tokens=len(self.generated)),
-                        )
-                        self._end_output()
-                elif kind == "finished" and finished is None:
-                    finished = message.finished
-                    self._end_output()
-                elif kind == "prefill_progress" and finished is None and not self.generated:
-                    yield self._event(prefill_progress=message.prefill_progress)
-                elif kind == "error":
-                    error = message.error
-                    if (self.remote_prefill and error.reason == common_pb2.ERROR_REASON_KV_PULL_FAILED
-                            and not self.generated):
-                        # The decode replica refused the pull (say, the prefill replica is not among its
-                        # --peers): the same request, prefilled locally; the client never sees it.
-                        self.gw.router.disagg.failed += 1
-                        log.warning("remote prefill refused by %s (%s); prefilling locally",
-                                    self.s.link.replica.name if self.s.link else "?", error.message)
-                        assert self.s.link is not None
-                        self.s.link.forget_held()
-                        await self._start(self.s.link, resend_full=True)
-                        continue
-                    if error.code == Code.ERROR_CODE_STATE_LOST and self.place.attempt == 0 and not self.generated:
-                        self.gw.metrics.add("state_lost_resends", self.model)
-                        assert self.s.link is not None
-                        self.s.link.forget_held()
-                        await self._start(self.s.link, resend_full=True)
-                        continue
-                    self.place.detach(self.request_id)
-                    yield self._fail(RequestError(error.code, error.message, error.field,
-                                                  retryable=error.retryable, retry_after_ms=error.retry_after_ms))
-                    return
-            elif isinstance(message, LinkDown):
-                if finished is None:
-                    try:
-                        link = await self.place.fail_over(message, self.id)
-                    except RequestError as e:
-                        yield self._fail(e)
-                        return
-                    self.request_id = f"{self.id}.{self.place.attempt}"
-                    await self._start(link, resend_full=True)
-            elif message is CANCEL:
-                await self.place.abandon(self.request_id)
-                yield self._fail(RequestError(Code.ERROR_CODE_CANCELLED, "cancelled by the client", "cancel_response"))
-                return
-            # Safety verdicts and progress arrive here too; everything below re-evaluates.
-            violation = safety.violation()
-            if violation is not None:
-                stage, verdict, us = violation
-                self.gw.metrics.add("safety_cuts", self.model)
-                await self.place.abandon(self.request_id)
-                yield self._safety_event(stage, verdict, us, safety.checked_chars)
-                yield self._fail(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, f"{verdict.category}: {verdict.detail}"))
-                return
-            if safety.input_verdict is not None and not input_reported:
-                input_reported = True
-                yield self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0)
-            for out in safety.releasable():
-                yield out
-            if finished is not None and safety.done():
+        if self._held is not None:
+            message, self._held = self._held, None
+        else:
+            message = await queue.get()
+        if not (isinstance(message, inference_pb2.GenerateResponse) and message.HasField("tokens")) or queue.empty():
+            return message
+        joined = inference_pb2.GenerateResponse(request_id=message.request_id)
+        joined.tokens.token_ids.extend(message.tokens.token_ids)
+        while not queue.empty():
+            nxt = queue.get_nowait()
+            if not (isinstance(nxt, inference_pb2.GenerateResponse) and nxt.HasField("tokens")):
+                self._held = nxt
                 break
-        for out in safety.releasable():
-            yield out
-        if safety.checker is not None:
-            yield self._safety_event(OUTPUT, Verdict(True), safety.checker.classifier_us, safety.checker.checked_chars)
-        yield self._complete(finished)
+            joined.tokens.token_ids.extend(nxt.tokens.token_ids)
+        return joined
+
+    async def _on_replica(self, message: inference_pb2.GenerateResponse) -> list[gateway_pb2.ConverseResponse]:
+        kind = message.WhichOneof("event")
+        generating = self.phase is Phase.GENERATING
+        if kind == "tokens" and generating:
+            if await self._on_tokens(message.tokens.token_ids):  # a stop string: the generation ends here
+                self._finish(inference_pb2.GenerationFinished(
+                    finish_reason=common_pb2.FINISH_REASON_STOP,
+                    usage=common_pb2.Usage(output_tokens=len(self.generated))))
+        elif kind == "finished" and generating:
+            self._finish(message.finished)
+        elif kind == "prefill_progress" and generating and not self.generated:
+            return [self._event(prefill_progress=message.prefill_progress)]
+        elif kind == "error":
+            return await self._on_replica_error(message.error)
+        return []
+
+    async def _on_replica_error(self, error: common_pb2.Error) -> list[gateway_pb2.ConverseResponse]:
+        """A resend in full when the replica lost or could not import the state; a failure otherwise."""
+        link = self.s.link
+        if self.remote_prefill and error.reason == common_pb2.ERROR_REASON_KV_PULL_FAILED and not self.generated:
+            # The decode replica refused the pull (say, the prefill replica is not among its
+            # --peers): the same request, prefilled locally; the client never sees it.
+            self.gw.router.disagg.failed += 1
+            log.warning("remote prefill refused by %s (%s); prefilling locally",
+                        link.replica.name if link else "?", error.message)
+        elif error.code == Code.ERROR_CODE_STATE_LOST and self.place.attempt == 0 and not self.generated:
+            self.gw.metrics.add("state_lost_resends", self.model)
+        else:
+            self.place.detach(self.request_id)
+            return self._failure(RequestError(error.code, error.message, error.field, retryable=error.retryable,
+                                              retry_after_ms=error.retry_after_ms, reason=error.reason))
+        assert link is not None
+        link.forget_held()
+        await self._start(link, resend_full=True)
+        return []
+
+    async def _on_link_down(self, down: LinkDown) -> list[gateway_pb2.ConverseResponse]:
+        """The replica died: continue on another (the output so far is kept), unless it already finished."""
+        if self.phase is not Phase.GENERATING:
+            return []
+        try:
+            link = await self.place.fail_over(down, self.id)
+        except RequestError as e:
+            return self._failure(e)
+        self.request_id = f"{self.id}.{self.place.attempt}"
+        await self._start(link, resend_full=True)
+        return []
+
+    async def _on_cancel(self) -> list[gateway_pb2.ConverseResponse]:
+        await self.place.abandon(self.request_id)
+        return self._failure(RequestError(Code.ERROR_CODE_CANCELLED, "cancelled by the client", "cancel_response"))
+
+    async def _after_message(self) -> list[gateway_pb2.ConverseResponse]:
+        """Re-evaluate safety after any message: cut on a violation, else release what passed."""
+        safety = self.safety
+        violation = safety.violation()
+        if violation is not None:
+            stage, verdict, us = violation
+            self.gw.metrics.add("safety_cuts", self.model)
+            await self.place.abandon(self.request_id)
+            cut = [self._safety_event(stage, verdict, us, safety.checked_chars)]
+            return cut + self._failure(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION,
+                                                    f"{verdict.category}: {verdict.detail}"))
+        out = []
+        if safety.input_verdict is not None and not self._input_reported:
+            self._input_reported = True
+            out.append(self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0))
+        out.extend(safety.releasable())
+        return out
+
+    def _finish(self, finished: inference_pb2.GenerationFinished) -> None:
+        self.finished = finished
+        self.phase = Phase.DRAINING
+        self._end_output()
+
+    def _failure(self, error: RequestError) -> list[gateway_pb2.ConverseResponse]:
+        self.phase = Phase.FAILED
+        return [self._fail(error)]
 
     # -- generation -------------------------------------------------------------------
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterable
@@ -13,9 +12,8 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from loopwire.common import rpc_errors, service_auth, telemetry, tls
+from loopwire.common import service_auth, telemetry, tls
 from loopwire.common.decode_guard import DecodeGuardInterceptor
-from loopwire.v1 import common_pb2
 
 log = logging.getLogger("loopwire.server")
 
@@ -36,25 +34,6 @@ SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.max_ping_strikes", 0),
 ]
-
-
-async def refuse_stream(context: grpc.aio.ServicerContext, requests: object, code: grpc.StatusCode,
-                        details: str, reason: common_pb2.ErrorReason.ValueType = common_pb2.ERROR_REASON_UNSPECIFIED) -> None:
-    """End a client-streaming call with ``code``: read what the client already sent (bounded)
-    first, because closing a stream the client is still writing makes gRPC report INTERNAL to
-    it now and then ("Internal error from Core") instead of the real status."""
-    rpc_errors.set_status(context, code, details, reason)
-
-    async def drain() -> None:
-        n = 0
-        async for _ in requests:  # type: ignore[attr-defined]
-            n += 1
-            if n >= 8:
-                return
-
-    if requests is not None and hasattr(requests, "__aiter__"):
-        with contextlib.suppress(asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):
-            await asyncio.wait_for(drain(), 1.0)
 
 
 def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:

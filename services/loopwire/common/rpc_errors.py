@@ -10,6 +10,8 @@ prints them), so no client parses a custom trailer or a message.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -65,6 +67,25 @@ def set_status(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message
     context.set_code(status.code)
     context.set_details(status.details)
     context.set_trailing_metadata(status.trailing_metadata)
+
+
+async def refuse_stream(context: grpc.aio.ServicerContext, requests: object, code: grpc.StatusCode,
+                        details: str, reason: common_pb2.ErrorReason.ValueType = UNSPECIFIED) -> None:
+    """End a client-streaming call with ``code``: read what the client already sent (bounded)
+    first, because closing a stream the client is still writing makes gRPC report INTERNAL to
+    it now and then ("Internal error from Core") instead of the real status."""
+    set_status(context, code, details, reason)
+
+    async def drain() -> None:
+        n = 0
+        async for _ in requests:  # type: ignore[attr-defined]
+            n += 1
+            if n >= 8:
+                return
+
+    if requests is not None and hasattr(requests, "__aiter__"):
+        with contextlib.suppress(asyncio.TimeoutError, grpc.aio.AioRpcError, asyncio.CancelledError):
+            await asyncio.wait_for(drain(), 1.0)
 
 
 @dataclass(frozen=True)

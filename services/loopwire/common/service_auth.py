@@ -51,9 +51,7 @@ def _refusal(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHand
         await rpc_errors.abort(context, grpc.StatusCode.UNAUTHENTICATED, message, common_pb2.ERROR_REASON_BAD_CREDENTIALS)
 
     async def abort_stream(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        from loopwire.common.grpc_server import refuse_stream
-
-        await refuse_stream(context, request, grpc.StatusCode.UNAUTHENTICATED, message,
+        await rpc_errors.refuse_stream(context, request, grpc.StatusCode.UNAUTHENTICATED, message,
                             common_pb2.ERROR_REASON_BAD_CREDENTIALS)
         return
         yield  # pragma: no cover - makes this an async generator

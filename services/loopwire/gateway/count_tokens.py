@@ -15,14 +15,14 @@ from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2, gateway_pb2
 
 if TYPE_CHECKING:
-    from loopwire.gateway.service import GatewayServicer
+    from loopwire.gateway.parts import Gateway
 
 Code = common_pb2.ErrorCode
 _NO_STREAM = ""  # a unary call belongs to no Converse stream
 _PREVIOUS = "request.previous_response_id"
 
 
-async def count(gw: GatewayServicer, tenant: Tenant, create: gateway_pb2.CreateResponse) -> gateway_pb2.CountTokensResponse:
+async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse) -> gateway_pb2.CountTokensResponse:
     cfg = gw.config
     validation.check_size(create, cfg.max_request_bytes)
     validation.check_header(create)

@@ -20,13 +20,13 @@ from loopwire.v1 import common_pb2
 
 if TYPE_CHECKING:
     from loopwire.gateway.conversation import Conversation
-    from loopwire.gateway.session import ConverseSession
+    from loopwire.gateway.parts import Stream
 
 log = logging.getLogger("loopwire.gateway")
 
 
 class Placement:
-    def __init__(self, session: ConverseSession, conversation: Conversation, watch: Stopwatch, model: str) -> None:
+    def __init__(self, session: Stream, conversation: Conversation, watch: Stopwatch, model: str) -> None:
         self.s = session
         self.gw = session.gw
         self.conversation = conversation

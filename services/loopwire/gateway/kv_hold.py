@@ -21,7 +21,7 @@ from loopwire.gateway.router import Replica
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 if TYPE_CHECKING:
-    from loopwire.gateway.session import ConverseSession
+    from loopwire.gateway.parts import Stream
 
 log = logging.getLogger("loopwire.gateway")
 
@@ -29,7 +29,7 @@ HOLD_TIMEOUT_S = 10.0
 MAX_HOLD_SECONDS = 3600  # the replicas' own cap on retention
 
 
-async def hold_kv(session: ConverseSession, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
+async def hold_kv(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
     """Pin (or release) the KV of ``hold.response_id``; a KvHeld event, or a failed one."""
     rid = hold.response_id
     try:

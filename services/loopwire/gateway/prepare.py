@@ -20,7 +20,7 @@ from loopwire.gateway.conversation import Conversation, Difference
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 if TYPE_CHECKING:
-    from loopwire.gateway.session import ConverseSession
+    from loopwire.gateway.parts import Stream
 
 Code = common_pb2.ErrorCode
 
@@ -43,7 +43,7 @@ class Prepared:
     constraint: inference_pb2.Constraint | None = None
 
 
-async def prepare(session: ConverseSession, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
+async def prepare(session: Stream, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
     """Validate, find the conversation, tokenize what is new, admit under the rate limits."""
     try:
         return await _prepare_checked(session, create, model)
@@ -51,7 +51,7 @@ async def prepare(session: ConverseSession, create: gateway_pb2.CreateResponse, 
         raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "create_response.input") from None
 
 
-async def _prepare_checked(session: ConverseSession, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
+async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, model: str) -> Prepared:
     gw = session.gw
     cfg = gw.config
     received = validation.check_size(create, cfg.max_request_bytes)

@@ -32,8 +32,8 @@ from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 log = logging.getLogger("loopwire.gateway")
 
 if TYPE_CHECKING:
+    from loopwire.gateway.parts import Stream
     from loopwire.gateway.prepare import Prepared
-    from loopwire.gateway.session import ConverseSession
 
 Code = common_pb2.ErrorCode
 
@@ -52,7 +52,7 @@ class ResponseRun:
 
     def __init__(
         self,
-        session: ConverseSession,
+        session: Stream,
         create: gateway_pb2.CreateResponse,
         response_id: str,
         prepared: Prepared,

@@ -11,23 +11,24 @@ and runs safety checks beside inference. The work is split by concern:
 - ``failover.py``: the replica link, its load, and failover when a replica dies;
 - ``count_tokens.py``: CountTokens, a request's prompt size without running it.
 
-This module holds the configuration and the servicer: authentication, the per-tenant
-stream limit, and the state shared by all streams.
+This module holds the servicer: authentication, the per-tenant stream limit, and the state
+shared by all streams (``config.py`` its configuration, ``parts.py`` what the parts above
+may see of it and of a stream).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import grpc
 
-from loopwire.common import grpc_server, rpc_errors
+from loopwire.common import rpc_errors
 from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.errors import RequestError
 from loopwire.common.model_def import ModelDefinition
 from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway import count_tokens
+from loopwire.gateway.config import GatewayConfig
 from loopwire.gateway.metrics import GatewayMetrics
 from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.response_store import ResponseStore
@@ -45,30 +46,6 @@ _UNARY_STATUS = {
     common_pb2.ERROR_CODE_PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-
-
-@dataclass
-class GatewayConfig:
-    max_request_bytes: int = 16 * 1024 * 1024
-    max_sessions: int = 10_000
-    max_session_tokens: int = 1_000_000
-    max_total_tokens: int = 200_000_000
-    safety_mode: int = gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT
-    # The naive way, for benchmarks: finish the input check before inference starts.
-    safety_serial: bool = False
-    safety_chunk_chars: int = 256
-    safety_overlap_chars: int = 64
-    # The naive way, for benchmarks: every request re-tokenized and forwarded in full.
-    stateless: bool = False
-    default_max_output_tokens: int = 1024
-    max_failovers: int = 2
-    # False: render the whole conversation's template on every append (the old way, kept for
-    # the benchmark); True renders only the new messages where the template allows it.
-    incremental_render: bool = True
-    # Accept CreateResponse.replay (recorded output to emit): replays and benchmarks only.
-    allow_replay: bool = False
-    # The naive way, for the task benchmark: no grammar from tools or formats (free decoding).
-    unconstrained: bool = False
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
@@ -129,7 +106,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             tenant = self.auth.authenticate(context.invocation_metadata())
         except AuthError as e:
-            await grpc_server.refuse_stream(context, request_iterator, e.status_code, f"authorization: {e}",
+            await rpc_errors.refuse_stream(context, request_iterator, e.status_code, f"authorization: {e}",
                                             common_pb2.ERROR_REASON_BAD_CREDENTIALS)
             return
         limiter = self.limiter(tenant)

@@ -29,7 +29,7 @@ from loopwire.gateway.relay import ResponseRun
 from loopwire.v1 import common_pb2, gateway_pb2
 
 if TYPE_CHECKING:
-    from loopwire.gateway.service import GatewayServicer
+    from loopwire.gateway.parts import Gateway
 
 log = logging.getLogger("loopwire.gateway")
 
@@ -39,7 +39,7 @@ Code = common_pb2.ErrorCode
 class ConverseSession:
     """The state of one Converse stream: its conversation, its replica link."""
 
-    def __init__(self, gateway: GatewayServicer, tenant: Tenant, limiter: TenantLimiter) -> None:
+    def __init__(self, gateway: Gateway, tenant: Tenant, limiter: TenantLimiter) -> None:
         self.gw = gateway
         self.tenant = tenant
         self.limiter = limiter

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from loopwire.common import grpc_server, rpc_errors
+from loopwire.common import rpc_errors
 from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import extensions, session_ids, tools, validation, workspace_files
@@ -67,7 +67,7 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
             tenant = self.auth.authenticate(metadata)
         except AuthError as e:
             if requests is not None:
-                await grpc_server.refuse_stream(context, requests, e.status_code, f"authorization: {e}",
+                await rpc_errors.refuse_stream(context, requests, e.status_code, f"authorization: {e}",
                                                 common_pb2.ERROR_REASON_BAD_CREDENTIALS)
                 return None
             await rpc_errors.abort(context, e.status_code, f"authorization: {e}", common_pb2.ERROR_REASON_BAD_CREDENTIALS)

@@ -148,7 +148,7 @@ def test_input_items_are_listed_newest_first_and_paginate(api):
     assert [d["type"] for d in data] == ["message", "message", "function_call", "function_call_output", "message",
                                         "message"]
     assert data[0]["content"] == [{"type": "input_text", "text": "Be terse."}]  # a string became a part
-    assert data[4]["content"] == [{"type": "output_text", "text": "5."}] and data[4]["phase"] == "final_answer"
+    assert data[4]["content"] == [{"type": "output_text", "text": "5.", "annotations": []}] and data[4]["phase"] == "final_answer"
     assert data[5]["id"] == "msg_client_chosen" and all(d["status"] == "completed" for d in data)
     assert listing(api, r["id"], "?order=asc")["data"] == data
     # Pages of two, in both orders, join up to the whole list.

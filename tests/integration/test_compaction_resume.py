@@ -7,8 +7,8 @@ import pytest
 from harness_testkit import FakeGateway, HarnessProcess, kinds, long_script, of, start_server
 from test_harness_crash_resume import events_until, get_session
 
+from loopwire.common.summaries import SUMMARY_INSTRUCTIONS
 from loopwire.harness import compaction
-from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS
 from loopwire.v1 import gateway_pb2_grpc, harness_pb2
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

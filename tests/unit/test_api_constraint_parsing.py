@@ -103,7 +103,8 @@ def test_text_format_json_schema_becomes_the_text_format_and_is_echoed():
     parsed = responses(text={"format": fmt, "verbosity": "low"})
     assert parsed.create.text_format == gateway_pb2.TextFormat(name="answer", json_schema=json.dumps(SCHEMA),
                                                                strict=True)
-    assert ResponseBuilder(parsed).response()["text"] == {"format": fmt, "verbosity": "low"}
+    # Echoed with every field the specification requires, null where the request left it out.
+    assert ResponseBuilder(parsed).response()["text"] == {"format": {**fmt, "description": None}, "verbosity": "low"}
     loose = responses(text={"format": {**fmt, "strict": None}})
     assert loose.create.text_format.strict is False
 

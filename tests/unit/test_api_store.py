@@ -135,8 +135,11 @@ def test_tenant_key_without_a_tenants_file_separates_keys():
     ("hi", [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}],
              "status": "completed"}]),
     ([{"role": "assistant", "content": "ok", "phase": "commentary"}],
-     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}],
+     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok", "annotations": []}],
        "phase": "commentary", "status": "completed"}]),
+    ([{"role": "assistant", "phase": None, "content": [{"type": "output_text", "text": "ok"}]}],
+     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok", "annotations": []}],
+       "status": "completed"}]),
     ([{"type": "function_call_output", "call_id": "c", "output": "5", "id": "fco_mine", "status": "completed"}],
      [{"type": "function_call_output", "call_id": "c", "output": "5", "id": "fco_mine", "status": "completed"}]),
 ])

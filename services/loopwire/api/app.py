@@ -15,6 +15,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loopwire.api.chat import chat_completions
+from loopwire.api.compact import compact_response
 from loopwire.api.context import ApiContext, ClientWatch, error_response
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import OWNER
@@ -79,6 +80,7 @@ def build_app(ctx: ApiContext) -> Starlette:
             Route("/v1/responses", create_response, methods=["POST"]),
             WebSocketRoute("/v1/responses", responses_socket),
             Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
+            Route("/v1/responses/compact", compact_response, methods=["POST"]),
             Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
             Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
             Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),

@@ -77,7 +77,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         create.instructions = items.want(body["instructions"], str, "instructions", "a string")
     create.input.extend(items.response_input(body.get("input", [])))
     create.tools.extend(items.response_tools(body.get("tools") or []))
-    tools_json = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+    tools_json = [items.tool_json(t) for t in body.get("tools") or [] if t.get("type") == "function"]
     # A delta without tools inherits the conversation's: only the gateway knows them then.
     known = [t.name for t in create.tools] if create.tools or not previous else None
     choice, choice_json = tool_choice(body.get("tool_choice"), known)
@@ -111,9 +111,18 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         create.text_format.CopyFrom(text_format)
     if body.get("loopwire_replay") is not None:
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
-    return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, list(tools_json),
-                        choice_json, {**text, "format": fmt}, echo(body), items.input_json(body.get("input", [])),
-                        background)
+    return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, tools_json,
+                        choice_json, {**text, "format": format_json(fmt)}, echo(body),
+                        items.input_json(body.get("input", [])), background)
+
+
+def format_json(fmt: dict[str, Any]) -> dict[str, Any]:
+    """``text.format`` as the Response object echoes it: a JSON Schema format with every field the
+    specification requires (``description`` null and ``strict`` false when the request left them out)."""
+    if fmt.get("type") != "json_schema":
+        return fmt
+    return {"type": "json_schema", "name": fmt["name"], "description": fmt.get("description"),
+            "schema": fmt["schema"], "strict": fmt.get("strict") is True}
 
 
 def echo(body: dict[str, Any]) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopwire.api import items
+from loopwire.api.compact import check_previous
 from loopwire.api.context import context, error_response, read_body
 from loopwire.api.create import parse_create
 from loopwire.api.errors import ApiError, from_rpc_error, previous_not_found
-from loopwire.api.responses import check_previous
 from loopwire.api.store import tenant_key
 
 # What a count request carries beyond a create's fields (streaming and storing mean nothing here).

@@ -6,6 +6,8 @@ the gateway's. Every rejection names the request path of the offending value.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import secrets
@@ -30,7 +32,12 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 THINK_GAP = "\n\n"
 # An assistant message's phase (Codex labels its preambles): a label, the transcript is the same.
 PHASES = {"commentary", "final_answer"}
-_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
+              "compaction": "cmp"}
+# A compaction item's ``encrypted_content`` made here: a version tag, then the summary text in
+# base64url. Opaque to clients (as the specification has it); not a secret: it holds nothing the
+# tenant could not send as a message, so it needs no key and any replica can read it.
+COMPACTION_TAG = "lwc1."
 
 
 def check_keys(obj: dict[str, Any], allowed: set[str], path: str) -> None:
@@ -123,6 +130,10 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
                 name=want(raw.get("name"), str, f"{p}.name", "a string"),
                 arguments=want(raw.get("arguments", "{}"), str, f"{p}.arguments", "a string"),
             )))
+        elif kind == "compaction":
+            check_keys(raw, {"type", "id", "encrypted_content", "created_by"}, p)
+            summary = compaction_summary(raw.get("encrypted_content"), f"{p}.encrypted_content")
+            items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=summary)))
         elif kind == "function_call_output":
             check_keys(raw, {"type", "call_id", "output", "id", "status"}, p)
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
@@ -134,6 +145,23 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
     if think is not None:
         items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
     return items
+
+
+def compaction_content(summary: str) -> str:
+    return COMPACTION_TAG + base64.urlsafe_b64encode(summary.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def compaction_summary(value: Any, path: str) -> str:
+    """The summary a compaction item made here carries; another server's content cannot be read."""
+    content = want(value, str, path, "a string")
+    body = content.removeprefix(COMPACTION_TAG)
+    try:
+        if body == content:
+            raise ValueError
+        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8")
+    except (ValueError, binascii.Error):
+        raise bad_request(f"Invalid value for '{path}': not the content of a compaction made by this server "
+                          "(POST /v1/responses/compact).", path, "invalid_value") from None
 
 
 def _reasoning_block(raw: dict[str, Any], p: str) -> str | None:
@@ -182,9 +210,15 @@ def input_json(value: Any) -> list[dict[str, Any]]:
         if not isinstance(item.get("id"), str) or not item["id"]:
             item["id"] = f"{_ID_PREFIX.get(kind, 'item')}_{secrets.token_hex(12)}"
         item.setdefault("status", "completed")
-        if kind == "message" and isinstance(item.get("content"), str):
-            part = "output_text" if item.get("role") == "assistant" else "input_text"
-            item["content"] = [{"type": part, "text": item["content"]}]
+        if kind == "message":
+            if item.get("phase", "") is None:  # a label left unset is no label (the item's phase is a string)
+                del item["phase"]
+            if isinstance(item.get("content"), str):
+                part = "output_text" if item.get("role") == "assistant" else "input_text"
+                item["content"] = [{"type": part, "text": item["content"]}]
+            if isinstance(item.get("content"), list):
+                item["content"] = [{"annotations": [], **c} if isinstance(c, dict) and c.get("type") == "output_text"
+                                   else c for c in item["content"]]
         out.append(item)
     return out
 
@@ -211,6 +245,13 @@ def response_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
         check_keys(raw, {"type", "name", "description", "parameters", "strict"}, p)
         tools.append(_tool(raw, p))
     return tools
+
+
+def tool_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """A function tool of the request as the Response object echoes it: every field the
+    specification's FunctionTool requires, null where the request left it out."""
+    return {"type": "function", "name": raw.get("name"), "description": raw.get("description"),
+            "parameters": raw.get("parameters"), "strict": raw.get("strict")}
 
 
 def chat_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
@@ -307,9 +348,10 @@ def reasoning_id(response_id: str, index: int) -> str:
 
 
 def output_reasoning(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
-    """A reasoning item: the model's own reasoning text as its content (no summary is written)."""
+    """A reasoning item: the model's own reasoning text as its content (no summary is written, and
+    no ``encrypted_content``: the specification's is a string when present, never null)."""
     return {"type": "reasoning", "id": item_id, "status": status, "summary": [],
-            "content": [reasoning_text(text)], "encrypted_content": None}
+            "content": [reasoning_text(text)]}
 
 
 def reasoning_text(text: str) -> dict[str, Any]:

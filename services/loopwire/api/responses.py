@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api import items
+from loopwire.api.compact import check_previous
 from loopwire.api.context import (
     SSE_KEEPALIVE,
     ApiContext,
@@ -29,7 +30,7 @@ from loopwire.api.context import (
     with_keepalive,
 )
 from loopwire.api.create import ParsedCreate, parse_create
-from loopwire.api.errors import ApiError, previous_not_found, unsupported
+from loopwire.api.errors import ApiError, unsupported
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.gateway_client import OWNER, ConverseStream
 from loopwire.api.store import InFlight, ResponseStore, tenant_key
@@ -168,13 +169,6 @@ async def background_response(ctx: ApiContext, authorization: str, tenant: str, 
 
     return StreamingResponse(body_events(), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
-
-
-def check_previous(store: ResponseStore, owner: str, parsed: ParsedCreate) -> None:
-    """A response deleted here cannot be continued (the gateway, which has no delete, still has it)."""
-    previous = parsed.create.previous_response_id
-    if previous and store.deleted(owner, previous):
-        raise previous_not_found(previous)
 
 
 def ended(store: ResponseStore, owner: str, builder: ResponseBuilder) -> None:

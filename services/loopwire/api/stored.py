@@ -2,7 +2,8 @@
 ``POST /v1/responses/{id}/cancel``, answered from the api's per-tenant store (``store.py``).
 
 Every id is looked up under the caller's tenant only: another tenant's response, a deleted one,
-one sent with ``store: false`` and one never made all answer the same 404.
+one sent with ``store: false`` and one never made all answer the same 404. A compaction
+(``compact.py``) is no response: it can be deleted, and is otherwise a 404 here too.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from loopwire.api.context import ApiContext, context, error_response
 from loopwire.api.errors import ApiError, bad_request, not_found, unknown_parameter, unsupported
-from loopwire.api.store import tenant_key
+from loopwire.api.store import ResponseStore, Stored, tenant_key
 
 log = logging.getLogger("loopwire.api")
 
@@ -62,6 +63,11 @@ def _query(request: Request, model: type[BaseModel]) -> Any:
         raise bad_request(f"Invalid value for '{param}': {first['msg']}.", param, "invalid_value") from None
 
 
+def _stored(store: ResponseStore, owner: str, rid: str) -> Stored | None:
+    stored = store.get(owner, rid)
+    return stored if stored is not None and stored.response.get("object") == "response" else None
+
+
 def _owner(ctx: ApiContext, request: Request) -> str:
     authorization = request.headers.get("authorization", "")
     return tenant_key(ctx.authorize(authorization), authorization)
@@ -75,7 +81,7 @@ async def get_response(request: Request) -> Response:
         query: RetrieveQuery = _query(request, RetrieveQuery)
         if query.stream:
             raise unsupported("stream", "streaming a stored or background response again (poll it instead)")
-        stored = ctx.store.get(owner, rid)
+        stored = _stored(ctx.store, owner, rid)
         if stored is not None:
             return JSONResponse(stored.response)
         flight = ctx.store.flight(owner, rid)
@@ -93,7 +99,7 @@ async def list_input_items(request: Request) -> Response:
     try:
         owner = _owner(ctx, request)
         query: InputItemsQuery = _query(request, InputItemsQuery)
-        stored = ctx.store.get(owner, rid)
+        stored = _stored(ctx.store, owner, rid)
         if stored is None:
             raise not_found(rid)
         ordered = stored.input_items if query.order == "asc" else stored.input_items[::-1]
@@ -139,7 +145,7 @@ async def cancel_response(request: Request) -> Response:
         _query(request, _NoQuery)
         flight = ctx.store.flight(owner, rid)
         if flight is None:
-            stored = ctx.store.get(owner, rid)
+            stored = _stored(ctx.store, owner, rid)
             if stored is None:
                 raise not_found(rid)
             raise bad_request(f"Cannot cancel response '{rid}': it is {stored.response['status']}, only a response "

@@ -23,12 +23,13 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from loopwire.api import items
+from loopwire.api.compact import check_previous
 from loopwire.api.context import ApiContext, context, request_span
 from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, bad_request, previous_not_found
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.gateway_client import ConverseStream
-from loopwire.api.responses import check_previous, ended
+from loopwire.api.responses import ended
 from loopwire.api.store import tenant_key
 from loopwire.v1 import gateway_pb2
 

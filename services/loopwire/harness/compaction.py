@@ -29,12 +29,12 @@ import asyncio
 import collections
 import json
 import logging
-import re
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, degenerate
 from loopwire.harness import masking
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.conversation import Conversation, GatewayError
@@ -42,13 +42,6 @@ from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2
 
 log = logging.getLogger("loopwire.harness")
 
-SUMMARY_INSTRUCTIONS = (
-    "You compact the history of a coding agent's session so it can continue in a shorter context. "
-    "Write a summary for the agent itself: the task, what was done and found (files, commands, "
-    "results, errors), decisions made, and what remains to do. Be specific (paths, names, numbers); "
-    "no preamble."
-)
-SUMMARY_REQUEST = "Summarize the conversation above, as instructed, so the work can continue from the summary."
 
 
 def _kind(item: common_pb2.Item) -> str:
@@ -246,22 +239,6 @@ def plan(items: Sequence[common_pb2.Item], config: HarnessConfig, window: int, *
     return result
 
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def degenerate(text: str, output_tokens: int, max_tokens: int, finish_reason: int = 0) -> str:
-    """Why a summary is unusable ('' when it is not): it hit the output cap (cut off, and small
-    models loop until they do), or it repeats the same sentences or phrases."""
-    if finish_reason == common_pb2.FINISH_REASON_LENGTH or (max_tokens and output_tokens >= max_tokens):
-        return f"it hit the {max_tokens}-token output cap"
-    sentences = [s.strip().lower() for s in _SENTENCE.split(text) if len(s.strip()) > 8]
-    if len(sentences) >= 4 and len(set(sentences)) * 2 <= len(sentences):
-        return f"it repeats itself ({len(set(sentences))} distinct of {len(sentences)} sentences)"
-    words = text.lower().split()
-    grams = [tuple(words[i:i + 6]) for i in range(len(words) - 5)]
-    if len(grams) >= 40 and len(set(grams)) * 2 <= len(grams):
-        return f"it repeats itself ({len(set(grams))} distinct of {len(grams)} 6-word phrases)"
-    return ""
 
 
 def with_summary(items: Sequence[common_pb2.Item], p: Plan, text: str) -> list[common_pb2.Item]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loopwire.common.summaries import SUMMARY_MAX_TOKENS
+
 
 @dataclass
 class HarnessConfig:
@@ -46,7 +48,7 @@ class HarnessConfig:
     compact_keep: float = 0.25
     compact_target: float = 0.5
     compact_mask: bool = True
-    summary_max_tokens: int = 1024
+    summary_max_tokens: int = SUMMARY_MAX_TOKENS
     # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context), with the
     # wall time (s) of one script and its V8 heap limit (MiB).
     code_mode: bool = False

@@ -87,7 +87,7 @@ def test_reasoning_is_a_reasoning_item_with_its_own_events():
     assert [e["item"]["type"] for e in done] == ["reasoning", "message"]
     final = b.response()["output"]
     assert final[0] == {"type": "reasoning", "id": "rs_x_0", "status": "completed", "summary": [],
-                        "content": [{"type": "reasoning_text", "text": REASONING}], "encrypted_content": None}
+                        "content": [{"type": "reasoning_text", "text": REASONING}]}
     assert final[1]["type"] == "message" and final[1]["content"][0]["text"] == ANSWER
     assert done[0]["item"] == final[0]  # streamed and final items agree
     # Text that does not open with a think block is the message, as before.

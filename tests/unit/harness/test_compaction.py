@@ -9,8 +9,9 @@ import json
 import pytest
 from harness_testkit import answer, call, harness_env, kinds, long_script, of
 
+from loopwire.common.summaries import SUMMARY_INSTRUCTIONS
 from loopwire.harness import compaction
-from loopwire.harness.compaction import SUMMARY_INSTRUCTIONS, cut_point, view
+from loopwire.harness.compaction import cut_point, view
 from loopwire.v1 import common_pb2, gateway_pb2
 
 pytestmark = pytest.mark.timeout(120)

@@ -82,6 +82,12 @@ async def test_unknown_previous_response_is_an_in_stream_error_and_the_stream_li
         ({"input": [call_output("ghost", "x")]}, "create_response.input[0].function_call_output.call_id"),
         ({"tools": [common_pb2.Tool(name="t", parameters="{not json")]}, "create_response.tools[0].parameters"),
         ({"tools": [common_pb2.Tool(name="t", parameters='{"type": "banana"}')]}, "create_response.tools[0].parameters"),
+        # Checked against the draft's meta-schema (jsonschema), nested parts included:
+        ({"tools": [common_pb2.Tool(name="t", parameters='{"type": "object", "properties": {"a": {"type": 5}}}')]},
+         "create_response.tools[0].parameters"),
+        ({"tools": [common_pb2.Tool(name="t", parameters='{"properties": {"a": {"minLength": -1}}}')]},
+         "create_response.tools[0].parameters"),
+        ({"tools": [common_pb2.Tool(name="t", parameters='{"type": "array"}')]}, "create_response.tools[0].parameters"),
         ({"input": [common_pb2.Item(message=common_pb2.Message(content=[common_pb2.ContentPart(text="x")]))]},
          "create_response.input[0].message.role"),
         ({"sampling": common_pb2.SamplingParams(temperature=-1)}, "create_response.sampling.temperature"),

@@ -10,6 +10,7 @@ as lost, so the model is told instead of waiting for a result that cannot come.
 
 The session's interactive exec sessions (``exec_sessions``) live here too, so they share that
 lifetime: parked while the session waits for approval, killed with ``kill_all``, lost on restart.
+So does the session's sandbox (``session_sandbox``), which every command of the session starts in.
 """
 
 from __future__ import annotations
@@ -18,10 +19,14 @@ import asyncio
 import contextlib
 import itertools
 import re
+import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from loopwire.harness.exec_sessions import ExecSessions
-from loopwire.harness.sandbox import SandboxedProcess, ShellResult
+from loopwire.harness.output import HeadTailBuffer
+from loopwire.harness.sandbox import Sandbox, SandboxedProcess, ShellResult
+from loopwire.harness.session_sandbox import SessionSandbox
 
 
 @dataclass
@@ -59,7 +64,18 @@ class BackgroundTasks:
         self.lost: set[str] = set()  # detached by an earlier harness process that has since died
         self._numbers = itertools.count(1)
         self._changed = asyncio.Event()
-        self.exec = ExecSessions()  # interactive commands on a pty (exec_command / write_stdin)
+        self.exec = ExecSessions(self.start)  # interactive commands on a pty (exec_command / write_stdin)
+        self.sandbox: SessionSandbox | None = None
+
+    async def start(self, sandbox: Sandbox, workspace: Path, command: str, *, network: bool = False,
+                    stdin: bool = False, buffer: HeadTailBuffer | None = None) -> SandboxedProcess:
+        """Start a command of this session in the session's sandbox (made on first use)."""
+        if self.sandbox is None or self.sandbox.sandbox is not sandbox or self.sandbox.workspace != workspace:
+            if self.sandbox is not None:
+                self.sandbox.close()
+            self.sandbox = SessionSandbox(sandbox, workspace)
+            weakref.finalize(self, self.sandbox.close)  # a session dropped without kill_all still ends its sandbox
+        return await self.sandbox.start(command, network=network, stdin=stdin, buffer=buffer)
 
     def adopt(self, texts: list[str]) -> list[str]:
         """Reconcile with the transcript: handles it names that no task here runs are lost.
@@ -129,3 +145,5 @@ class BackgroundTasks:
             t.process.kill()
             t.waiter.cancel()
         self.exec.kill_all()
+        if self.sandbox is not None:
+            self.sandbox.close()

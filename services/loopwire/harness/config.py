@@ -69,6 +69,9 @@ class HarnessConfig:
     sandbox_cgroup: str = ""
     sandbox_workspace_quota_mb: int = 10240
     sandbox_egress_allow: list[str] = field(default_factory=lambda: ["*:80", "*:443"])
+    # One sandbox per session, each command in namespaces of its own inside it (`session_sandbox.py`);
+    # off: a sandbox per command.
+    sandbox_per_session: bool = True
 
 
 # Fixed for every session (no dates, paths or policy), so sessions share a cached prefix.

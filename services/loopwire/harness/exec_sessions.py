@@ -28,6 +28,7 @@ import shlex
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from loopwire.harness import tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
@@ -110,6 +111,16 @@ def tenant_of(sandbox: Sandbox, workspace: Path) -> str:
     return tenant_uids.tenant_tree(check_workspace_path(workspace), sandbox.workspace_root) or ""
 
 
+class Starter(Protocol):
+    async def __call__(self, sandbox: Sandbox, workspace: Path, command: str, *, stdin: bool,
+                       buffer: HeadTailBuffer) -> SandboxedProcess: ...
+
+
+async def _own_sandbox(sandbox: Sandbox, workspace: Path, command: str, *, stdin: bool,
+                       buffer: HeadTailBuffer) -> SandboxedProcess:
+    return await sandbox.start(workspace, command, stdin=stdin, buffer=buffer)
+
+
 @dataclass
 class ExecSession:
     number: int
@@ -138,7 +149,9 @@ class Reply:
 class ExecSessions:
     """The exec sessions of one session (kept across its runs in one harness process)."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: Starter | None = None) -> None:
+        """``start``: how a command of this session starts (its session's sandbox); none: a sandbox each."""
+        self._start: Starter = start or _own_sandbox
         self.sessions: dict[int, ExecSession] = {}
         self.lost: set[int] = set()  # named by the transcript, run by an earlier harness process
         self._numbers = itertools.count(1)
@@ -167,8 +180,8 @@ class ExecSessions:
         bound.take(tenant)
         try:
             pty_command = _PTY.format(shlex.quote(command))
-            process = await sandbox.start(workspace, f"exec script -qec {shlex.quote(pty_command)} /dev/null",
-                                          stdin=True, buffer=_Output(sandbox.output_limit))
+            process = await self._start(sandbox, workspace, f"exec script -qec {shlex.quote(pty_command)} /dev/null",
+                                        stdin=True, buffer=_Output(sandbox.output_limit))
         except BaseException:
             bound.give(tenant)
             raise

@@ -23,6 +23,10 @@ check of the workspace's size while and after a command runs. ``network=true`` n
 the host's network namespace (``egress``): the command gets one of its own and reaches out
 only through the harness's allow-listed proxy.
 
+With ``per_session`` (the default) a session's commands share one such sandbox, each in pid,
+mount and IPC namespaces of its own inside it (``session_sandbox``, ``sandbox_supervisor``): the
+kill of a command is still a SIGKILL to the init of its own pid namespace.
+
 There is deliberately no unsandboxed fallback: when bwrap cannot create namespaces the
 shell tool reports why, loudly, instead of quietly running commands on the host.
 """
@@ -42,6 +46,7 @@ import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from loopwire.harness import egress, seccomp, tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
@@ -66,6 +71,19 @@ _ETC_FROM_HOST = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "
                   "debian_version", "xattr.conf", "terminfo", "perl", "python3*", "java-*", "gitconfig")
 _NSSWITCH = b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n" \
             b"protocols: files\nservices: files\n"
+
+
+def _system_python() -> str:
+    """The system's python3 (for a session's supervisor) when the sandbox sees it where the
+    host does, under a system directory it binds; '' when there is none."""
+    found = shutil.which("python3", path=_PATH) or ""
+    real = os.path.realpath(found) if found else ""
+    return found if any(real.startswith(d + "/") for d in _SYSTEM_DIRS) else ""
+
+
+@functools.cache
+def _supervisor_source() -> str:
+    return (Path(__file__).parent / "sandbox_supervisor.py").read_text()
 
 
 class SandboxUnavailable(RuntimeError):
@@ -113,6 +131,12 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+def command_env(home: str) -> dict[str, str]:
+    """The whole environment of a sandboxed command: nothing of the harness's."""
+    return {"PATH": _PATH, "HOME": home, "LANG": "C.UTF-8", "USER": SANDBOX_USER, "LOGNAME": SANDBOX_USER,
+            "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
+
+
 @dataclass
 class _Spawn:
     argv: list[str]
@@ -149,7 +173,7 @@ class Sandbox:
                  limits: SandboxLimits | None = None, host_uid: int | None = None, *,
                  uid_base: int = SANDBOX_UID_BASE, uid_count: int = SANDBOX_UID_COUNT,
                  uid_state: Path | None = None, workspace_root: Path | None = None,
-                 cgroup: str = "", egress_allow: Sequence[str] = egress.DEFAULT_ALLOW) -> None:
+                 cgroup: str = "", egress_allow: Sequence[str] = egress.DEFAULT_ALLOW, per_session: bool = True) -> None:
         """``host_uid`` given: every tenant's commands run as that one uid (no uid per tenant).
         ``cgroup``: a delegated cgroup v2 directory for the tenants' groups ('' finds one,
         'none' uses rlimits only). ``workspace_root``: where the tenants' trees are; a uid per
@@ -158,6 +182,10 @@ class Sandbox:
         self.prlimit = shutil.which("prlimit") or "prlimit"
         self.setpriv = shutil.which("setpriv") or "setpriv"
         self.sh = shutil.which("sh") or "/bin/sh"
+        self.python = _system_python()
+        # One sandbox per session, each command in namespaces of its own inside it (``session_sandbox``);
+        # off: every command starts a sandbox of its own.
+        self.per_session = per_session and bool(self.python)
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""
@@ -213,7 +241,12 @@ class Sandbox:
                 if lim.workspace_quota > 0 else f"disk: RLIMIT_FSIZE={megabytes(lim.file_size)} per file, no quota")
         net = (self.egress.describe() if os.geteuid() == 0 else
                "network=true is refused: its egress proxy needs a harness running as root (never the host's network)")
-        return [who, limits, disk, net]
+        if self.per_session:
+            spawn = ("sandboxes: one per session, each command in pid, mount and IPC namespaces of its own inside it "
+                     f"(the session's supervisor runs on {self.python})")
+        else:
+            spawn = "sandboxes: one per command" + ("" if self.python else " (no system python3 for a session's supervisor)")
+        return [who, limits, disk, net, spawn]
 
     def probe(self, scratch: Path) -> str:
         """Try a trivial sandboxed command; return why it failed ('' when it works).
@@ -273,10 +306,13 @@ class Sandbox:
             return f"bubblewrap cannot create a sandbox here{as_uid} (exit {proc.returncode}: {err})"
         return ""
 
-    def _prepare(self, workspace: Path, command: str, *, network: bool) -> _Spawn:
+    def _prepare(self, workspace: Path, command: str, *, network: bool, control: int = -1) -> _Spawn:
         """The argv ([cgroup join,] setpriv, prlimit, then bwrap) and the descriptors it reads:
         workspace, seccomp program, the files of /etc, bwrap's info and block pipes. The caller
-        closes them once the process started."""
+        closes them once the process started. ``control`` (a socket): the sandbox runs a session's
+        supervisor (``sandbox_supervisor``) on it instead of ``command``; the supervisor keeps the
+        two capabilities it needs to make each command's namespaces and hands each command the
+        seccomp program to load, with every capability dropped, before it runs."""
         spawn = _Spawn([])
         try:
             ws_fd, ws = open_workspace(workspace)  # ToolInputError for "/", system dirs, links
@@ -309,11 +345,14 @@ class Sandbox:
             args += ["--bind-fd", str(ws_fd), ws, "--chdir", ws, "--remount-ro", "/"]
             # Always a network namespace of its own: never the host's, whose loopback has the mesh's ports.
             args += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
-                     "--hostname", "sandbox", "--cap-drop", "ALL", "--seccomp", str(filter_fd),
-                     "--die-with-parent", "--new-session"]
-            args += ["--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", ws, "--setenv", "LANG", "C.UTF-8",
-                     "--setenv", "USER", SANDBOX_USER, "--setenv", "LOGNAME", SANDBOX_USER,
-                     "--setenv", "TERM", "dumb", "--setenv", "PAGER", "cat", "--setenv", "GIT_PAGER", "cat"]
+                     "--hostname", "sandbox", "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+            if control < 0:
+                args += ["--seccomp", str(filter_fd)]
+            else:
+                args += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+            args.append("--clearenv")
+            for name, value in command_env(ws).items():
+                args += ["--setenv", name, value]
             spawn.info_r, info_w = os.pipe()
             spawn.fds.append(info_w)
             block_r, spawn.block_w = os.pipe()
@@ -321,7 +360,12 @@ class Sandbox:
             args += ["--info-fd", str(info_w), "--block-fd", str(block_r)]
             if network:
                 args += egress.proxy_env()
-            spawn.argv = [*args, "bash", "-c", command]
+            if control < 0:
+                spawn.argv = [*args, "bash", "-c", command]
+            else:
+                spawn.fds.append(control)
+                spawn.argv = [*args, self.python, "-I", "-S", "-B", "-c", _supervisor_source(), str(control),
+                              str(filter_fd), str(self.limits.tmp_size)]
         except BaseException:
             spawn.close()
             spawn.close_ours()
@@ -360,7 +404,12 @@ class Sandbox:
         if network and os.geteuid() != 0:
             raise SandboxUnavailable("network=true needs a harness running as root (its egress proxy listens inside "
                                      "the command's own network namespace); the host's network is never shared")
-        spawn = self._prepare(workspace, command, network=network)
+        return await self._launch(self._prepare(workspace, command, network=network), network=network,
+                                  stdin=stdin, buffer=buffer)
+
+    async def _launch(self, spawn: _Spawn, *, network: bool, stdin: bool,
+                      buffer: HeadTailBuffer | None) -> SandboxedProcess:
+        """Run a prepared bwrap: its pid known, its pidfd held, then "go"."""
         try:
             # The descriptors are closed once the spawn is over, never before: a number closed
             # early could be reused by another thread and passed into the sandbox instead.
@@ -384,7 +433,8 @@ class Sandbox:
             # Cancelled while spawning: the process may exist a moment later; reap it then.
             starting.add_done_callback(functools.partial(_reap_spawned, spawn))
             raise
-        process = SandboxedProcess(proc, buffer or HeadTailBuffer(self.output_limit), self.limits.largest_file)
+        process = SandboxedProcess(proc, buffer or HeadTailBuffer(self.output_limit), self.limits.largest_file,
+                                   group=proc.pid)
         told = asyncio.ensure_future(_child_pid(spawn.info_r))
         try:
             pid = await asyncio.shield(told)
@@ -396,17 +446,20 @@ class Sandbox:
             if network:
                 process.proxy = await self._connect(pid, process)
             os.write(spawn.block_w, b"go")
-            if self.limits.workspace_quota > 0:
-                ws_fd, _ = open_workspace(spawn.workspace)
-                process.quota = QuotaWatch(ws_fd, self.limits.workspace_quota, self.limits.quota_interval, proc.pid,
-                                           self._usage.get(spawn.workspace),
-                                           functools.partial(self._usage.__setitem__, spawn.workspace))
+            self.watch_quota(process, spawn.workspace)
         except BaseException:
             process.kill()
             raise
         finally:
             spawn.close_ours()
         return process
+
+    def watch_quota(self, process: SandboxedProcess, workspace: str) -> None:
+        """Check the workspace's size while ``process`` runs, and kill it past the quota."""
+        if self.limits.workspace_quota > 0:
+            ws_fd, _ = open_workspace(workspace)
+            process.quota = QuotaWatch(ws_fd, self.limits.workspace_quota, self.limits.quota_interval, process.kill,
+                                       self._usage.get(workspace), functools.partial(self._usage.__setitem__, workspace))
 
     async def _connect(self, pid: int, process: SandboxedProcess) -> egress.Proxy:
         """Start the command's egress proxy inside its network namespace, before it runs."""
@@ -501,11 +554,28 @@ def _kill_init(pidfd: int) -> None:
         os.close(pidfd)
 
 
+class Proc(Protocol):
+    """What a sandboxed command's process offers: bwrap's own, or a session supervisor's command."""
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
 class SandboxedProcess:
     """A running sandboxed command whose output is collected in bounded memory."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, buffer: HeadTailBuffer, largest_file: int = 0) -> None:
+    def __init__(self, proc: Proc, buffer: HeadTailBuffer, largest_file: int = 0, *, group: int = 0) -> None:
+        """``group``: a process group to kill with the sandbox's init (bwrap's own; 0: none)."""
         self.proc = proc
+        self.group = group
         self.buffer = buffer
         self.started_at_us = now_us()
         self._reader = asyncio.ensure_future(self._read())
@@ -518,6 +588,10 @@ class SandboxedProcess:
 
     def adopt(self, pid: int) -> None:
         self._init = _open_pid(pid)
+
+    def adopt_pidfd(self, pidfd: int) -> None:
+        """Hold ``pidfd`` (of the command's init, made by a session's supervisor) as its kill."""
+        self._init = pidfd
 
     async def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -584,7 +658,7 @@ class SandboxedProcess:
     def kill(self) -> None:
         _kill_init(self._init)
         self._init = -1
-        if self.proc.returncode is None:
+        if self.proc.returncode is None and self.group:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.group, signal.SIGKILL)
         self._release()

@@ -147,6 +147,13 @@ def _add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
                               "each part (e.g. *.example.org:443); repeat for more; a loopback or private address "
                               "only when named as that IP literal (default *:80 and *:443; env "
                               "LOOPWIRE_SANDBOX_EGRESS_ALLOW, comma-separated; 'none': nothing)")
+    sandbox.add_argument("--sandbox-per-session", action=argparse.BooleanOptionalAction,
+                         default=_env("sandbox-per-session", "1") not in ("0", "false", "no"),
+                         help="start a session's sandbox once and run each of its commands inside it, in pid, "
+                              "mount and IPC namespaces of the command's own (a kill still ends the command's "
+                              "whole process tree), so a command costs a few forks instead of a bubblewrap; "
+                              "--no-sandbox-per-session starts a sandbox per command (network=true commands "
+                              "always get their own; default on; env LOOPWIRE_SANDBOX_PER_SESSION)")
 
 
 def _sandbox_config(args: argparse.Namespace) -> dict:
@@ -155,7 +162,7 @@ def _sandbox_config(args: argparse.Namespace) -> dict:
                 sandbox_processes=args.sandbox_processes, sandbox_memory_mb=args.sandbox_memory_mb,
                 sandbox_cpus=args.sandbox_cpus, sandbox_cgroup=args.sandbox_cgroup,
                 sandbox_workspace_quota_mb=args.sandbox_workspace_quota_mb,
-                sandbox_egress_allow=[] if allow == ["none"] else allow)
+                sandbox_egress_allow=[] if allow == ["none"] else allow, sandbox_per_session=args.sandbox_per_session)
 
 
 def config_from_args(args: argparse.Namespace) -> HarnessConfig:
@@ -189,7 +196,7 @@ def make_sandbox(config: HarnessConfig) -> Sandbox:
     sandbox = Sandbox(output_limit=config.output_limit, limits=limits, uid_base=config.sandbox_uid_base,
                       uid_count=config.sandbox_uid_count, uid_state=config.workspace_root / ".tenant-uids.json",
                       workspace_root=config.workspace_root, cgroup=config.sandbox_cgroup,
-                      egress_allow=config.sandbox_egress_allow)
+                      egress_allow=config.sandbox_egress_allow, per_session=config.sandbox_per_session)
     exec_sessions.configure(sandbox, config.exec_sessions_per_tenant)
     return sandbox
 

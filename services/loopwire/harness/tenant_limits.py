@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import stat
 import threading
 import time
@@ -123,14 +122,14 @@ def megabytes(n: int) -> str:
 
 
 class QuotaWatch:
-    """Kills a command's process group once its workspace is over ``quota`` bytes and still
+    """Kills a command (``kill``, called on the event loop) once its workspace is over ``quota`` bytes and still
     growing: a check every ``interval`` seconds (longer when a check itself takes long) in a
     thread of its own, and a last one when the command ends. A check after the fact: between
     two checks a command can write past the quota by as much as it manages in that time."""
 
-    def __init__(self, dir_fd: int, quota: int, interval: float, pgid: int, previous: int | None,
+    def __init__(self, dir_fd: int, quota: int, interval: float, kill: Callable[[], object], previous: int | None,
                  record: Callable[[int], object] = lambda used: None) -> None:
-        self.dir_fd, self.quota, self.interval, self.pgid, self.record = dir_fd, quota, interval, pgid, record
+        self.dir_fd, self.quota, self.interval, self.kill, self.record = dir_fd, quota, interval, kill, record
         self.used = previous  # the last usage measured: a command may shrink an over-quota workspace
         self.killed = False
         self._stop = threading.Event()
@@ -151,8 +150,8 @@ class QuotaWatch:
                 pause = max(self.interval, 5 * (time.monotonic() - started))
                 if not stopping and used > self.quota and used > self.used:
                     self.killed = True
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(self.pgid, signal.SIGKILL)
+                    with contextlib.suppress(RuntimeError):  # the loop is gone, and the command with it
+                        loop.call_soon_threadsafe(self.kill)
                 self.used = used
                 if stopping:
                     self.record(used)

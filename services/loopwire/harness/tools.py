@@ -260,7 +260,7 @@ async def _shell(args: dict, ctx: ToolContext) -> ToolOutcome:
     timeout = min(max(_number(args, "timeout_seconds", ctx.shell_timeout), 0.1), ctx.max_shell_timeout)
     network = _bool(args, "network", False)
     try:
-        process = await ctx.sandbox.start(ctx.workspace, command, network=network)
+        process = await ctx.background.start(ctx.sandbox, ctx.workspace, command, network=network)
     except SandboxUnavailable as e:
         return ToolOutcome(f"error: {e}", is_error=True, exit_code=126)
     try:

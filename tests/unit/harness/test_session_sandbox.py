@@ -1,0 +1,266 @@
+"""A sandbox that starts once per session: the same guarantees as a sandbox per command.
+
+The escape and sandbox tests of the per-command path run here again on the session path
+(imported below with a ``sandbox`` fixture whose ``run`` goes through a session's sandbox).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import processes
+import pytest
+import test_sandbox
+import test_sandbox_escapes
+from harness_testkit import until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loopwire.harness import workspace_files
+from loopwire.harness.background import BackgroundTasks
+from loopwire.harness.sandbox import Sandbox, ShellResult
+from loopwire.harness.session_sandbox import SessionSandbox
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class SessionRuns:
+    """``Sandbox.run`` through one session sandbox per workspace (what the imported tests call)."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.box = box
+        self.sessions: dict[Path, SessionSandbox] = {}
+
+    def session(self, workspace: Path) -> SessionSandbox:
+        return self.sessions.setdefault(workspace, SessionSandbox(self.box, workspace))
+
+    async def run(self, workspace: Path, command: str, *, timeout: float, network: bool = False) -> ShellResult:
+        process = await self.session(workspace).start(command, network=network)
+        try:
+            return await process.result(timeout)
+        finally:
+            process.kill()
+
+    async def start(self, workspace: Path, command: str, **kwargs: object) -> object:
+        return await self.session(workspace).start(command, **kwargs)  # type: ignore[arg-type]
+
+    async def close(self) -> None:
+        """Kill every session's sandbox and wait for its bwrap, while the test's loop still runs."""
+        for s in self.sessions.values():
+            await end(s)
+
+
+async def end(session: SessionSandbox) -> None:
+    running = session._supervisor.process if session._supervisor is not None else None
+    session.close()
+    if running is not None:
+        await running.wait(30)
+
+
+def probed(tmp_path: Path, **kwargs: object) -> Sandbox:
+    box = Sandbox(output_limit=1 << 20, **kwargs)  # type: ignore[arg-type]
+    assert box.probe(tmp_path / "probe") == "", box.unavailable_reason
+    assert box.per_session, "no system python3 for a session's supervisor"
+    return box
+
+
+@pytest.fixture
+def box(tmp_path):
+    return probed(tmp_path)
+
+
+@pytest.fixture
+async def sandbox(box):
+    runs = SessionRuns(box)
+    yield runs
+    await runs.close()
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+# The per-command path's guarantees, on the session path.
+test_writes_land_in_the_workspace_and_nowhere_else = test_sandbox.test_writes_land_in_the_workspace_and_nowhere_else
+test_timeout_kills_the_whole_process_tree = test_sandbox.test_timeout_kills_the_whole_process_tree
+test_a_kill_as_soon_as_it_starts_leaves_nothing_running = \
+    test_sandbox.test_a_kill_as_soon_as_it_starts_leaves_nothing_running
+test_remounting_opt_and_writing_etc_do_not_reach_the_host = \
+    test_sandbox_escapes.test_remounting_opt_and_writing_etc_do_not_reach_the_host
+test_the_shell_has_no_capabilities_and_an_unprivileged_uid = \
+    test_sandbox_escapes.test_the_shell_has_no_capabilities_and_an_unprivileged_uid
+test_kernel_knobs_in_proc_are_read_only = test_sandbox_escapes.test_kernel_knobs_in_proc_are_read_only
+test_seccomp_denies_namespace_tracing_and_key_syscalls = \
+    test_sandbox_escapes.test_seccomp_denies_namespace_tracing_and_key_syscalls
+test_etc_is_minimal_without_shadow = test_sandbox_escapes.test_etc_is_minimal_without_shadow
+test_no_environment_of_the_harness_is_visible_anywhere = \
+    test_sandbox_escapes.test_no_environment_of_the_harness_is_visible_anywhere
+
+
+# --- the same outputs as a sandbox per command ---------------------------------------------
+
+SAME = [
+    "echo hi; echo err >&2; exit 3",
+    "echo $$; echo $PPID; id; hostname; pwd; umask",
+    "env | sort",
+    "grep -E '^(Cap|NoNewPrivs|Seccomp:|SigIgn|SigBlk)' /proc/self/status",
+    "ls -a /tmp /dev/shm; stat -c '%a %U' /tmp /dev/shm",
+    "ulimit -a",
+    "yes | head -2; echo ${PIPESTATUS[@]}",
+    "kill -9 $$",
+    "kill -TERM $$",
+    "cat; echo read:$?",
+    "printf '\\xff\\xfe\\x00x'; head -c 70000 /dev/zero | tr '\\0' a",
+    "(setsid sleep 0.01 &); sleep 0 & wait; echo done",
+    "cd /tmp && export LEAK=1 && echo here > /tmp/left && touch $HOME/made; pwd",
+    "pwd; echo ${LEAK:-unset}; ls /tmp; ls; rm -f made",
+    "python3 -c 'import os, sys; print(os.getuid(), os.getgid(), sys.stdin.read() == \"\")'",
+]
+
+
+async def outcome(run, workspace: Path, command: str) -> tuple[str, int, bool]:
+    r = await run(workspace, command, timeout=30)
+    return r.output.text, r.exit_code, r.output.truncated
+
+
+async def test_commands_give_the_same_output_and_exit_code_as_a_sandbox_of_their_own(sandbox, box, workspace):
+    # In order, all on one path then all on the other: the cd/export/tmp file of one command never
+    # reaches the next (its file in the workspace does), and the last one tidies up.
+    per_session = [await outcome(sandbox.run, workspace, command) for command in SAME]
+    per_command = [await outcome(box.run, workspace, command) for command in SAME]
+    for command, ours, theirs in zip(SAME, per_session, per_command, strict=True):
+        assert ours == theirs, command
+    assert "unset" in per_session[SAME.index("pwd; echo ${LEAK:-unset}; ls /tmp; ls; rm -f made")][0]
+
+
+async def test_output_is_capped_as_on_a_sandbox_of_its_own(tmp_path, workspace):
+    small = Sandbox(output_limit=4096)
+    assert small.probe(tmp_path / "probe") == ""
+    runs = SessionRuns(small)
+    try:
+        r = await runs.run(workspace, "head -c 100000 /dev/urandom; exit 3", timeout=30)
+        assert r.exit_code == 3 and r.output.truncated and "cut from the middle of 100000 bytes" in r.output.text
+    finally:
+        await runs.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF, exclude_characters="\\"),
+                              max_size=20), min_size=1, max_size=4),
+       code=st.integers(0, 255))
+async def test_any_printed_text_and_exit_code_match(sandbox, box, workspace, words, code):
+    import shlex
+
+    command = "; ".join(f"printf '%s\\n' {shlex.quote(w)}" for w in words) + f"; exit {code}"
+    assert await outcome(sandbox.run, workspace, command) == await outcome(box.run, workspace, command)
+
+
+# --- kills ---------------------------------------------------------------------------------
+
+
+async def test_a_kill_ends_the_commands_tree_and_nothing_runs_after_it(sandbox, workspace):
+    tag = uuid.uuid4().int % 1000
+    command = (f"(setsid sleep 987.51{tag}; touch setsid.txt) & (setsid sh -c 'sleep 987.52{tag}; touch double.txt' &) ; "
+               f"sleep 987.53{tag}; touch late.txt")
+    process = await sandbox.start(workspace, command)
+    await until(lambda: all(processes.running(f"987.5{n}{tag}") for n in (1, 2, 3)), "the tree to start")
+    process.kill()
+    for n in (1, 2, 3):
+        assert await processes.ended(f"987.5{n}{tag}"), n
+    result = await process.result(5)
+    assert result.exit_code == -signal.SIGKILL
+    assert sorted(p.name for p in workspace.iterdir()) == []
+    # The session's sandbox lives on for its next command.
+    again = await sandbox.run(workspace, "echo alive", timeout=30)
+    assert again.output.text == "alive\n" and again.exit_code == 0
+
+
+async def test_a_start_cancelled_halfway_never_runs_the_command(sandbox, workspace):
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)  # the session's sandbox is up: only the command starts
+    for n in range(6):
+        start = asyncio.ensure_future(session.start(f"touch ran{n}; sleep 987.6{n}"))
+        for _ in range(n):
+            await asyncio.sleep(0)
+        start.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            (await start).kill()
+    for n in range(6):
+        assert await processes.ended(f"987.6{n}")
+
+
+async def test_the_end_of_a_session_kills_its_sandbox_and_every_command_in_it(box, workspace):
+    background = BackgroundTasks()
+    tag = uuid.uuid4().int % 1000
+    running = await background.start(box, workspace, f"sleep 987.71{tag}")
+    assert background.sandbox is not None
+    bwrap = background.sandbox.bwrap_pid
+    assert bwrap is not None and os.path.exists(f"/proc/{bwrap}")
+    background.kill_all()
+    assert await processes.ended(f"987.71{tag}")
+    await until(lambda: not os.path.exists(f"/proc/{bwrap}"), "the session's bwrap to end")
+    assert (await running.result(5)).exit_code < 0
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
+async def test_a_crashed_supervisor_is_replaced_for_the_next_command(sandbox, workspace):
+    session = sandbox.session(workspace)
+    tag = uuid.uuid4().int % 1000
+    running = await session.start(f"sleep 987.81{tag}")
+    bwrap = session.bwrap_pid
+    assert bwrap is not None
+    (init,) = children(bwrap)
+    (supervisor,) = children(init)
+    os.kill(supervisor, signal.SIGKILL)
+    assert await processes.ended(f"987.81{tag}")  # its commands end with it
+    assert (await running.result(10)).exit_code < 0
+    await until(lambda: not os.path.exists(f"/proc/{bwrap}"), "the crashed sandbox to end")
+    r = await sandbox.run(workspace, "echo again", timeout=30)
+    assert r.output.text == "again\n" and r.exit_code == 0
+    assert session.bwrap_pid not in (None, bwrap)
+
+
+# --- tenants and commands apart ------------------------------------------------------------
+
+
+async def test_two_tenants_sessions_see_neither_files_nor_processes_of_the_other(tmp_path):
+    root = tmp_path / "workspaces"
+    box = probed(tmp_path, workspace_root=root, uid_state=root / ".tenant-uids.json")
+    ws_a = workspace_files.tenant_workspace(root, "tenant-a", "", "s1")
+    ws_b = workspace_files.tenant_workspace(root, "tenant-b", "", "s1")
+    a, b = SessionSandbox(box, ws_a), SessionSandbox(box, ws_b)
+    tag = uuid.uuid4().int % 1000
+    try:
+        (await (await a.start("echo secret-of-a > secret.txt")).result(30))
+        held = await a.start(f"sleep 987.91{tag}")
+        await until(lambda: processes.running(f"987.91{tag}"), "tenant a's command to run")
+        r = await (await b.start(f"cat {ws_a}/secret.txt; ls {ws_a}; cat /proc/[0-9]*/cmdline | tr '\\0' ' '; "
+                                 "ls /proc | grep -c '^[0-9]'")).result(30)
+        assert "secret-of-a" not in r.output.text and f"987.91{tag}" not in r.output.text, r.output.text
+        held.kill()
+        assert await processes.ended(f"987.91{tag}")
+    finally:
+        await end(a)
+        await end(b)
+
+
+async def test_a_commands_processes_are_out_of_reach_of_the_next_one(sandbox, workspace):
+    tag = uuid.uuid4().int % 1000
+    first = await sandbox.start(workspace, f"exec sleep 987.95{tag}")
+    await until(lambda: processes.running(f"987.95{tag}"), "the first command to run")
+    second = await sandbox.run(workspace, f"pkill -9 -f 987.95{tag}; kill -9 -1; echo $?", timeout=30)
+    assert first.running, second.output.text  # a command signals only its own pid namespace
+    first.kill()
+    assert await processes.ended(f"987.95{tag}")

@@ -23,7 +23,7 @@ import grpc
 from loopwire.v1 import inference_pb2
 
 if TYPE_CHECKING:
-    from loopwire.gateway.router import Replica
+    from loopwire.gateway.replica import Replica
 
 log = logging.getLogger("loopwire.gateway.disagg")
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from loopwire.common.errors import RequestError
 from loopwire.gateway.generate_link import GenerateLink, LinkDown
 from loopwire.gateway.metrics import Stopwatch
-from loopwire.gateway.router import Replica
+from loopwire.gateway.replica import Replica
 from loopwire.v1 import common_pb2
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import grpc
 
 from loopwire.common import telemetry
-from loopwire.gateway.router import Replica
+from loopwire.gateway.replica import Replica
 from loopwire.v1 import inference_pb2
 
 

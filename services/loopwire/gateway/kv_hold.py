@@ -17,7 +17,7 @@ import grpc
 
 from loopwire.common.errors import RequestError
 from loopwire.gateway.events import event, failed
-from loopwire.gateway.router import Replica
+from loopwire.gateway.replica import Replica
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 if TYPE_CHECKING:

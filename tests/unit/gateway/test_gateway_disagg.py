@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopwire.gateway.disagg import DisaggPolicy, prefill_remotely
-from loopwire.gateway.router import Replica
+from loopwire.gateway.replica import Replica
 from loopwire.v1 import inference_pb2
 
 ROLES = {"both": inference_pb2.ENGINE_ROLE_BOTH, "prefill": inference_pb2.ENGINE_ROLE_PREFILL,

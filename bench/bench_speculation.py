@@ -1,6 +1,8 @@
 """Speculative decoding on recorded agent sessions: no speculation vs prompt lookup vs suffix
-decoding, mean acceptance length and decode tokens/s, every session of every ``--traces`` set
-in one run.
+decoding (fixed draft length, or as long as the roofline says pays off; turns replayed one by
+one, or turn j of every session live together, as one tenant or a tenant per session), mean
+acceptance length and decode tokens/s, and the modelled speed-up at batch 1, 16 and 64, every
+session of every ``--traces`` set in one run.
 
 Each set is replayed through a fresh simulated replica (the real scheduler, KV manager and
 drafter; the forward pass priced by the roofline cost model on a virtual clock). Every
@@ -9,7 +11,12 @@ forced to the recorded turn by the replay oracle, so acceptance depends only on 
 not on a model: acceptance length = output tokens / verification steps (DESIGN §4). Turns of
 all sessions are interleaved (turn 1 of every session, then turn 2, ...), as a replica
 serving them concurrently sees them: suffix decoding's shared store holds the others'
-earlier outputs. Decode tokens/s is modelled (batch 1, the decode phase of each turn).
+earlier outputs. In the concurrent modes turn j of every session is submitted at once, so the
+tenant's live requests draft from each other (a tenant per session: they may not). Decode
+tokens/s is modelled (the decode phase of each turn; batch 1 except in the concurrent modes).
+The speed-up table prices a step of B decodes at the replay's mean decode context with the
+draft cap the cost policy picks from the acceptance measured per draft position
+(``loopwire.inference.draft_length``).
 
 Run: .venv/bin/python bench/bench_speculation.py [--traces DIR ...] [--quick] [--out DIR]
 Writes speculation.md and speculation.png into ``--out`` (default .state/bench/).
@@ -35,6 +42,7 @@ from bench_engine import Turn, session_turns  # noqa: E402
 from loopwire.common.model_def import dummy_definition  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
+from loopwire.inference.draft_length import AcceptanceStats, DraftLengthPolicy  # noqa: E402
 from loopwire.inference.engine_core import EngineCore  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest  # noqa: E402
 from loopwire.inference.simulated_engine import simulated_core  # noqa: E402
@@ -51,16 +59,25 @@ QUICK_SESSIONS = 4
 class Mode:
     label: str
     drafter: str  # "" = no speculation
-    k: int
+    k: int  # the most draft tokens
+    draft_length: str = "fixed"  # or "cost": as many as the roofline says pay off
+    concurrent: bool = False  # turn j of every session live at once
+    tenant_per_session: bool = False  # each session its own tenant (no pool across sessions)
 
 
+COST_K = 32
 MODES = [
     Mode("none", "", 0),
     Mode("prompt lookup k=8", "prompt_lookup", 8),
     Mode("prompt lookup k=16", "prompt_lookup", 16),
     Mode("suffix k=8", "suffix", 8),
     Mode("suffix k=16", "suffix", 16),
+    Mode(f"suffix, cost-model length <= {COST_K}", "suffix", COST_K, "cost"),
+    Mode(f"suffix, cost-model length <= {COST_K}, concurrent, one tenant", "suffix", COST_K, "cost", True),
+    Mode(f"suffix, cost-model length <= {COST_K}, concurrent, tenant per session", "suffix", COST_K, "cost", True,
+         True),
 ]
+BATCHES = (1, 16, 64)
 
 
 @dataclass
@@ -85,37 +102,61 @@ def replica(mode: Mode) -> EngineCore:
     cost = CostModel.named(GPU, PARAMS)
     config = EngineConfig(model=model_preset(PARAMS), num_kv_blocks=cost.kv_blocks_that_fit(16),
                           max_batch_tokens=8192, max_running=256, drafter=mode.drafter or "prompt_lookup",
-                          num_draft_tokens=max(mode.k, 1))
+                          num_draft_tokens=max(mode.k, 1), draft_length=mode.draft_length)
     core, _ = simulated_core(config, cost, dummy_definition())
     return core
 
 
-def replay(mode: Mode, sessions: dict[str, list[Turn]], progress: Progress, task: object) -> dict[str, Tally]:
-    """Every turn of every session through one replica, interleaved by turn index."""
+def replay(mode: Mode, sessions: dict[str, list[Turn]], progress: Progress,
+           task: object) -> tuple[dict[str, Tally], AcceptanceStats]:
+    """Every turn of every session through one replica, interleaved by turn index; the tallies and
+    the acceptance per draft position, undecayed."""
     core = replica(mode)
     stop = tuple(dummy_definition().stop_token_ids)
     tallies = {name: Tally() for name in sessions}
+    measured = AcceptanceStats(max(mode.k, 1), decay=1.0, prior_weight=0.0)
+    if core.draft_policy is not None:
+        stats = core.draft_policy.stats
+
+        def observe(cap: int, proposed: int, accepted: int) -> None:
+            measured.observe(cap, proposed, accepted)
+            AcceptanceStats.observe(stats, cap, proposed, accepted)
+
+        stats.observe = observe  # type: ignore[method-assign]
+
+    def drain() -> None:
+        while core.has_work():
+            for out in core.step():
+                if out.finished is None:
+                    continue
+                u, t = out.finished.usage, tallies[out.request_id.split("/")[0]]
+                t.tokens += u.output_tokens
+                t.steps += u.verification_steps
+                t.decode_tokens += max(u.output_tokens - 1, 0)
+                t.decode_us += out.finished.timings.decode_us
+                t.proposed += u.draft_tokens_proposed
+                t.accepted += u.draft_tokens_accepted
+                progress.advance(task)  # type: ignore[arg-type]
+
     for j in range(max(len(t) for t in sessions.values())):
         for name, turns in sessions.items():
             if j >= len(turns):
                 continue
             turn = turns[j]
-            rid = f"{name}/{j}"
-            core.add(GenerationRequest(rid, turn.prompt, len(turn.oracle), stop_token_ids=stop, oracle=turn.oracle,
-                                       speculative=bool(mode.drafter), session_id=name))
-            while core.has_work():
-                for out in core.step():
-                    if out.finished is None:
-                        continue
-                    u, t = out.finished.usage, tallies[name]
-                    t.tokens += u.output_tokens
-                    t.steps += u.verification_steps
-                    t.decode_tokens += max(u.output_tokens - 1, 0)
-                    t.decode_us += out.finished.timings.decode_us
-                    t.proposed += u.draft_tokens_proposed
-                    t.accepted += u.draft_tokens_accepted
-            progress.advance(task)  # type: ignore[arg-type]
-    return tallies
+            core.add(GenerationRequest(f"{name}/{j}", turn.prompt, len(turn.oracle), stop_token_ids=stop,
+                                       oracle=turn.oracle, speculative=bool(mode.drafter), session_id=name,
+                                       cache_salt=name if mode.tenant_per_session else "tenant"))
+            if not mode.concurrent:
+                drain()
+        drain()
+    return tallies, measured
+
+
+def mean_decode_context(sessions: dict[str, list[Turn]]) -> int:
+    """The context a decode step of the replay sees on average (prompt plus half the output)."""
+    turns = [t for ts in sessions.values() for t in ts]
+    weight = sum(len(t.oracle) for t in turns)
+    return round(sum(len(t.oracle) * (len(t.prompt) + len(t.oracle) / 2) for t in turns) / max(weight, 1))
 
 
 def total(tallies: dict[str, Tally]) -> Tally:
@@ -163,6 +204,7 @@ def main() -> int:
     results: list[tuple[Path, dict[str, list[Turn]], list[tuple[Path, int]], dict[str, dict[str, Tally]]]] = []
     done: dict[str, tuple[Path, dict[str, dict[str, Tally]]]] = {}
     same_as: dict[Path, Path] = {}
+    acceptance: dict[tuple[Path, str], AcceptanceStats] = {}
     with Progress(console=console, transient=True) as progress:
         for root, sessions, used, digest in sets:
             if digest in done:  # the same files: the replay is deterministic, its result is the same
@@ -173,12 +215,12 @@ def main() -> int:
             per_mode = {}
             for mode in MODES:
                 task = progress.add_task(f"{provenance.rel(root)}: {mode.label}", total=n)
-                per_mode[mode.label] = replay(mode, sessions, progress, task)
+                per_mode[mode.label], acceptance[(root, mode.label)] = replay(mode, sessions, progress, task)
             done[digest] = (root, per_mode)
             results.append((root, sessions, used, per_mode))
 
     table = Table(title=f"Acceptance length and decode speed (replay; simulated {GPU.upper()} Llama {PARAMS.upper()}, "
-                        "batch 1)")
+                        "batch 1 except the concurrent modes)")
     for col in ("session set", "drafter", "tokens / verification step", "draft tokens accepted",
                 "decode tok/s", "vs none"):
         table.add_column(col, justify="left" if col in ("session set", "drafter") else "right")
@@ -192,8 +234,30 @@ def main() -> int:
                           mode.label, f"{t.acceptance:.2f}", rate, f"{t.decode_tps:,.0f}",
                           f"{t.decode_tps / max(base, 1e-9):.2f}×")
     console.print(table)
+    cost = CostModel.named(GPU, PARAMS)
+    speedup = Table(title=f"Modelled decode speed-up over no speculation at batch {', '.join(map(str, BATCHES))} "
+                          f"(simulated {GPU.upper()} Llama {PARAMS.upper()}; draft cap the cost policy picks)")
+    speedup.add_column("session set")
+    speedup.add_column("drafter")
+    speedup.add_column("mean decode context", justify="right")
+    for b in BATCHES:
+        speedup.add_column(f"batch {b}: cap / speed-up", justify="right")
+    for root, sessions, _, _ in results:
+        if root in same_as:
+            continue
+        context = mean_decode_context(sessions)
+        for mode in MODES:
+            if mode.draft_length != "cost":  # the fixed modes measure only the positions they drafted
+                continue
+            policy = DraftLengthPolicy(cost, mode.k, stats=acceptance[(root, mode.label)])
+            cells = []
+            for b in BATCHES:
+                k, gain = policy.best([context] * b)
+                cells.append(f"{k} / {gain:.2f}×")
+            speedup.add_row(provenance.rel(root), mode.label, f"{context:,}", *cells)
+    console.print(speedup)
     root0, sessions0, used0, per_mode0 = results[0]
-    shown = ["none", "prompt lookup k=8", "suffix k=8", "suffix k=16"]
+    shown = ["none", "prompt lookup k=8", "suffix k=8", "suffix k=16", MODES[5].label]
     per_session = Table(title=f"Tokens per verification step per session ({provenance.rel(root0)})")
     per_session.add_column("session")
     per_session.add_column("turns", justify="right")
@@ -231,6 +295,7 @@ def main() -> int:
                "prompt lookup: n-grams 3..2 over the session; suffix: suffix automata over the session and the "
                "replica's recent outputs (`loopwire.inference.suffix_tree`)"])
     body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",
+            *provenance.table_markdown(speedup), "",
             *provenance.table_markdown(per_session), "", "![speculation](speculation.png)"]
     md = provenance.write_markdown(args.out, "speculation", "Speculative decoding: none vs prompt lookup vs suffix",
                                    header, body)

@@ -3,6 +3,7 @@ module github.com/loopwire/loopwire/clients/go
 go 1.24.0
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	google.golang.org/grpc v1.79.0
 	google.golang.org/protobuf v1.36.11
 )

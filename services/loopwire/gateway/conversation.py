@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loopwire.common.chat_template import ChatTemplateError
-from loopwire.common.hashing import SequenceHash, block_hash, salted_root
+from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.common.prompt import ChatPrompt, tool_schema
 from loopwire.gateway import template_window
 from loopwire.gateway.template_window import Boundary, Message
@@ -46,7 +46,7 @@ class _Checkpoint:
     anchor_char: int  # text offset just after the last special token committed to ids
     anchor_special: str  # that special token ("" at the very start)
     ids_len: int
-    hash: int
+    hash: SequenceHash  # of ids[:ids_len]: an XXH64 state cannot be rebuilt from its value
 
 
 class Conversation:
@@ -70,7 +70,7 @@ class Conversation:
         self._anchor_char = 0
         self._anchor_special = ""
         self._hash = SequenceHash()
-        self._checkpoints = [_Checkpoint(0, 0, 0, 0, "", 0, self._hash.value)]
+        self._checkpoints = [_Checkpoint(0, 0, 0, 0, "", 0, self._hash.copy())]
         self._messages: list[Message] = []  # the template's messages for ``items`` (system message first)
         self._head: tuple[str | None] | None = None  # the first message rendered alone (None inside: fails)
         self._schemas = [tool_schema(t) for t in tools] if prompt.model.template.handles_tools else None
@@ -186,7 +186,7 @@ class Conversation:
             self._head = None  # the first message may be a new one
         self._messages = messages
         self._checkpoints.append(_Checkpoint(len(self.items), len(messages), len(self.text), self._anchor_char,
-                                             self._anchor_special, len(self.ids), self._hash.value))
+                                             self._anchor_special, len(self.ids), self._hash.copy()))
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
         """Add input items; returns how many tokens were tokenized.
@@ -241,7 +241,7 @@ class Conversation:
 
     def _truncate_to(self, cp: _Checkpoint) -> None:
         del self.ids[cp.ids_len :]
-        self._hash = SequenceHash(cp.hash, cp.ids_len)
+        self._hash = cp.hash.copy()
         self._anchor_char, self._anchor_special = cp.anchor_char, cp.anchor_special
         self.items = self.items[: cp.items]
         self.raw = {i: r for i, r in self.raw.items() if i < cp.items}
@@ -277,7 +277,7 @@ class Conversation:
         """The sequence hash of the first ``length`` ids, when a checkpoint ends there."""
         i = bisect.bisect_left(self._checkpoints, length, key=lambda c: c.ids_len)
         cps = self._checkpoints
-        return cps[i].hash if i < len(cps) and cps[i].ids_len == length else None
+        return cps[i].hash.value if i < len(cps) and cps[i].ids_len == length else None
 
     def prompt_ids(self, start: int = 0) -> list[int]:
         """Prompt ids from ``start`` to the end, generation prompt included."""
@@ -287,11 +287,8 @@ class Conversation:
         """Chained prefix-cache hashes of the prompt's full blocks, extended incrementally."""
         if block_size != self._block_size:
             self._blocks, self._block_size = [], block_size
-        ids = self.ids
         parent = self._blocks[-1] if self._blocks else salted_root(self.cache_salt)
-        for start in range(len(self._blocks) * block_size, len(ids) - block_size + 1, block_size):
-            parent = block_hash(parent, ids[start : start + block_size].tolist())
-            self._blocks.append(parent)
+        self._blocks += block_hashes(self.ids[len(self._blocks) * block_size :], block_size, parent)
         return self._blocks
 
     # -- full requests ------------------------------------------------------------------

@@ -21,6 +21,7 @@ step that needed them, an upper bound: engines overlap offloads with compute on 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from loopwire.inference.config import ModelConfig, model_preset
@@ -86,8 +87,9 @@ class CostModel:
         """Time to copy ``num_blocks`` KV blocks across the host link (one direction)."""
         return num_blocks * block_size * self.kv_bytes_per_token / (self.gpu.host_link_gb_per_s * 1e9)
 
-    def step_seconds(self, chunks: list[tuple[int, int]]) -> float:
-        """Duration of one step running ``(context_before, new_tokens)`` per sequence."""
+    def step_seconds(self, chunks: Sequence[tuple[float, float]]) -> float:
+        """Duration of one step running ``(context_before, new_tokens)`` per sequence (expected
+        token counts may be fractional)."""
         m = self.model
         tokens = sum(n for _, n in chunks)
         if tokens == 0:

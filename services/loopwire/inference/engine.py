@@ -62,6 +62,10 @@ class Engine(Protocol):
 
     async def cancel(self, request_id: str) -> None: ...
 
+    async def end_stream(self, park_key: str) -> None:
+        """The stream whose requests carried ``park_key`` ended: what it parked is let go."""
+        ...
+
     def stats(self) -> EngineStats: ...
 
     def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]: ...
@@ -169,6 +173,10 @@ class AsyncEngine:
         self._inbox.append(("cancel", request_id))
         self._wake.set()
 
+    async def end_stream(self, park_key: str) -> None:
+        self._inbox.append(("end_stream", park_key))
+        self._wake.set()
+
     def stats(self) -> EngineStats:
         if not self._stepping:
             self._last_stats = self.core.stats()
@@ -263,6 +271,8 @@ class AsyncEngine:
                 assert isinstance(arg, GenerationRequest)
                 if arg.request_id in self._streams:
                     self.core.add(arg)
+            elif kind == "end_stream":
+                self.core.blocks.drop_parked(str(arg))
             else:
                 self.core.cancel(str(arg))
 

@@ -19,6 +19,8 @@ import numpy as np
 from loopwire.inference.clock import Clock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.constraint import batch_masks
+from loopwire.inference.cost_model import CostModel
+from loopwire.inference.draft_length import DraftLengthPolicy
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
@@ -85,6 +87,12 @@ class EngineCore:
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache,
                                    config.eviction_policy, host, store)
         self.scheduler = Scheduler(config, self.blocks, config.prefill_policy, config.prefill_chunk_tokens)
+        # Draft length by the roofline, where the executor prices its steps (the simulated engine).
+        if config.draft_length not in ("fixed", "cost"):
+            raise ValueError(f"unknown draft_length {config.draft_length!r}; choose fixed or cost")
+        cost = getattr(executor, "cost", None)
+        self.draft_policy = (DraftLengthPolicy(cost, config.num_draft_tokens)
+                             if config.draft_length == "cost" and isinstance(cost, CostModel) else None)
         self.seqs: dict[str, Sequence] = {}
         self.steps = 0
         self._done: list[RequestOutput] = []
@@ -120,6 +128,9 @@ class EngineCore:
     def step(self) -> list[RequestOutput]:
         self.blocks.expire_retentions(self.clock.now())
         outputs, self._done = self._done, []
+        if self.draft_policy is not None:
+            self.scheduler.draft_cap = self.draft_policy.cap(
+                [len(s.tokens) for s in self.scheduler.running if s.is_decoding and s.draft is not None])
         batch = self.scheduler.schedule()
         onloaded, offloaded = self.blocks.take_transfers()
         if onloaded or offloaded:
@@ -161,6 +172,8 @@ class EngineCore:
                 self._finish(seq, FinishReason.CONSTRAINT_FAILED, retain=False, error=str(e))
                 continue
             accepted = len(new) - 1
+            if self.draft_policy is not None and item.draft_limit:
+                self.draft_policy.stats.observe(item.draft_limit, len(item.draft.token_ids), accepted)
             if item.draft.token_ids:
                 seq.usage.draft_tokens_proposed += len(item.draft.token_ids)
                 seq.usage.draft_tokens_accepted += accepted
@@ -255,7 +268,10 @@ class EngineCore:
         if retain and seq.req.retention_seconds > 0 and seq.block_ids:
             key = seq.req.session_id or seq.request_id
             self.blocks.retain(key, seq.block_ids, now + seq.req.retention_seconds)
-        hashes = list(seq.block_hashes)
+        hashes = seq.block_hashes
+        if seq.req.park_key and reason is not FinishReason.CANCELLED:
+            self.blocks.park(seq.req.park_key, seq.block_ids, hashes)  # the stream's next turn takes them
+            seq.block_ids = []
         if seq.draft is not None:
             seq.draft.finish()
         self.scheduler.free(seq)
@@ -270,7 +286,7 @@ class EngineCore:
             ttft_us=_us(first_token - seq.arrival),
             decode_us=_us(now - first_token),
         )
-        finished = Finished(reason, seq.usage, timings, list(seq.tokens), hashes, error=error)
+        finished = Finished(reason, seq.usage, timings, seq.tokens, hashes, error=error)
         self._done.append(RequestOutput(seq.request_id, [], finished))
 
     # -- status -----------------------------------------------------------------------

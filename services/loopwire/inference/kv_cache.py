@@ -18,7 +18,16 @@ instead of being recomputed. A block leaves the prefix cache (REMOVED event) onl
 leaves both tiers. Copies each way are counted for the engine to price (``take_transfers``).
 
 Hashes are ``loopwire.common.hashing.block_hash`` chained from the root, so a router that
-hashes a prompt with ``block_hashes`` predicts exactly which blocks a replica holds. Events
+hashes a prompt with ``block_hashes`` predicts exactly which blocks a replica holds. A match
+takes the prompt's hashes from the caller (a session stream holds them and hashes only what
+each turn appends) and trusts them: equal chained 64-bit hashes are equal prefixes, as in vLLM.
+
+A session stream's finished sequence *parks* its committed blocks under the stream's key: they
+stay referenced, and the stream's next sequence takes them over in O(1) instead of releasing
+every block to the LRU and acquiring it again, so the cost of a turn follows its new tokens,
+not its context. Parked blocks count as used; memory pressure gives them back (the least
+recently parked stream first, before any retention hold), and they then age in the LRU like
+any other cached block. Events
 (STORED/REMOVED) are queued for ``WatchCache``. Blocks can be exported with their identity
 (hash, parent hash, token ids) and imported on another replica: that is how a prefill replica
 hands a prompt's KV to a decode replica.
@@ -29,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import math
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -101,6 +111,14 @@ class Retention:
 
 
 @dataclass
+class Parked:
+    """A finished stream turn's committed blocks, still referenced, for the stream's next turn."""
+
+    block_ids: list[int]
+    last_hash: int  # chained hash of the last one: names the whole prefix
+
+
+@dataclass
 class ExportedBlock:
     block_hash: int
     parent_hash: int
@@ -124,6 +142,7 @@ class BlockManager:
     _expiries: list[tuple[float, int]] = field(init=False)
     _by_hash: dict[int, int] = field(init=False)
     _retentions: dict[str, Retention] = field(init=False)
+    _parked: OrderedDict[str, Parked] = field(init=False)  # least recently parked first
     _events: list[CacheEvent] = field(init=False)
     queried_tokens: int = 0
     hit_tokens: int = 0
@@ -144,6 +163,7 @@ class BlockManager:
         self._expiries = []
         self._by_hash = {}
         self._retentions = {}
+        self._parked = OrderedDict()
         self._events = []
 
     # -- occupancy --------------------------------------------------------------------
@@ -179,37 +199,71 @@ class BlockManager:
     # -- prefix cache -----------------------------------------------------------------
 
     def match_prefix(self, token_ids: Sequence[int], root: int = ROOT_BLOCK_HASH) -> tuple[list[int], list[int]]:
-        """Acquire the cached blocks of the longest cached prefix of ``token_ids``.
-
-        Only full blocks before the last token count: the last token must be computed to
-        get logits. Returns (block ids, their hashes).
-        """
+        """``match`` with every block hash computed from ``token_ids``: the full recomputation."""
         usable = max(len(token_ids) - 1, 0)
-        self.queried_tokens += usable - usable % self.block_size
+        return self.match(block_hashes(token_ids[: usable - usable % self.block_size], self.block_size, root),
+                          token_ids)
+
+    def match(self, hashes: Sequence[int], token_ids: Sequence[int], park_key: str = "") -> tuple[list[int], list[int]]:
+        """Acquire the cached blocks of the longest cached prefix of ``token_ids``, whose full
+        blocks hash to ``hashes`` (chained from the prompt's root; at least the full blocks
+        before the last token).
+
+        Only full blocks before the last token count: the last token must be computed to get
+        logits. Blocks parked under ``park_key`` are taken over first when they are a prefix of
+        the prompt (O(1)); the match continues after them. Returns (block ids, their hashes).
+        """
+        usable = max(len(token_ids) - 1, 0) // self.block_size
+        self.queried_tokens += usable * self.block_size
         if not self.prefix_cache:
             return [], []
         ids: list[int] = []
-        hashes: list[int] = []
-        wanted = block_hashes(token_ids[:usable], self.block_size, root)
-        for i, h in enumerate(wanted):
-            block_id = self._by_hash.get(h)
-            start = i * self.block_size
-            if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids[start : start + self.block_size]):
+        parked = self._parked.pop(park_key, None) if park_key else None
+        if parked is not None:
+            n = len(parked.block_ids)
+            if n <= usable and hashes[n - 1] == parked.last_hash:
+                ids = parked.block_ids
+            else:
+                self.release(parked.block_ids)
+        while len(ids) < usable:
+            block_id = self._by_hash.get(hashes[len(ids)])
+            if block_id is None:
                 break
+            self.acquire((block_id,))
             ids.append(block_id)
-            hashes.append(h)
-        self.acquire(ids)
         device = len(ids)
         if self.host is not None:
-            for i in range(device, len(wanted)):
-                block_id = self._onload(wanted[i], tuple(token_ids[i * self.block_size : (i + 1) * self.block_size]))
+            while len(ids) < usable:
+                i = len(ids)
+                block_id = self._onload(hashes[i], tuple(token_ids[i * self.block_size : (i + 1) * self.block_size]))
                 if block_id is None:
                     break
                 ids.append(block_id)
-                hashes.append(wanted[i])
             self.host_hit_tokens += (len(ids) - device) * self.block_size
         self.hit_tokens += len(ids) * self.block_size
-        return ids, hashes
+        return ids, list(hashes[: len(ids)])
+
+    def park(self, key: str, block_ids: list[int], hashes: Sequence[int]) -> None:
+        """Keep the caller's references on the committed blocks ``block_ids[:len(hashes)]`` under
+        ``key`` (replacing its earlier park) and release the rest; ``block_ids`` is given away."""
+        n = len(hashes) if self.prefix_cache else 0
+        self.release(block_ids[n:])
+        del block_ids[n:]
+        self.drop_parked(key)
+        if n:
+            self._parked[key] = Parked(block_ids, hashes[-1])
+
+    def drop_parked(self, key: str) -> bool:
+        """The stream ended: its parked blocks go to the LRU (or the free list)."""
+        parked = self._parked.pop(key, None)
+        if parked is None:
+            return False
+        self.release(parked.block_ids)
+        return True
+
+    @property
+    def num_parked(self) -> int:
+        return len(self._parked)
 
     def _onload(self, h: int, token_ids: tuple[int, ...]) -> int | None:
         """Bring a block back from the host tier into a fresh device block (ref 1)."""
@@ -352,7 +406,10 @@ class BlockManager:
             self.drop_retention(key)
 
     def drop_oldest_retention(self) -> bool:
-        """Memory pressure beats a hint: give up the hold that expires first."""
+        """Memory pressure beats a hint: give up the least recently parked stream's blocks, else
+        the hold that expires first."""
+        if self._parked:
+            return self.drop_parked(next(iter(self._parked)))
         if not self._retentions:
             return False
         key = min(self._retentions, key=lambda k: self._retentions[k].until)

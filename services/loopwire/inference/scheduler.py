@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loopwire.common.hashing import block_hash, block_hashes
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Draft
 from loopwire.inference.kv_cache import BlockManager
@@ -37,6 +36,7 @@ class ScheduledSeq:
     token_ids: list[int]  # inputs: a prefill chunk, or the last token followed by drafts
     draft: Draft
     sample: bool  # the chunk reaches the end of the sequence: pick the next token(s)
+    draft_limit: int = 0  # the most draft tokens this step allowed (what acceptance is measured against)
 
 
 # Prompt tokens one sequence prefills per step under the fair policy: about where a step of a
@@ -62,7 +62,8 @@ class Scheduler:
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.num_preemptions = 0
-        self._chains: dict[str, list[int]] = {}  # block hashes of waiting prompts (fair policy)
+        # Draft tokens a sequence may verify in the next step (the engine's cost policy; None: no cap).
+        self.draft_cap: int | None = None
 
     def add(self, seq: Sequence) -> None:
         seq.status = SeqStatus.WAITING
@@ -77,7 +78,6 @@ class Scheduler:
         self.free(seq)
 
     def free(self, seq: Sequence) -> None:
-        self._chains.pop(seq.request_id, None)
         self.blocks.release(seq.block_ids)
         seq.block_ids = []
         seq.block_hashes = []
@@ -108,14 +108,14 @@ class Scheduler:
             if seq.status is SeqStatus.RUNNING:
                 unplanned.remove(seq)
                 if seq.is_decoding:
-                    draft = self._draft(seq, budget - 1)
+                    draft, limit = self._draft(seq, budget - 1)
                     inputs = [seq.tokens[-1], *draft.token_ids]
                 else:
-                    draft = Draft([])
+                    draft, limit = Draft([]), 0
                     inputs = seq.tokens[seq.num_computed : seq.num_computed + min(budget, self.prefill_chunk)]
                 if not self._make_room(seq, len(inputs), unplanned):
                     continue
-                out.append(self._plan(seq, inputs, draft))
+                out.append(self._plan(seq, inputs, draft, limit))
                 budget -= len(inputs)
             elif seq in waiting and admitting:  # not one preempted in this step
                 if self.num_preemptions > before or len(self.running) >= self.config.max_running:
@@ -143,14 +143,14 @@ class Scheduler:
             if budget <= 0:
                 break
             if seq.is_decoding:
-                draft = self._draft(seq, budget - 1)
+                draft, limit = self._draft(seq, budget - 1)
                 inputs = [seq.tokens[-1], *draft.token_ids]
             else:
-                draft = Draft([])
+                draft, limit = Draft([]), 0
                 inputs = seq.tokens[seq.num_computed : seq.num_computed + budget]
             if not self._make_room(seq, len(inputs), queue):
                 continue
-            out.append(self._plan(seq, inputs, draft))
+            out.append(self._plan(seq, inputs, draft, limit))
             budget -= len(inputs)
         if self.num_preemptions == before:
             self.waiting.sort(key=Sequence.sort_key)
@@ -183,24 +183,20 @@ class Scheduler:
         i = len(seq.block_hashes)
         if not self.blocks.prefix_cache or seq.is_decoding or (i + 1) * bs > len(seq.tokens) - 1:
             return None
-        parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_root
-        return i, block_hash(parent, seq.tokens[i * bs : (i + 1) * bs])
+        return i, seq.prefix_hashes(bs)[i]
 
     def _shares_computing(self, seq: Sequence, computing: set[tuple[int, int]]) -> bool:
         if not computing:
             return False
-        chain = self._chains.get(seq.request_id)
-        if chain is None:  # hashed once while it waits, as match_prefix hashes it
-            chain = self._chains[seq.request_id] = block_hashes(seq.tokens[:-1], self.blocks.block_size,
-                                                                seq.cache_root)
+        chain = seq.prefix_hashes(self.blocks.block_size)
         return any(i < len(chain) and chain[i] == h for i, h in computing)
 
     def _admit_one(self, seq: Sequence, limit: int) -> ScheduledSeq | None:
         """Start a waiting sequence with up to ``limit`` inputs; None (holding nothing) when
         its blocks do not fit."""
-        self._chains.pop(seq.request_id, None)
         if not seq.block_ids:
-            seq.block_ids, seq.block_hashes = self.blocks.match_prefix(seq.tokens, seq.cache_root)
+            seq.block_ids, seq.block_hashes = self.blocks.match(
+                seq.prefix_hashes(self.blocks.block_size), seq.tokens, seq.req.park_key)
             seq.num_computed = len(seq.block_ids) * self.blocks.block_size
             if not seq.cached_recorded:
                 seq.usage.cached_input_tokens = min(seq.num_computed, seq.prompt_len)
@@ -218,23 +214,26 @@ class Scheduler:
         self.running.append(seq)
         return self._plan(seq, inputs, Draft([]))
 
-    def _plan(self, seq: Sequence, inputs: list[int], draft: Draft) -> ScheduledSeq:
+    def _plan(self, seq: Sequence, inputs: list[int], draft: Draft, draft_limit: int = 0) -> ScheduledSeq:
         reaches_end = seq.num_computed + len(inputs) - len(draft.token_ids) == len(seq.tokens)
-        return ScheduledSeq(seq, seq.num_computed, inputs, draft, reaches_end)
+        return ScheduledSeq(seq, seq.num_computed, inputs, draft, reaches_end, draft_limit)
 
-    def _draft(self, seq: Sequence, budget: int) -> Draft:
+    def _draft(self, seq: Sequence, budget: int) -> tuple[Draft, int]:
+        """The sequence's draft for this step and the most tokens it was allowed."""
         req = seq.req
         if not req.speculative or seq.draft is None:
-            return Draft([])
+            return Draft([]), 0
         k = min(req.num_draft_tokens or self.config.num_draft_tokens, budget, seq.max_tokens - seq.num_output - 1)
+        if self.draft_cap is not None:
+            k = min(k, self.draft_cap)
         if req.oracle is not None:
             k = min(k, len(req.oracle) - seq.num_output - 1)
         if k <= 0:
-            return Draft([])
+            return Draft([]), 0
         draft = seq.draft.propose(k)
         if len(draft.token_ids) > k:
             draft = Draft(draft.token_ids[:k], None if draft.probs is None else draft.probs[:k])
-        return draft
+        return draft, k
 
     def _reserve(self, seq: Sequence, num_inputs: int) -> bool:
         """Make sure ``seq`` has blocks for its next ``num_inputs`` positions."""

@@ -8,7 +8,7 @@ from enum import Enum
 
 import numpy as np
 
-from loopwire.common.hashing import salted_root
+from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.inference.constraint import Grammar
 from loopwire.inference.drafter import DraftContext
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY
@@ -85,6 +85,15 @@ class GenerationRequest:
     disagg_state: bytes = b""
     # The grammar the output must match (constraint.Grammar; None: free text).
     grammar: Grammar | None = None
+    # Chained hashes of the prompt's full blocks from the cache salt's root, when the caller
+    # holds them (a stream's append: the held ones plus the new); None: the engine hashes it.
+    block_hashes: list[int] | None = None
+    # When it finishes, park its blocks under this key for the next request with the same key
+    # (a Generate stream's next turn), which takes them over instead of matching them again.
+    park_key: str = ""
+    # The engine may append the output to ``prompt`` itself instead of a copy: the caller gives
+    # the list away (a stream's turn, so the context is never copied).
+    hand_over_prompt: bool = False
 
 
 @dataclass
@@ -110,9 +119,11 @@ class Finished:
     reason: FinishReason
     usage: Usage
     timings: Timings
-    # Every token the sequence holds now (prompt + output): the base of the next append.
+    # Every token the sequence holds now (prompt + output): the base of the next append (with
+    # hand_over_prompt, the request's prompt list itself, the output appended).
     token_ids: list[int]
-    # Prefix-cache hashes of its full, computed blocks (what Prefill hands to PullKv).
+    # Prefix-cache hashes of its full, computed blocks, chained from the cache salt's root (what
+    # Prefill hands to PullKv).
     block_hashes: list[int]
     # A prefill on an engine with its own KV transport: what the decode replica needs (trtllm).
     disagg_state: bytes = b""
@@ -138,8 +149,9 @@ class Sequence:
     def __init__(self, req: GenerationRequest, now: float, draft: DraftContext | None, max_tokens: int) -> None:
         self.req = req
         self.request_id = req.request_id
-        self.tokens: list[int] = list(req.prompt)
+        self.tokens: list[int] = req.prompt if req.hand_over_prompt else list(req.prompt)
         self.cache_root = salted_root(req.cache_salt)
+        self._hashes = req.block_hashes if req.block_hashes is not None else []  # full blocks of tokens
         self.prompt_len = len(req.prompt)
         self.max_tokens = max_tokens
         self.stop_ids = frozenset(req.stop_token_ids)
@@ -171,6 +183,16 @@ class Sequence:
     @property
     def is_decoding(self) -> bool:
         return self.remaining == 1 and self.num_output > 0
+
+    def prefix_hashes(self, block_size: int) -> list[int]:
+        """Chained hashes of the full blocks before the last token, hashing only the tokens
+        appended since the last call (or those the request did not bring hashes for)."""
+        hashes = self._hashes
+        usable = (len(self.tokens) - 1) // block_size
+        if len(hashes) < usable:
+            parent = hashes[-1] if hashes else self.cache_root
+            hashes += block_hashes(self.tokens[len(hashes) * block_size : usable * block_size], block_size, parent)
+        return hashes
 
     def sort_key(self) -> tuple[int, int]:
         """Higher priority first, then first come first served."""

@@ -19,7 +19,7 @@ import numpy as np
 from loopwire.common import grpc_server, rpc_errors, telemetry
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.grammar import ConstraintError, grammar_text
-from loopwire.common.hashing import SequenceHash
+from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
@@ -28,6 +28,8 @@ from loopwire.inference.sequence import Finished, FinishReason, GenerationReques
 from loopwire.inference.validation import (
     MAX_HOLD_BLOCKS,
     MAX_RETENTION_SECONDS,
+    HeldSequence,
+    ResolvedPrompt,
     check_capacity,
     check_ids,
     check_params,
@@ -63,6 +65,9 @@ PULL_TIMEOUT_S = 30.0
 # a long prompt on a slow engine shows progress, a short one adds no messages.
 PROGRESS_INTERVAL_S = 0.25
 MAX_PREFILL_HANDLES = 1024
+# Prompts (or appends) with more ids than this are validated and hashed in a worker thread: a
+# 32k-id prompt would otherwise hold the event loop, and every stream on it, for milliseconds.
+OFFLOAD_IDS = 4096
 
 
 # Coalescing window: tokens of a generation that follow its first wait up to this long for more
@@ -191,7 +196,7 @@ class Outbox:
 @dataclass
 class _StreamState:
     outbox: Outbox = field(default_factory=Outbox)
-    held: tuple[list[int], SequenceHash] | None = None
+    held: HeldSequence | None = None
     active: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     serial: int = 0
 
@@ -237,10 +242,14 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 yield response
         finally:
             reader.cancel()
-            for task in list(state.active.values()):
+            tasks = list(state.active.values())
+            for task in tasks:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
+            # After the generations' cancels, so nothing parks under the key once it is let go.
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.engine.end_stream(prefix)
 
     async def _read(
         self, requests: AsyncIterator[inference_pb2.GenerateRequest], state: _StreamState, prefix: str
@@ -249,7 +258,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             async for request in requests:
                 action = request.WhichOneof("action")
                 if action == "start":
-                    self._start(request.start, state, prefix)
+                    await self._start(request.start, state, prefix)
                 elif action == "cancel":
                     task = state.active.get(request.cancel.request_id)
                     if task is None:
@@ -264,15 +273,19 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         finally:
             state.outbox.close()
 
-    def _start(self, start: inference_pb2.GenerationStart, state: _StreamState, prefix: str) -> None:
+    async def _start(self, start: inference_pb2.GenerationStart, state: _StreamState, prefix: str) -> None:
         rid = start.request_id
         try:
             if not rid:
                 raise invalid("start.request_id", "required")
             if rid in state.active:
                 raise invalid("start.request_id", f"{rid!r} is already running on this stream")
-            prompt, prompt_hash = resolve_prompt(start, state.held, self.vocab_size)
-            check_params(start, len(prompt), self.config, self.vocab_size)
+            args = (start, state.held, self.vocab_size, self.config.block_size)
+            if len(start.full.token_ids) + len(start.append.token_ids) > OFFLOAD_IDS:
+                prompt = await asyncio.to_thread(resolve_prompt, *args)
+            else:
+                prompt = resolve_prompt(*args)
+            check_params(start, prompt.length, self.config, self.vocab_size)
             if start.kv_handle and start.kv_source not in self.peers:
                 raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT,
                                    f"start.kv_source: {start.kv_source!r} is not a configured peer of this replica "
@@ -285,7 +298,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         p = start.params
         req = GenerationRequest(
             request_id=f"{prefix}/{rid}",
-            prompt=prompt,
+            prompt=prompt.token_ids(),
             max_tokens=p.max_tokens,
             sampling=SamplingSettings(p.temperature, p.top_p or 1.0, p.seed),
             stop_token_ids=tuple(p.stop_token_ids) or self._stop_ids,
@@ -297,8 +310,11 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             retention_seconds=float(start.retention_seconds),
             cache_salt=start.cache_salt,
             grammar=grammar,
+            block_hashes=prompt.block_hashes,
+            park_key=prefix,
+            hand_over_prompt=True,
         )
-        task = asyncio.create_task(self._generate(rid, req, start, prompt_hash, state))
+        task = asyncio.create_task(self._generate(rid, req, start, prompt, state))
         state.active[rid] = task
         task.add_done_callback(lambda _t: state.active.pop(rid, None))
 
@@ -329,7 +345,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         rid: str,
         req: GenerationRequest,
         start: inference_pb2.GenerationStart,
-        prompt_hash: SequenceHash,
+        prompt: ResolvedPrompt,
         state: _StreamState,
     ) -> None:
         telemetry.bind_log_ids(request_id=rid, session_id=req.session_id)  # this generation's task
@@ -345,7 +361,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                         said = time.monotonic()
                         state.outbox.put(inference_pb2.GenerateResponse(
                             request_id=rid, prefill_progress=common_pb2.PrefillProgress(
-                                processed_tokens=out.prefilled, total_tokens=len(req.prompt))))
+                                processed_tokens=out.prefilled, total_tokens=prompt.length)))
                     if out.token_ids:
                         span.first_chunk()
                     state.outbox.tokens(rid, out.token_ids)
@@ -354,7 +370,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                                            f"start.constraint: the grammar cannot be satisfied: {out.finished.error}",
                                            "start.constraint")
                     if out.finished is not None:
-                        response = self._finished(rid, req, out.finished, prompt_hash, state)
+                        response = self._finished(rid, req, out.finished, prompt, state)
                         fin = response.finished
                         span.set_usage(fin.usage)
                         span.finish(fin.finish_reason)
@@ -376,12 +392,13 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         rid: str,
         req: GenerationRequest,
         fin: Finished,
-        prompt_hash: SequenceHash,
+        prompt: ResolvedPrompt,
         state: _StreamState,
     ) -> inference_pb2.GenerateResponse:
-        seq_hash = prompt_hash.copy().extend(fin.token_ids[len(req.prompt):])
+        seq_hash = prompt.seq_hash.copy().extend(fin.token_ids[prompt.length :])
         if fin.reason is not FinishReason.CANCELLED:
-            state.held = (fin.token_ids, seq_hash)
+            state.held = HeldSequence(fin.token_ids, len(fin.token_ids), seq_hash, req.cache_salt,
+                                      self._held_hashes(fin, req.cache_salt))
         u, t = fin.usage, fin.timings
         return inference_pb2.GenerateResponse(request_id=rid, finished=inference_pb2.GenerationFinished(
             finish_reason=_FINISH[fin.reason],
@@ -401,6 +418,16 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             sequence_hash=seq_hash.value,
             replica_id=self.config.replica_id,
         ))
+
+    def _held_hashes(self, fin: Finished, cache_salt: str) -> list[int]:
+        """Block hashes of every full block of the finished sequence: the engine's committed
+        ones (all but at most the last block) extended, so the next append hashes only its own."""
+        bs = self.config.block_size
+        hashes = fin.block_hashes  # the engine's list, given away with the result
+        done = len(hashes) * bs
+        parent = hashes[-1] if hashes else salted_root(cache_salt)
+        hashes += block_hashes(fin.token_ids[done : len(fin.token_ids) // bs * bs], bs, parent)
+        return hashes
 
     # -- disaggregation ---------------------------------------------------------------
 

@@ -1,6 +1,8 @@
 """Suffix decoding (SuffixDecoding, Oliaro et al., arXiv 2411.04975): drafts from suffix
-structures over the session's own context and over recent outputs of every session on the
-replica, with a draft length that follows how often the matched continuation occurred.
+structures over the session's own context and over the outputs of the tenant's other recent
+and live requests on the replica (a per-tenant pool, as TensorRT-LLM's suffix-automaton global
+pool but never across tenants), with a draft length that follows how often the matched
+continuation occurred.
 
 The index is a suffix automaton (the DAWG of the text, whose suffix-link tree is the suffix
 tree of the reversed text): linear size, online appends in amortised O(1), and each state
@@ -10,14 +12,20 @@ the paper's two ingredients without a quadratic suffix trie:
 * the longest suffix of the context that occurred before (the pattern, length ``p``);
 * the empirical probability of each continuation, ``count(pattern + t) / sum_t' count(pattern + t')``.
 
-A draft follows the most frequent continuation while the product of those probabilities stays
-above ``min_token_prob`` and its length below ``max_spec_factor * p`` (the paper's adaptive
-speculation length), and the better-scoring of the session draft and the shared draft wins
-(score = expected accepted tokens, the sum of the running probability products).
+Every source that matched a suffix of the context votes for its continuations: its empirical
+probabilities weighted by its match length (a longer match is better evidence; the session's and
+the store's shorter matches, their suffix-link ancestors, vote too, as in PPM's blending of
+orders). The draft takes the best-voted token, keeps the sources that continue with it, and goes
+on while the product of the winners' shares stays above ``min_token_prob`` and its length below
+``max_spec_factor * p`` for the longest match ``p`` (the paper's adaptive speculation length).
+On the recorded sessions this blend beats picking the better of the session and shared drafts
+(bench/bench_speculation.py).
 
-The shared store holds finished outputs per namespace (the prefix-cache salt: tenants never
-draft from each other) under one token budget; the oldest outputs go first, and the affected
-automata are rebuilt from what is left, so memory is bounded by the budget.
+Sources, all within the request's namespace (the prefix-cache salt, a tenant): the session's own
+context; the store of finished outputs; the outputs so far of the namespace's other live
+requests (the most recent ``live_peers``). The shared store keeps finished outputs per namespace
+under one token budget; the oldest outputs go first, and the affected automata are rebuilt from
+what is left, so memory is bounded by the budget.
 """
 
 from __future__ import annotations
@@ -99,42 +107,26 @@ class SuffixAutomaton:
                 matched += 1
         return v, matched
 
-    def continue_from(self, state: int, max_len: int, min_prob: float) -> tuple[list[int], float]:
-        """Greedy most-frequent path from ``state``: the draft and its score (expected accepted
-        tokens). Negative tokens are document separators: the text ended there."""
-        out: list[int] = []
-        prob, score = 1.0, 0.0
-        count, last_end, nxt = self.count, self.last_end, self.next
-        v = state
-        while len(out) < max_len:
-            children = nxt[v]
-            if not children:
-                break
-            total = 0
-            best_t, best_v, best_key = 0, 0, (-1, -1)
+    def vote(self, state: int, weight: float, scores: dict[int, float]) -> None:
+        """Add ``weight`` times the empirical distribution of what follows ``state`` to ``scores``."""
+        children = self.next[state]
+        total = sum(self.count[w] for w in children.values())
+        if total:
             for t, w in children.items():
-                c = count[w]
-                total += c
-                key = (c, last_end[w])  # most frequent, then most recent
-                if key > best_key:
-                    best_t, best_v, best_key = t, w, key
-            if best_t < 0 or total == 0:
-                break
-            prob *= best_key[0] / total
-            if prob < min_prob:
-                break
-            out.append(best_t)
-            score += prob
-            v = best_v
-        return out, score
+                scores[t] = scores.get(t, 0.0) + weight * self.count[w] / total
 
 
 @dataclass(frozen=True)
 class SuffixSettings:
-    max_spec_factor: float = 8.0  # draft length <= factor * matched pattern length
-    min_token_prob: float = 0.1  # stop when the draft's estimated probability falls below
+    # Long drafts are nearly free to verify at small batch; the cost policy (draft_length.py)
+    # truncates them where they do not pay. Both values: best on the recorded sessions.
+    max_spec_factor: float = 32.0  # draft length <= factor * matched pattern length
+    min_token_prob: float = 0.02  # stop when the draft's estimated probability falls below
     min_match: int = 1  # the probability cut-off, not the pattern length, filters weak drafts
-    max_pattern: int = 48  # longest context suffix matched against the shared store
+    max_pattern: int = 48  # longest context suffix matched against the shared store and live requests
+    backoff: int = 2  # suffix-link ancestors of the session's and the store's match that vote too
+    max_weight: int = 64  # a match longer than this votes no louder
+    live_peers: int = 8  # the namespace's most recent live requests whose outputs are searched
     # Memory: an automaton costs ~530 bytes per token in CPython (measured on a 80k-token prompt).
     shared_tokens: int = 131_072  # budget of the shared output store, all namespaces (~70 MB)
     session_tokens: int = 262_144  # session automata kept between turns, all sessions (~140 MB)
@@ -193,7 +185,7 @@ class SharedOutputs:
 
 
 class SuffixDrafter:
-    """Drafts from the session's own context and the replica's recent outputs."""
+    """Drafts from the session's own context and its namespace's recent and live outputs."""
 
     name = "suffix"
 
@@ -204,6 +196,8 @@ class SuffixDrafter:
         self._sessions: OrderedDict[str, SuffixAutomaton] = OrderedDict()
         self._session_tokens: dict[str, list[int]] = {}
         self.cached_session_tokens = 0
+        # Live requests per namespace, oldest first: their outputs so far are drafted from.
+        self.live: dict[str, dict[int, SuffixContext]] = {}
 
     def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> SuffixContext:
         sam, tokens = SuffixAutomaton(), []
@@ -217,7 +211,13 @@ class SuffixDrafter:
         ctx = SuffixContext(self, sam, tokens, key, namespace)
         ctx.extend(token_ids[len(tokens) :])
         ctx.prompt_len = len(ctx.tokens)
+        self.live.setdefault(namespace, {})[id(ctx)] = ctx
         return ctx
+
+    def peers(self, ctx: SuffixContext) -> list[SuffixContext]:
+        """The most recent live requests of ``ctx``'s namespace, ``ctx`` left out."""
+        live = self.live.get(ctx.namespace, {})
+        return [c for c in reversed(live.values()) if c is not ctx][: self.settings.live_peers]
 
     def _keep(self, ctx: SuffixContext) -> None:
         """Keep a finished request's automaton for its session's next turn, least recent out first."""
@@ -243,36 +243,73 @@ class SuffixContext:
         self.namespace = namespace
         self.prompt_len = 0
         self.finished = False
+        self.output = SuffixAutomaton()  # what this request generated: its live peers draft from it
 
     def extend(self, token_ids: Sequence[int]) -> None:
         ids = [int(t) for t in token_ids]
         self.tokens.extend(ids)
         self.sam.extend(ids)
+        if self.prompt_len:
+            self.output.extend(ids)
 
     def propose(self, k: int) -> Draft:
         s = self.drafter.settings
         if k <= 0:
             return Draft([])
-        best: list[int] = []
-        best_score = 0.0
+        sources = self._sources()
+        if not sources:
+            return Draft([])
+        limit = min(k, int(s.max_spec_factor * max(p for _, _, p in sources)))
+        out: list[int] = []
+        prob = 1.0
+        while len(out) < limit and sources:
+            scores: dict[int, float] = {}
+            for sam, state, p in sources:
+                sam.vote(state, min(p, s.max_weight), scores)
+            if not scores:
+                break
+            t = max(scores, key=scores.__getitem__)
+            prob *= scores[t] / sum(scores.values())
+            if t < 0 or prob < s.min_token_prob:  # a separator: the text ended there
+                break
+            out.append(t)
+            sources = [(sam, sam.next[v][t], p + 1) for sam, v, p in sources if t in sam.next[v]]
+        return Draft(out)
+
+    def _sources(self) -> list[tuple[SuffixAutomaton, int, int]]:
+        """(automaton, state, match length) of every suffix match that votes on the draft."""
+        s = self.drafter.settings
+        found: list[tuple[SuffixAutomaton, int, int]] = []
+
+        def chain(sam: SuffixAutomaton, state: int, p: int) -> None:
+            for _ in range(s.backoff + 1):
+                if state <= 0 or p < s.min_match:
+                    return
+                found.append((sam, state, p))
+                state = sam.link[state]
+                p = sam.length[state]
+
         # The session: the longest suffix that occurred earlier in it is the suffix link of the whole text.
         state = self.sam.link[self.sam.last]
-        if state > 0 and self.sam.length[state] >= s.min_match:
-            p = self.sam.length[state]
-            best, best_score = self.sam.continue_from(state, min(k, int(s.max_spec_factor * p)), s.min_token_prob)
+        chain(self.sam, state, self.sam.length[state])
+        pattern = self.tokens[-s.max_pattern :]
         shared = self.drafter.shared.automata.get(self.namespace)
         if shared is not None:
-            state, p = shared.match(self.tokens[-s.max_pattern :])
+            chain(shared, *shared.match(pattern))
+        for peer in self.drafter.peers(self):
+            state, p = peer.output.match(pattern)
             if p >= s.min_match:
-                draft, score = shared.continue_from(state, min(k, int(s.max_spec_factor * p)), s.min_token_prob)
-                if score > best_score:
-                    best = draft
-        return Draft(best)
+                found.append((peer.output, state, p))
+        return found
 
     def finish(self) -> None:
         """The request ended: its output joins the shared store, its automaton waits for the next turn."""
         if self.finished:
             return
         self.finished = True
+        live = self.drafter.live[self.namespace]
+        del live[id(self)]
+        if not live:
+            del self.drafter.live[self.namespace]
         self.drafter.shared.add(self.namespace, self.tokens[self.prompt_len :])
         self.drafter._keep(self)

@@ -388,6 +388,9 @@ class TrtLlmEngine:
     async def import_kv(self, blocks: list[KvBlockData]) -> int:
         raise NotImplementedError("the trtllm engine moves KV with TensorRT-LLM's disaggregated transport")
 
+    async def end_stream(self, park_key: str) -> None:
+        """Nothing is parked: TensorRT-LLM's own block reuse matches each prompt."""
+
     async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int:
         """TensorRT-LLM sets retention per request (KvCacheRetentionConfig), not on blocks
         already cached: nothing is held after the fact (0 tells the gateway so)."""

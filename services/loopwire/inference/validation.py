@@ -3,10 +3,11 @@ in-stream error that names it (DESIGN §3 invariant 8), so the stream keeps serv
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from loopwire.common.errors import Code, RequestError, invalid
-from loopwire.common.hashing import SequenceHash
+from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.inference.config import EngineConfig
 from loopwire.v1 import common_pb2, inference_pb2
 
@@ -18,47 +19,92 @@ MAX_RETENTION_SECONDS = 3600
 MAX_HOLD_BLOCKS = 1 << 16  # a HoldPrefix names at most this many blocks (1M tokens at 16 a block)
 
 
-def check_ids(field: str, ids: Iterable[int], vocab_size: int) -> None:
+def check_ids(field: str, ids: Sequence[int], vocab_size: int) -> None:
+    if not ids or max(ids) < vocab_size:  # at C speed; the loop below only names the culprit
+        return
     for i, t in enumerate(ids):
         if t >= vocab_size:
             raise invalid(f"{field}[{i}]", f"token id {t} is outside the vocabulary (size {vocab_size})")
 
 
+@dataclass
+class HeldSequence:
+    """What a stream's replica holds after a turn (prompt + output): the base of its next append."""
+
+    tokens: list[int]  # its first ``length`` ids; longer once a request extended it in place
+    length: int
+    seq_hash: SequenceHash
+    cache_salt: str
+    block_hashes: list[int]  # chained hashes of the full blocks of tokens[:length], salt's root
+    taken: bool = False  # a request extended ``tokens`` in place: a later one copies
+
+
+@dataclass
+class ResolvedPrompt:
+    """A request's whole prompt: its length, SequenceHash and block hashes (None: the engine
+    hashes it), built from the new ids alone when it appends to what the stream holds."""
+
+    length: int
+    seq_hash: SequenceHash
+    block_hashes: list[int] | None
+    ids: list[int]  # the whole prompt, or the appended ids
+    held: HeldSequence | None = None
+
+    def token_ids(self) -> list[int]:
+        """The prompt as a list the engine may own: the held list extended in place when no
+        other request took it (no copy of the context), else a copy."""
+        held = self.held
+        if held is None:
+            return self.ids
+        if held.taken or len(held.tokens) != held.length:
+            return held.tokens[: held.length] + self.ids
+        held.taken = True
+        held.tokens += self.ids
+        return held.tokens
+
+
 def resolve_prompt(
     start: inference_pb2.GenerationStart,
-    held: tuple[list[int], SequenceHash] | None,
+    held: HeldSequence | None,
     vocab_size: int,
-) -> tuple[list[int], SequenceHash]:
-    """The full prompt and its hash: the prompt itself, or the held sequence plus an append."""
+    block_size: int,
+) -> ResolvedPrompt:
+    """The full prompt: the prompt itself, or the held sequence plus an append (O(new ids))."""
     kind = start.WhichOneof("prompt")
     if kind == "full":
         ids = list(start.full.token_ids)
         if not ids:
             raise invalid("start.full.token_ids", "the prompt is empty")
         check_ids("start.full.token_ids", ids, vocab_size)
-        return ids, SequenceHash().extend(ids)
+        full_hashes = block_hashes(ids, block_size, salted_root(start.cache_salt))
+        return ResolvedPrompt(len(ids), SequenceHash().extend(ids), full_hashes, ids)
     if kind == "append":
         append = start.append
-        check_ids("start.append.token_ids", append.token_ids, vocab_size)
+        new = list(append.token_ids)
+        check_ids("start.append.token_ids", new, vocab_size)
         if held is None:
             raise RequestError(
                 Code.ERROR_CODE_STATE_LOST,
                 "start.append.base_length: this stream holds no sequence to extend; resend the full prompt",
                 "start.append.base_length", retryable=True)
-        ids, seq_hash = held
-        if append.base_length != len(ids):
+        if append.base_length != held.length:
             raise RequestError(
                 Code.ERROR_CODE_STATE_LOST,
-                f"start.append.base_length: {append.base_length} != held length {len(ids)}; resend the full prompt",
+                f"start.append.base_length: {append.base_length} != held length {held.length}; resend the full prompt",
                 "start.append.base_length", retryable=True)
-        if append.base_hash != seq_hash.value:
+        if append.base_hash != held.seq_hash.value:
             raise RequestError(
                 Code.ERROR_CODE_STATE_LOST,
                 "start.append.base_hash: does not match the held sequence; resend the full prompt",
                 "start.append.base_hash", retryable=True)
-        if not ids and not append.token_ids:
+        if not held.length and not new:
             raise invalid("start.append.token_ids", "the prompt is empty")
-        return ids + list(append.token_ids), seq_hash.copy().extend(append.token_ids)
+        hashes: list[int] | None = None
+        if start.cache_salt == held.cache_salt:
+            done = len(held.block_hashes) * block_size
+            parent = held.block_hashes[-1] if held.block_hashes else salted_root(held.cache_salt)
+            hashes = held.block_hashes + block_hashes(held.tokens[done : held.length] + new, block_size, parent)
+        return ResolvedPrompt(held.length + len(new), held.seq_hash.copy().extend(new), hashes, new, held)
     raise invalid("start.prompt", "set full or append")
 
 

@@ -118,7 +118,11 @@ class AppendPrompt(_message.Message):
     base_length: _builtins.int
     """Length of the held sequence being extended."""
     base_hash: _builtins.int
-    """Hash of the held sequence (see loopwire.common.hashing); a mismatch is STATE_LOST."""
+    """SequenceHash of the held sequence: XXH64 (seed 0) of its token ids, each encoded as a
+    uint32 little-endian, in order (loopwire.common.hashing; test vectors in
+    tests/fixtures/hash_vectors.json, a Go implementation in clients/go/hashing). A mismatch
+    is STATE_LOST.
+    """
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The token ids that follow the held sequence (the new turn's prompt part)."""
@@ -450,7 +454,7 @@ class GenerationFinished(_message.Message):
     + output), the base of the next AppendPrompt.
     """
     sequence_hash: _builtins.int
-    """SequenceHash of that sequence: the next AppendPrompt.base_hash."""
+    """SequenceHash of that sequence (see AppendPrompt.base_hash): the next AppendPrompt.base_hash."""
     replica_id: _builtins.str
     """The replica that ran the generation (its configured replica id)."""
     @_builtins.property
@@ -660,9 +664,15 @@ class KvBlock(_message.Message):
     DTYPE_FIELD_NUMBER: _builtins.int
     SHAPE_FIELD_NUMBER: _builtins.int
     block_hash: _builtins.int
-    """The block's prefix-cache key: hash of its tokens chained to parent_hash."""
+    """The block's prefix-cache key, chained to parent_hash: XXH64 (seed 0) of parent_hash as a
+    uint64 little-endian followed by the block's token ids as uint32 little-endian (a result
+    of 0 becomes 1).
+    """
     parent_hash: _builtins.int
-    """block_hash of the block before it (for the first block, the root of its cache salt)."""
+    """block_hash of the block before it. For the first block, the root of its cache salt: 0
+    without a salt, else the first 8 bytes, read as a uint64 little-endian, of
+    SHA-256("loopwire cache salt\\0" + salt).
+    """
     keys: _builtins.bytes
     """Keys and values of every layer, little-endian, shape given by `shape`."""
     values: _builtins.bytes

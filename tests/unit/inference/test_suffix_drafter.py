@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from inference_helpers import make_core, repetitive_prompt, run_all
 from test_engine_core import _session_prompts
 
+from loopwire.inference.drafter import Draft
 from loopwire.inference.sequence import GenerationRequest
 from loopwire.inference.suffix_tree import SharedOutputs, SuffixAutomaton, SuffixDrafter, SuffixSettings
 
@@ -39,16 +40,17 @@ def test_state_counts_equal_brute_force_occurrences(text: list[int], data: st.Da
 
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.integers(0, 4), min_size=2, max_size=80), st.integers(1, 12))
-def test_session_drafts_continue_an_earlier_occurrence_of_the_matched_suffix(text: list[int], k: int) -> None:
-    ctx = SuffixDrafter(SuffixSettings(min_match=1)).open(text)
+def test_session_drafts_continue_an_earlier_occurrence_of_a_matched_suffix(text: list[int], k: int) -> None:
+    settings_ = SuffixSettings(min_match=1, max_spec_factor=2.0)
+    ctx = SuffixDrafter(settings_).open(text)
     draft = ctx.propose(k).token_ids
     assert len(draft) <= k
     if draft:
-        state = ctx.sam.link[ctx.sam.last]
-        p = ctx.sam.length[state]
-        assert len(draft) <= int(SuffixSettings().max_spec_factor * p)
-        # suffix of length p followed by the draft occurs somewhere before the end
-        assert _occurrences(text, [*text[len(text) - p :], *draft]) >= 1
+        p = ctx.sam.length[ctx.sam.link[ctx.sam.last]]  # the longest match
+        assert len(draft) <= int(settings_.max_spec_factor * p)
+        # some suffix of the context (the longest match or a shorter one that voted) followed by the
+        # whole draft occurs somewhere before the end
+        assert any(_occurrences(text, [*text[len(text) - m :], *draft]) for m in range(1, p + 1))
 
 
 def test_draft_length_follows_how_often_the_continuation_occurred() -> None:
@@ -183,3 +185,99 @@ def test_replayed_turns_with_suffix_drafts_emit_exactly_the_recording(tiny_model
         steps += fin[f"r{i}"].usage.verification_steps
         tokens += fin[f"r{i}"].usage.output_tokens
     assert steps < tokens  # drafts were accepted
+
+
+def test_live_requests_of_a_tenant_draft_from_each_other_never_from_another_tenant() -> None:
+    drafter = SuffixDrafter()
+    writer = drafter.open([1, 2], "w", namespace="tenant-a")
+    writer.extend([100, 101, 102, 103, 104, 105])  # generating, not finished
+    assert drafter.open([9, 100, 101], "a2", namespace="tenant-a").propose(4).token_ids == [102, 103, 104, 105]
+    assert drafter.open([9, 100, 101], "b", namespace="tenant-b").propose(4).token_ids == []
+    assert drafter.open([9, 100, 101], "c").propose(4).token_ids == []  # no salt is a namespace of its own
+    writer.finish()
+    assert "tenant-a" in drafter.live  # a2 is still live
+    assert all(id(writer) not in live for live in drafter.live.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_draft_never_holds_another_tenants_tokens(data: st.DataObject) -> None:
+    """Both tenants write the ids 50..52; only A writes 100..102, only B 0..2. Whatever sequence
+    of opens, extends, proposals and finishes, no draft of B holds an id only A writes, and the
+    other way round, though the shared ids let their texts match."""
+    drafter = SuffixDrafter(SuffixSettings(live_peers=3, shared_tokens=200))
+    common = st.integers(50, 52)
+    alphabet = {"a": st.one_of(st.integers(100, 102), common), "b": st.one_of(st.integers(0, 2), common)}
+    live: list[tuple[str, object]] = []
+    for _ in range(data.draw(st.integers(1, 25))):
+        op = data.draw(st.sampled_from(["open", "extend", "finish", "propose"]))
+        if op == "open" or not live:
+            tenant = data.draw(st.sampled_from(["a", "b"]))
+            prompt = data.draw(st.lists(alphabet[tenant], min_size=1, max_size=20))
+            session = data.draw(st.sampled_from(["s1", "s2"]))  # the same session id in both tenants
+            live.append((tenant, drafter.open(prompt, session, namespace=tenant)))
+            continue
+        i = data.draw(st.integers(0, len(live) - 1))
+        tenant, ctx = live[i]
+        if op == "extend":
+            ctx.extend(data.draw(st.lists(alphabet[tenant], min_size=1, max_size=12)))  # type: ignore[attr-defined]
+        elif op == "finish":
+            ctx.finish()  # type: ignore[attr-defined]
+            live.pop(i)
+        else:
+            draft = ctx.propose(data.draw(st.integers(1, 16))).token_ids  # type: ignore[attr-defined]
+            foreign = range(0, 3) if tenant == "a" else range(100, 103)
+            assert not [t for t in draft if t in foreign], (tenant, draft)
+
+
+class _AnyDrafts:
+    """A drafter whose proposals are drawn by hypothesis: arbitrary tokens, arbitrary lengths."""
+
+    name = "any"
+
+    def __init__(self, data: st.DataObject, vocab: int) -> None:
+        self.data, self.vocab = data, vocab
+
+    def open(self, token_ids, session_id: str = "", namespace: str = ""):  # type: ignore[no-untyped-def]
+        return self
+
+    def extend(self, token_ids) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    def propose(self, k: int) -> Draft:
+        return Draft(self.data.draw(st.lists(st.integers(0, self.vocab - 1), max_size=k)))
+
+    def finish(self) -> None:
+        pass
+
+
+@settings(max_examples=10, deadline=None)
+@given(data=st.data(), seed=st.integers(0, 10_000))
+def test_any_draft_leaves_the_output_unchanged(tiny_model, data: st.DataObject, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    prompts = [repetitive_prompt(rng, int(rng.integers(2, 40)), alphabet=12) for _ in range(3)]
+    requests = [GenerationRequest(f"r{i}", p, 16, speculative=False) for i, p in enumerate(prompts)]
+    plain, _ = run_all(make_core(tiny_model), requests)
+    core = make_core(tiny_model, num_draft_tokens=8)
+    core.drafter = _AnyDrafts(data, tiny_model.config.vocab_size)
+    spec, _ = run_all(core, [GenerationRequest(f"r{i}", p, 16) for i, p in enumerate(prompts)])
+    assert spec == plain
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_speculation_is_lossless_with_live_requests_of_one_tenant_drafting_from_each_other(tiny_model,
+                                                                                          seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    base = repetitive_prompt(rng, 30, alphabet=10)
+    prompts = [base + repetitive_prompt(rng, int(rng.integers(1, 12)), alphabet=10) for _ in range(4)]
+
+    def requests(**req: object) -> list[GenerationRequest]:
+        return [GenerationRequest(f"r{i}", p, 24, session_id=f"s{i}", cache_salt="t", **req)  # type: ignore[arg-type]
+                for i, p in enumerate(prompts)]
+
+    plain, _ = run_all(make_core(tiny_model), requests(speculative=False))
+    core = make_core(tiny_model, drafter="suffix", num_draft_tokens=8)
+    spec, fin = run_all(core, requests())  # all four live together: each drafts from the others' outputs
+    assert spec == plain
+    assert not core.drafter.live  # type: ignore[attr-defined]

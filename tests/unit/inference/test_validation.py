@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from loopwire.common.errors import RequestError
 from loopwire.common.hashing import SequenceHash
 from loopwire.inference.config import EngineConfig
-from loopwire.inference.validation import check_params, resolve_prompt
+from loopwire.inference.validation import HeldSequence, check_params, resolve_prompt
 from loopwire.v1 import inference_pb2
 
 VOCAB = 1000
@@ -43,13 +43,14 @@ def starts(draw: st.DrawFn) -> inference_pb2.GenerationStart:
 @given(start=starts(), held=st.booleans())
 def test_every_start_is_accepted_or_rejected_with_a_named_field(start: inference_pb2.GenerationStart,
                                                                  held: bool) -> None:
-    holding = ([1, 2, 3], SequenceHash().extend([1, 2, 3])) if held else None
+    holding = HeldSequence([1, 2, 3], 3, SequenceHash().extend([1, 2, 3]), "", []) if held else None
     try:
-        prompt, seq_hash = resolve_prompt(start, holding, VOCAB)
-        check_params(start, len(prompt), CONFIG, VOCAB)
+        resolved = resolve_prompt(start, holding, VOCAB, CONFIG.block_size)
+        check_params(start, resolved.length, CONFIG, VOCAB)
     except RequestError as e:
         assert e.field and e.message.startswith(e.field.split("[")[0])
         return
-    assert prompt and all(t < VOCAB for t in prompt) and seq_hash.length == len(prompt)
+    prompt = resolved.token_ids()
+    assert prompt and all(t < VOCAB for t in prompt) and resolved.seq_hash.length == len(prompt) == resolved.length
     assert 1 <= start.params.max_tokens <= CONFIG.max_output_tokens
     assert all(t < VOCAB for t in start.oracle_token_ids)

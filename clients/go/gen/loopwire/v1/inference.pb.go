@@ -188,7 +188,10 @@ type AppendPrompt struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Length of the held sequence being extended.
 	BaseLength uint32 `protobuf:"varint,1,opt,name=base_length,json=baseLength,proto3" json:"base_length,omitempty"`
-	// Hash of the held sequence (see loopwire.common.hashing); a mismatch is STATE_LOST.
+	// SequenceHash of the held sequence: XXH64 (seed 0) of its token ids, each encoded as a
+	// uint32 little-endian, in order (loopwire.common.hashing; test vectors in
+	// tests/fixtures/hash_vectors.json, a Go implementation in clients/go/hashing). A mismatch
+	// is STATE_LOST.
 	BaseHash uint64 `protobuf:"varint,2,opt,name=base_hash,json=baseHash,proto3" json:"base_hash,omitempty"`
 	// The token ids that follow the held sequence (the new turn's prompt part).
 	TokenIds      []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
@@ -850,7 +853,7 @@ type GenerationFinished struct {
 	// Length and hash of the sequence the replica now holds for this stream (prompt
 	// + output), the base of the next AppendPrompt.
 	SequenceLength uint32 `protobuf:"varint,4,opt,name=sequence_length,json=sequenceLength,proto3" json:"sequence_length,omitempty"`
-	// SequenceHash of that sequence: the next AppendPrompt.base_hash.
+	// SequenceHash of that sequence (see AppendPrompt.base_hash): the next AppendPrompt.base_hash.
 	SequenceHash uint64 `protobuf:"varint,5,opt,name=sequence_hash,json=sequenceHash,proto3" json:"sequence_hash,omitempty"`
 	// The replica that ran the generation (its configured replica id).
 	ReplicaId     string `protobuf:"bytes,6,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
@@ -1279,9 +1282,13 @@ func (x *PullKvRequest) GetKvHandle() []byte {
 // One KV block with its identity, in the engine's layout.
 type KvBlock struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The block's prefix-cache key: hash of its tokens chained to parent_hash.
+	// The block's prefix-cache key, chained to parent_hash: XXH64 (seed 0) of parent_hash as a
+	// uint64 little-endian followed by the block's token ids as uint32 little-endian (a result
+	// of 0 becomes 1).
 	BlockHash uint64 `protobuf:"varint,1,opt,name=block_hash,json=blockHash,proto3" json:"block_hash,omitempty"`
-	// block_hash of the block before it (for the first block, the root of its cache salt).
+	// block_hash of the block before it. For the first block, the root of its cache salt: 0
+	// without a salt, else the first 8 bytes, read as a uint64 little-endian, of
+	// SHA-256("loopwire cache salt\0" + salt).
 	ParentHash uint64 `protobuf:"varint,2,opt,name=parent_hash,json=parentHash,proto3" json:"parent_hash,omitempty"`
 	// The block's token ids (one full block).
 	TokenIds []uint32 `protobuf:"varint,3,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`

@@ -281,6 +281,7 @@ async def test_replayed_session_over_the_stream_with_simulated_replica() -> None
             held, seq_hash = [0] * fin.sequence_length, fin.sequence_hash
         status = await rep.stub.GetStatus(inference_pb2.GetStatusRequest())
         assert status.engine == "simulated" and status.kv_blocks_total > 10_000
+        assert status.engine_kind == common_pb2.ENGINE_KIND_SIMULATED
         await s.close()
 
 

@@ -68,6 +68,8 @@ async def test_model_info_over_grpc(replicas):
     assert info.tokenizer_digest == dummy_definition().digest == status.tokenizer_digest
     assert info.engine == "simulated" and info.stop_token_ids == dummy_definition().stop_token_ids
     assert info.tool_call_format == "hermes" and "<|im_start|>" in info.special_tokens
+    assert (info.engine_kind, info.tool_call_syntax, info.tokenizer_format) == (
+        common_pb2.ENGINE_KIND_SIMULATED, common_pb2.TOOL_CALL_FORMAT_HERMES, common_pb2.TOKENIZER_FORMAT_TIKTOKEN)
 
 
 async def test_gateway_refuses_a_replica_with_another_tokenizer(replicas):

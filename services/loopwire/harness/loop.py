@@ -19,6 +19,7 @@ from pathlib import Path
 
 from loopwire.common import telemetry
 from loopwire.common.errors import Code
+from loopwire.common.model_def import TOOL_CALL_SYNTAX, named
 from loopwire.harness import compaction, extensions, session_ids, tools
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.approvals import Verdict
@@ -125,7 +126,7 @@ class SessionRun:
         if self.stored.tools and not model.template_lays_out_tools:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=(
                 f"{model.name}'s chat template has no tool support: loopwire lays the {len(self.stored.tools)} "
-                f"tools out in the system message and parses {model.tool_call_format or 'hermes'} calls")))
+                f"tools out in the system message and parses {named(TOOL_CALL_SYNTAX, model.tool_call_syntax, model.tool_call_format) or 'hermes'} calls")))
 
     async def run(self, *, resumed: bool) -> None:
         telemetry.bind_log_ids(session_id=self.session_id)  # this run's task: its log lines name the session

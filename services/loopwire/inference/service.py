@@ -20,6 +20,7 @@ from loopwire.common import grpc_server, rpc_errors, telemetry
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import block_hashes, salted_root
+from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
@@ -526,6 +527,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         return inference_pb2.GetStatusResponse(
             replica_id=self.config.replica_id,
             engine=self.engine.name,
+            engine_kind=ENGINE_KINDS.get(self.engine.name, common_pb2.ENGINE_KIND_UNSPECIFIED),
             model=self.engine.model_name,
             role=_ROLES.get(self.role, inference_pb2.ENGINE_ROLE_BOTH),
             running=s.running,

@@ -293,6 +293,90 @@ ERROR_REASON_MALFORMED_MESSAGE: ErrorReason.ValueType  # 8
 """The request bytes do not decode as the RPC's request message."""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015
 
+class _EngineKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EngineKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EngineKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ENGINE_KIND_UNSPECIFIED: _EngineKind.ValueType  # 0
+    """Not reported (a replica older than this field: read the `engine` string)."""
+    ENGINE_KIND_REFERENCE: _EngineKind.ValueType  # 1
+    """The numpy reference engine: a real model on any CPU."""
+    ENGINE_KIND_SIMULATED: _EngineKind.ValueType  # 2
+    """The simulated engine: the real scheduler and KV manager, step times from a cost model."""
+    ENGINE_KIND_TRTLLM: _EngineKind.ValueType  # 3
+    """TensorRT-LLM on an NVIDIA GPU."""
+
+class EngineKind(_EngineKind, metaclass=_EngineKindEnumTypeWrapper):
+    """Which engine a replica runs."""
+
+ENGINE_KIND_UNSPECIFIED: EngineKind.ValueType  # 0
+"""Not reported (a replica older than this field: read the `engine` string)."""
+ENGINE_KIND_REFERENCE: EngineKind.ValueType  # 1
+"""The numpy reference engine: a real model on any CPU."""
+ENGINE_KIND_SIMULATED: EngineKind.ValueType  # 2
+"""The simulated engine: the real scheduler and KV manager, step times from a cost model."""
+ENGINE_KIND_TRTLLM: EngineKind.ValueType  # 3
+"""TensorRT-LLM on an NVIDIA GPU."""
+Global___EngineKind: _TypeAlias = EngineKind  # noqa: Y015
+
+class _TokenizerFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TokenizerFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TokenizerFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOKENIZER_FORMAT_UNSPECIFIED: _TokenizerFormat.ValueType  # 0
+    """Not reported (read the `tokenizer_kind` string)."""
+    TOKENIZER_FORMAT_HF_TOKENIZERS: _TokenizerFormat.ValueType  # 1
+    """A Hugging Face tokenizer.json (the `tokenizers` library)."""
+    TOKENIZER_FORMAT_TIKTOKEN: _TokenizerFormat.ValueType  # 2
+    """A tiktoken encoding by name plus its extra special tokens, as JSON."""
+
+class TokenizerFormat(_TokenizerFormat, metaclass=_TokenizerFormatEnumTypeWrapper):
+    """How a tokenizer is serialized in ModelInfo.tokenizer_data."""
+
+TOKENIZER_FORMAT_UNSPECIFIED: TokenizerFormat.ValueType  # 0
+"""Not reported (read the `tokenizer_kind` string)."""
+TOKENIZER_FORMAT_HF_TOKENIZERS: TokenizerFormat.ValueType  # 1
+"""A Hugging Face tokenizer.json (the `tokenizers` library)."""
+TOKENIZER_FORMAT_TIKTOKEN: TokenizerFormat.ValueType  # 2
+"""A tiktoken encoding by name plus its extra special tokens, as JSON."""
+Global___TokenizerFormat: _TypeAlias = TokenizerFormat  # noqa: Y015
+
+class _ToolCallFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ToolCallFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ToolCallFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TOOL_CALL_FORMAT_UNSPECIFIED: _ToolCallFormat.ValueType  # 0
+    """Not reported (read the `tool_call_format` string)."""
+    TOOL_CALL_FORMAT_HERMES: _ToolCallFormat.ValueType  # 1
+    """<tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen2.5, SmolLM2)."""
+    TOOL_CALL_FORMAT_LLAMA3_JSON: _ToolCallFormat.ValueType  # 2
+    """A bare JSON object {"name": ..., "parameters": {...}} (Llama 3.x)."""
+    TOOL_CALL_FORMAT_MISTRAL: _ToolCallFormat.ValueType  # 3
+    """[TOOL_CALLS] followed by a JSON list of calls (Mistral)."""
+    TOOL_CALL_FORMAT_QWEN3_CODER: _ToolCallFormat.ValueType  # 4
+    """<tool_call><function=name><parameter=p>value</parameter></function></tool_call> (Qwen3-Coder)."""
+
+class ToolCallFormat(_ToolCallFormat, metaclass=_ToolCallFormatEnumTypeWrapper):
+    """How a model writes tool calls in its output (the gateway parses and constrains that syntax)."""
+
+TOOL_CALL_FORMAT_UNSPECIFIED: ToolCallFormat.ValueType  # 0
+"""Not reported (read the `tool_call_format` string)."""
+TOOL_CALL_FORMAT_HERMES: ToolCallFormat.ValueType  # 1
+"""<tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen2.5, SmolLM2)."""
+TOOL_CALL_FORMAT_LLAMA3_JSON: ToolCallFormat.ValueType  # 2
+"""A bare JSON object {"name": ..., "parameters": {...}} (Llama 3.x)."""
+TOOL_CALL_FORMAT_MISTRAL: ToolCallFormat.ValueType  # 3
+"""[TOOL_CALLS] followed by a JSON list of calls (Mistral)."""
+TOOL_CALL_FORMAT_QWEN3_CODER: ToolCallFormat.ValueType  # 4
+"""<tool_call><function=name><parameter=p>value</parameter></function></tool_call> (Qwen3-Coder)."""
+Global___ToolCallFormat: _TypeAlias = ToolCallFormat  # noqa: Y015
+
 @_typing.final
 class ContentPart(_message.Message):
     """One part of a message's content (only text today; images would be a new case)."""

@@ -18,6 +18,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _SafetyMode:
@@ -159,16 +164,31 @@ class GetModelResponse(_message.Message):
     CONTEXT_LENGTH_FIELD_NUMBER: _builtins.int
     TOOL_CALL_FORMAT_FIELD_NUMBER: _builtins.int
     TEMPLATE_LAYS_OUT_TOOLS_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_SYNTAX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The served model's name (what `model` in a request may say)."""
     context_length: _builtins.int
     """Tokens a prompt and its reply may take together; 0: not known."""
-    tool_call_format: _builtins.str
-    """How the model writes tool calls ("hermes"); tool_choice constrains calls in this format."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tool_call_format(self) -> _builtins.str:
+        """How the model writes tool calls ("hermes"); tool_choice constrains calls in this format.
+        Deprecated: read tool_call_syntax (still filled for older clients).
+        """
+
+    @tool_call_format.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tool_call_format(self, value: _builtins.str) -> None:
+        """How the model writes tool calls ("hermes"); tool_choice constrains calls in this format.
+        Deprecated: read tool_call_syntax (still filled for older clients).
+        """
+
     template_lays_out_tools: _builtins.bool
     """Whether the model's own chat template lays out tools; false: the gateway puts them into the
     system message in the Hermes layout.
     """
+    tool_call_syntax: _common_pb2.ToolCallFormat.ValueType
+    """How the model writes tool calls; tool_choice constrains calls in this syntax."""
     def __init__(
         self,
         *,
@@ -176,10 +196,11 @@ class GetModelResponse(_message.Message):
         context_length: _builtins.int = ...,
         tool_call_format: _builtins.str = ...,
         template_lays_out_tools: _builtins.bool = ...,
+        tool_call_syntax: _common_pb2.ToolCallFormat.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_length", b"context_length", "name", b"name", "template_lays_out_tools", b"template_lays_out_tools", "tool_call_format", b"tool_call_format"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_length", b"context_length", "name", b"name", "template_lays_out_tools", b"template_lays_out_tools", "tool_call_format", b"tool_call_format", "tool_call_syntax", b"tool_call_syntax"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

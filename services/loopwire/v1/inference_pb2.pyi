@@ -18,6 +18,11 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
+
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class _EngineRole:
@@ -785,10 +790,23 @@ class GetStatusResponse(_message.Message):
     KV_HOST_BLOCKS_TOTAL_FIELD_NUMBER: _builtins.int
     PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _builtins.int
     NUM_PREEMPTIONS_FIELD_NUMBER: _builtins.int
+    ENGINE_KIND_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     """The replica's configured id (as in GenerationFinished.replica_id)."""
-    engine: _builtins.str
-    """"reference", "simulated" or "trtllm"."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def engine(self) -> _builtins.str:
+        """"reference", "simulated" or "trtllm". Deprecated: read engine_kind (still filled for older
+        clients).
+        """
+
+    @engine.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def engine(self, value: _builtins.str) -> None:
+        """"reference", "simulated" or "trtllm". Deprecated: read engine_kind (still filled for older
+        clients).
+        """
+
     model: _builtins.str
     """Name of the served model."""
     role: Global___EngineRole.ValueType
@@ -831,6 +849,8 @@ class GetStatusResponse(_message.Message):
     """Part of prefix_cache_hit_tokens copied back from the host tier instead of recomputed."""
     num_preemptions: _builtins.int
     """Preemptions (recompute) since start: a replica short of KV shows it here first."""
+    engine_kind: _common_pb2.EngineKind.ValueType
+    """The engine this replica runs."""
     def __init__(
         self,
         *,
@@ -856,10 +876,11 @@ class GetStatusResponse(_message.Message):
         kv_host_blocks_total: _builtins.int = ...,
         prefix_cache_host_hit_tokens: _builtins.int = ...,
         num_preemptions: _builtins.int = ...,
+        engine_kind: _common_pb2.EngineKind.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "kv_host_blocks_total", b"kv_host_blocks_total", "kv_host_blocks_used", b"kv_host_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "num_preemptions", b"num_preemptions", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_host_hit_tokens", b"prefix_cache_host_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "engine_kind", b"engine_kind", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "kv_host_blocks_total", b"kv_host_blocks_total", "kv_host_blocks_used", b"kv_host_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "num_preemptions", b"num_preemptions", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_host_hit_tokens", b"prefix_cache_host_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1067,6 +1088,9 @@ class ModelInfo(_message.Message):
     TOOL_CALL_FORMAT_FIELD_NUMBER: _builtins.int
     ARCHITECTURE_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    ENGINE_KIND_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FORMAT_FIELD_NUMBER: _builtins.int
+    TOOL_CALL_SYNTAX_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The model's name (what requests call it)."""
     vocab_size: _builtins.int
@@ -1075,8 +1099,20 @@ class ModelInfo(_message.Message):
     """Hex sha256 over the tokenizer, chat template, stop ids, tool-call format and bos/eos tokens:
     equal digests mean the same ids for the same text.
     """
-    tokenizer_kind: _builtins.str
-    """"hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken"."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tokenizer_kind(self) -> _builtins.str:
+        """"hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken". Deprecated: read
+        tokenizer_format (still filled for older clients).
+        """
+
+    @tokenizer_kind.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tokenizer_kind(self, value: _builtins.str) -> None:
+        """"hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken". Deprecated: read
+        tokenizer_format (still filled for older clients).
+        """
+
     tokenizer_data: _builtins.str
     """The tokenizer's own serialization, so the gateway needs no model files."""
     chat_template: _builtins.str
@@ -1087,16 +1123,42 @@ class ModelInfo(_message.Message):
     """The end-of-sequence token's text, as the chat template refers to it; may be empty."""
     context_length: _builtins.int
     """The context window in tokens (prompt and output together); 0: not known."""
-    engine: _builtins.str
-    """"reference", "simulated" or "trtllm"."""
-    tool_call_format: _builtins.str
-    """How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>)."""
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def engine(self) -> _builtins.str:
+        """"reference", "simulated" or "trtllm". Deprecated: read engine_kind."""
+
+    @engine.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def engine(self, value: _builtins.str) -> None:
+        """"reference", "simulated" or "trtllm". Deprecated: read engine_kind."""
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tool_call_format(self) -> _builtins.str:
+        """How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>).
+        Deprecated: read tool_call_syntax.
+        """
+
+    @tool_call_format.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def tool_call_format(self, value: _builtins.str) -> None:
+        """How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>).
+        Deprecated: read tool_call_syntax.
+        """
+
     architecture: _builtins.str
     """The architecture as the model's files name it (e.g. "llama", "qwen2"), or "dummy" for
     random weights.
     """
     source: _builtins.str
     """Where it was loaded from: a directory, a GGUF file, or dummy:<seed>."""
+    engine_kind: _common_pb2.EngineKind.ValueType
+    """The engine serving it."""
+    tokenizer_format: _common_pb2.TokenizerFormat.ValueType
+    """How tokenizer_data is serialized."""
+    tool_call_syntax: _common_pb2.ToolCallFormat.ValueType
+    """How tool calls are written in the model's output."""
     @_builtins.property
     def special_tokens(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Special and added tokens by content."""
@@ -1123,10 +1185,13 @@ class ModelInfo(_message.Message):
         tool_call_format: _builtins.str = ...,
         architecture: _builtins.str = ...,
         source: _builtins.str = ...,
+        engine_kind: _common_pb2.EngineKind.ValueType = ...,
+        tokenizer_format: _common_pb2.TokenizerFormat.ValueType = ...,
+        tool_call_syntax: _common_pb2.ToolCallFormat.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bos_token", b"bos_token", "chat_template", b"chat_template", "context_length", b"context_length", "engine", b"engine", "eos_token", b"eos_token", "name", b"name", "source", b"source", "special_tokens", b"special_tokens", "stop_token_ids", b"stop_token_ids", "tokenizer_data", b"tokenizer_data", "tokenizer_digest", b"tokenizer_digest", "tokenizer_kind", b"tokenizer_kind", "tool_call_format", b"tool_call_format", "vocab_size", b"vocab_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["architecture", b"architecture", "bos_token", b"bos_token", "chat_template", b"chat_template", "context_length", b"context_length", "engine", b"engine", "engine_kind", b"engine_kind", "eos_token", b"eos_token", "name", b"name", "source", b"source", "special_tokens", b"special_tokens", "stop_token_ids", b"stop_token_ids", "tokenizer_data", b"tokenizer_data", "tokenizer_digest", b"tokenizer_digest", "tokenizer_format", b"tokenizer_format", "tokenizer_kind", b"tokenizer_kind", "tool_call_format", b"tool_call_format", "tool_call_syntax", b"tool_call_syntax", "vocab_size", b"vocab_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

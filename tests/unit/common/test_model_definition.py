@@ -11,6 +11,7 @@ import pytest
 
 from loopwire.common.chat_template import ChatTemplate, ChatTemplateError
 from loopwire.common.model_def import (
+    TOOL_CALL_SYNTAX,
     ModelDefinition,
     ModelError,
     default_model_path,
@@ -18,6 +19,7 @@ from loopwire.common.model_def import (
     load_definition,
 )
 from loopwire.common.prompt import ChatPrompt
+from loopwire.v1 import common_pb2, inference_pb2
 from loopwire.v1 import common_pb2 as c
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "llama_cpp"
@@ -66,6 +68,26 @@ def test_definition_travels_in_model_info(smollm2):
         text = "<|im_start|>user\nwhat is 2+2?<|im_end|>\n"
         assert rebuilt.tokenizer.encode(text) == model.tokenizer.encode(text)
     assert smollm2.digest != dummy_definition().digest
+
+
+def test_model_info_is_read_from_its_enums_or_from_an_older_peers_strings(smollm2):
+    """A peer that fills only the enums, and one that predates them (only the strings), both
+    rebuild the same definition; the enums say what the strings say."""
+    for model in (smollm2, dummy_definition()):
+        info = model.to_proto("simulated")
+        assert info.engine_kind == common_pb2.ENGINE_KIND_SIMULATED
+        assert info.tool_call_syntax == TOOL_CALL_SYNTAX[info.tool_call_format] != 0
+        assert common_pb2.TokenizerFormat.Name(info.tokenizer_format) == (
+            "TOKENIZER_FORMAT_" + info.tokenizer_kind.upper().replace("-", "_"))
+        enums_only, strings_only = inference_pb2.ModelInfo(), inference_pb2.ModelInfo()
+        enums_only.CopyFrom(info)
+        strings_only.CopyFrom(info)
+        enums_only.ClearField("tokenizer_kind")
+        enums_only.ClearField("tool_call_format")
+        strings_only.ClearField("tokenizer_format")
+        strings_only.ClearField("tool_call_syntax")
+        for variant in (enums_only, strings_only):
+            assert ModelDefinition.from_proto(variant).digest == model.digest
 
 
 def test_tampered_model_info_is_refused(smollm2):

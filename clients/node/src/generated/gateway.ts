@@ -54,6 +54,7 @@ export interface ProtoGrpcType {
       CountTokensRequest: MessageTypeDefinition<_loopwire_v1_CountTokensRequest, _loopwire_v1_CountTokensRequest__Output>
       CountTokensResponse: MessageTypeDefinition<_loopwire_v1_CountTokensResponse, _loopwire_v1_CountTokensResponse__Output>
       CreateResponse: MessageTypeDefinition<_loopwire_v1_CreateResponse, _loopwire_v1_CreateResponse__Output>
+      EngineKind: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
       ErrorReason: EnumTypeDefinition
@@ -80,9 +81,11 @@ export interface ProtoGrpcType {
       TextDelta: MessageTypeDefinition<_loopwire_v1_TextDelta, _loopwire_v1_TextDelta__Output>
       TextFormat: MessageTypeDefinition<_loopwire_v1_TextFormat, _loopwire_v1_TextFormat__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
+      TokenizerFormat: EnumTypeDefinition
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
       ToolCallArgumentsDelta: MessageTypeDefinition<_loopwire_v1_ToolCallArgumentsDelta, _loopwire_v1_ToolCallArgumentsDelta__Output>
       ToolCallDone: MessageTypeDefinition<_loopwire_v1_ToolCallDone, _loopwire_v1_ToolCallDone__Output>
+      ToolCallFormat: EnumTypeDefinition
       ToolCallStarted: MessageTypeDefinition<_loopwire_v1_ToolCallStarted, _loopwire_v1_ToolCallStarted__Output>
       ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
       ToolChoiceMode: EnumTypeDefinition

@@ -65,6 +65,7 @@ export interface ProtoGrpcType {
       CompactionSummary: MessageTypeDefinition<_loopwire_v1_CompactionSummary, _loopwire_v1_CompactionSummary__Output>
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
       ConversationMode: EnumTypeDefinition
+      EngineKind: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
       ErrorReason: EnumTypeDefinition
@@ -98,9 +99,11 @@ export interface ProtoGrpcType {
       SessionStatus: EnumTypeDefinition
       StartTask: MessageTypeDefinition<_loopwire_v1_StartTask, _loopwire_v1_StartTask__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
+      TokenizerFormat: EnumTypeDefinition
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
       ToolCallBegan: MessageTypeDefinition<_loopwire_v1_ToolCallBegan, _loopwire_v1_ToolCallBegan__Output>
       ToolCallEnded: MessageTypeDefinition<_loopwire_v1_ToolCallEnded, _loopwire_v1_ToolCallEnded__Output>
+      ToolCallFormat: EnumTypeDefinition
       ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
       ToolChoiceMode: EnumTypeDefinition
       ToolSearchOutput: MessageTypeDefinition<_loopwire_v1_ToolSearchOutput, _loopwire_v1_ToolSearchOutput__Output>

@@ -56,6 +56,7 @@ export interface ProtoGrpcType {
       CompactionSummary: MessageTypeDefinition<_loopwire_v1_CompactionSummary, _loopwire_v1_CompactionSummary__Output>
       Constraint: MessageTypeDefinition<_loopwire_v1_Constraint, _loopwire_v1_Constraint__Output>
       ContentPart: MessageTypeDefinition<_loopwire_v1_ContentPart, _loopwire_v1_ContentPart__Output>
+      EngineKind: EnumTypeDefinition
       EngineRole: EnumTypeDefinition
       Error: MessageTypeDefinition<_loopwire_v1_Error, _loopwire_v1_Error__Output>
       ErrorCode: EnumTypeDefinition
@@ -91,7 +92,9 @@ export interface ProtoGrpcType {
       SamplingParams: MessageTypeDefinition<_loopwire_v1_SamplingParams, _loopwire_v1_SamplingParams__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
       TokenBatch: MessageTypeDefinition<_loopwire_v1_TokenBatch, _loopwire_v1_TokenBatch__Output>
+      TokenizerFormat: EnumTypeDefinition
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
+      ToolCallFormat: EnumTypeDefinition
       ToolChoice: MessageTypeDefinition<_loopwire_v1_ToolChoice, _loopwire_v1_ToolChoice__Output>
       ToolChoiceMode: EnumTypeDefinition
       ToolSearchOutput: MessageTypeDefinition<_loopwire_v1_ToolSearchOutput, _loopwire_v1_ToolSearchOutput__Output>

@@ -60,6 +60,27 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_KV_CAPACITY: _ClassVar[ErrorReason]
     ERROR_REASON_BAD_CREDENTIALS: _ClassVar[ErrorReason]
     ERROR_REASON_MALFORMED_MESSAGE: _ClassVar[ErrorReason]
+
+class EngineKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ENGINE_KIND_UNSPECIFIED: _ClassVar[EngineKind]
+    ENGINE_KIND_REFERENCE: _ClassVar[EngineKind]
+    ENGINE_KIND_SIMULATED: _ClassVar[EngineKind]
+    ENGINE_KIND_TRTLLM: _ClassVar[EngineKind]
+
+class TokenizerFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOKENIZER_FORMAT_UNSPECIFIED: _ClassVar[TokenizerFormat]
+    TOKENIZER_FORMAT_HF_TOKENIZERS: _ClassVar[TokenizerFormat]
+    TOKENIZER_FORMAT_TIKTOKEN: _ClassVar[TokenizerFormat]
+
+class ToolCallFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TOOL_CALL_FORMAT_UNSPECIFIED: _ClassVar[ToolCallFormat]
+    TOOL_CALL_FORMAT_HERMES: _ClassVar[ToolCallFormat]
+    TOOL_CALL_FORMAT_LLAMA3_JSON: _ClassVar[ToolCallFormat]
+    TOOL_CALL_FORMAT_MISTRAL: _ClassVar[ToolCallFormat]
+    TOOL_CALL_FORMAT_QWEN3_CODER: _ClassVar[ToolCallFormat]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_DEVELOPER: Role
@@ -99,6 +120,18 @@ ERROR_REASON_KV_PULL_FAILED: ErrorReason
 ERROR_REASON_KV_CAPACITY: ErrorReason
 ERROR_REASON_BAD_CREDENTIALS: ErrorReason
 ERROR_REASON_MALFORMED_MESSAGE: ErrorReason
+ENGINE_KIND_UNSPECIFIED: EngineKind
+ENGINE_KIND_REFERENCE: EngineKind
+ENGINE_KIND_SIMULATED: EngineKind
+ENGINE_KIND_TRTLLM: EngineKind
+TOKENIZER_FORMAT_UNSPECIFIED: TokenizerFormat
+TOKENIZER_FORMAT_HF_TOKENIZERS: TokenizerFormat
+TOKENIZER_FORMAT_TIKTOKEN: TokenizerFormat
+TOOL_CALL_FORMAT_UNSPECIFIED: ToolCallFormat
+TOOL_CALL_FORMAT_HERMES: ToolCallFormat
+TOOL_CALL_FORMAT_LLAMA3_JSON: ToolCallFormat
+TOOL_CALL_FORMAT_MISTRAL: ToolCallFormat
+TOOL_CALL_FORMAT_QWEN3_CODER: ToolCallFormat
 
 class ContentPart(_message.Message):
     __slots__ = ("text",)

@@ -47,16 +47,18 @@ class GetModelRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelResponse(_message.Message):
-    __slots__ = ("name", "context_length", "tool_call_format", "template_lays_out_tools")
+    __slots__ = ("name", "context_length", "tool_call_format", "template_lays_out_tools", "tool_call_syntax")
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_FORMAT_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_LAYS_OUT_TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_SYNTAX_FIELD_NUMBER: _ClassVar[int]
     name: str
     context_length: int
     tool_call_format: str
     template_lays_out_tools: bool
-    def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., tool_call_format: _Optional[str] = ..., template_lays_out_tools: _Optional[bool] = ...) -> None: ...
+    tool_call_syntax: _common_pb2.ToolCallFormat
+    def __init__(self, name: _Optional[str] = ..., context_length: _Optional[int] = ..., tool_call_format: _Optional[str] = ..., template_lays_out_tools: _Optional[bool] = ..., tool_call_syntax: _Optional[_Union[_common_pb2.ToolCallFormat, str]] = ...) -> None: ...
 
 class CreateResponse(_message.Message):
     __slots__ = ("previous_response_id", "model", "instructions", "tools", "input", "sampling", "safety_mode", "replay", "retention_seconds", "priority", "no_store", "trace_context", "tool_choice", "parallel_tool_calls", "text_format")

@@ -228,7 +228,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest", "kv_host_blocks_used", "kv_host_blocks_total", "prefix_cache_host_hit_tokens", "num_preemptions")
+    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest", "kv_host_blocks_used", "kv_host_blocks_total", "prefix_cache_host_hit_tokens", "num_preemptions", "engine_kind")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -251,6 +251,7 @@ class GetStatusResponse(_message.Message):
     KV_HOST_BLOCKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_KIND_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -273,7 +274,8 @@ class GetStatusResponse(_message.Message):
     kv_host_blocks_total: int
     prefix_cache_host_hit_tokens: int
     num_preemptions: int
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., kv_host_blocks_used: _Optional[int] = ..., kv_host_blocks_total: _Optional[int] = ..., prefix_cache_host_hit_tokens: _Optional[int] = ..., num_preemptions: _Optional[int] = ...) -> None: ...
+    engine_kind: _common_pb2.EngineKind
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., kv_host_blocks_used: _Optional[int] = ..., kv_host_blocks_total: _Optional[int] = ..., prefix_cache_host_hit_tokens: _Optional[int] = ..., num_preemptions: _Optional[int] = ..., engine_kind: _Optional[_Union[_common_pb2.EngineKind, str]] = ...) -> None: ...
 
 class WatchCacheRequest(_message.Message):
     __slots__ = ("include_existing",)
@@ -322,7 +324,7 @@ class HoldPrefixResponse(_message.Message):
     def __init__(self, held_blocks: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "vocab_size", "tokenizer_digest", "tokenizer_kind", "tokenizer_data", "chat_template", "bos_token", "eos_token", "special_tokens", "stop_token_ids", "context_length", "engine", "tool_call_format", "architecture", "source")
+    __slots__ = ("name", "vocab_size", "tokenizer_digest", "tokenizer_kind", "tokenizer_data", "chat_template", "bos_token", "eos_token", "special_tokens", "stop_token_ids", "context_length", "engine", "tool_call_format", "architecture", "source", "engine_kind", "tokenizer_format", "tool_call_syntax")
     class SpecialTokensEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -345,6 +347,9 @@ class ModelInfo(_message.Message):
     TOOL_CALL_FORMAT_FIELD_NUMBER: _ClassVar[int]
     ARCHITECTURE_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_KIND_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_SYNTAX_FIELD_NUMBER: _ClassVar[int]
     name: str
     vocab_size: int
     tokenizer_digest: str
@@ -360,7 +365,10 @@ class ModelInfo(_message.Message):
     tool_call_format: str
     architecture: str
     source: str
-    def __init__(self, name: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., tokenizer_kind: _Optional[str] = ..., tokenizer_data: _Optional[str] = ..., chat_template: _Optional[str] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ..., special_tokens: _Optional[_Mapping[str, int]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., context_length: _Optional[int] = ..., engine: _Optional[str] = ..., tool_call_format: _Optional[str] = ..., architecture: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+    engine_kind: _common_pb2.EngineKind
+    tokenizer_format: _common_pb2.TokenizerFormat
+    tool_call_syntax: _common_pb2.ToolCallFormat
+    def __init__(self, name: _Optional[str] = ..., vocab_size: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., tokenizer_kind: _Optional[str] = ..., tokenizer_data: _Optional[str] = ..., chat_template: _Optional[str] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ..., special_tokens: _Optional[_Mapping[str, int]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., context_length: _Optional[int] = ..., engine: _Optional[str] = ..., tool_call_format: _Optional[str] = ..., architecture: _Optional[str] = ..., source: _Optional[str] = ..., engine_kind: _Optional[_Union[_common_pb2.EngineKind, str]] = ..., tokenizer_format: _Optional[_Union[_common_pb2.TokenizerFormat, str]] = ..., tool_call_syntax: _Optional[_Union[_common_pb2.ToolCallFormat, str]] = ...) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
     __slots__ = ("model",)

@@ -398,6 +398,177 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{4}
 }
 
+// Which engine a replica runs.
+type EngineKind int32
+
+const (
+	// Not reported (a replica older than this field: read the `engine` string).
+	EngineKind_ENGINE_KIND_UNSPECIFIED EngineKind = 0
+	// The numpy reference engine: a real model on any CPU.
+	EngineKind_ENGINE_KIND_REFERENCE EngineKind = 1
+	// The simulated engine: the real scheduler and KV manager, step times from a cost model.
+	EngineKind_ENGINE_KIND_SIMULATED EngineKind = 2
+	// TensorRT-LLM on an NVIDIA GPU.
+	EngineKind_ENGINE_KIND_TRTLLM EngineKind = 3
+)
+
+// Enum value maps for EngineKind.
+var (
+	EngineKind_name = map[int32]string{
+		0: "ENGINE_KIND_UNSPECIFIED",
+		1: "ENGINE_KIND_REFERENCE",
+		2: "ENGINE_KIND_SIMULATED",
+		3: "ENGINE_KIND_TRTLLM",
+	}
+	EngineKind_value = map[string]int32{
+		"ENGINE_KIND_UNSPECIFIED": 0,
+		"ENGINE_KIND_REFERENCE":   1,
+		"ENGINE_KIND_SIMULATED":   2,
+		"ENGINE_KIND_TRTLLM":      3,
+	}
+)
+
+func (x EngineKind) Enum() *EngineKind {
+	p := new(EngineKind)
+	*p = x
+	return p
+}
+
+func (x EngineKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EngineKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[5].Descriptor()
+}
+
+func (EngineKind) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[5]
+}
+
+func (x EngineKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EngineKind.Descriptor instead.
+func (EngineKind) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{5}
+}
+
+// How a tokenizer is serialized in ModelInfo.tokenizer_data.
+type TokenizerFormat int32
+
+const (
+	// Not reported (read the `tokenizer_kind` string).
+	TokenizerFormat_TOKENIZER_FORMAT_UNSPECIFIED TokenizerFormat = 0
+	// A Hugging Face tokenizer.json (the `tokenizers` library).
+	TokenizerFormat_TOKENIZER_FORMAT_HF_TOKENIZERS TokenizerFormat = 1
+	// A tiktoken encoding by name plus its extra special tokens, as JSON.
+	TokenizerFormat_TOKENIZER_FORMAT_TIKTOKEN TokenizerFormat = 2
+)
+
+// Enum value maps for TokenizerFormat.
+var (
+	TokenizerFormat_name = map[int32]string{
+		0: "TOKENIZER_FORMAT_UNSPECIFIED",
+		1: "TOKENIZER_FORMAT_HF_TOKENIZERS",
+		2: "TOKENIZER_FORMAT_TIKTOKEN",
+	}
+	TokenizerFormat_value = map[string]int32{
+		"TOKENIZER_FORMAT_UNSPECIFIED":   0,
+		"TOKENIZER_FORMAT_HF_TOKENIZERS": 1,
+		"TOKENIZER_FORMAT_TIKTOKEN":      2,
+	}
+)
+
+func (x TokenizerFormat) Enum() *TokenizerFormat {
+	p := new(TokenizerFormat)
+	*p = x
+	return p
+}
+
+func (x TokenizerFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TokenizerFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[6].Descriptor()
+}
+
+func (TokenizerFormat) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[6]
+}
+
+func (x TokenizerFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TokenizerFormat.Descriptor instead.
+func (TokenizerFormat) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{6}
+}
+
+// How a model writes tool calls in its output (the gateway parses and constrains that syntax).
+type ToolCallFormat int32
+
+const (
+	// Not reported (read the `tool_call_format` string).
+	ToolCallFormat_TOOL_CALL_FORMAT_UNSPECIFIED ToolCallFormat = 0
+	// <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen2.5, SmolLM2).
+	ToolCallFormat_TOOL_CALL_FORMAT_HERMES ToolCallFormat = 1
+	// A bare JSON object {"name": ..., "parameters": {...}} (Llama 3.x).
+	ToolCallFormat_TOOL_CALL_FORMAT_LLAMA3_JSON ToolCallFormat = 2
+	// [TOOL_CALLS] followed by a JSON list of calls (Mistral).
+	ToolCallFormat_TOOL_CALL_FORMAT_MISTRAL ToolCallFormat = 3
+	// <tool_call><function=name><parameter=p>value</parameter></function></tool_call> (Qwen3-Coder).
+	ToolCallFormat_TOOL_CALL_FORMAT_QWEN3_CODER ToolCallFormat = 4
+)
+
+// Enum value maps for ToolCallFormat.
+var (
+	ToolCallFormat_name = map[int32]string{
+		0: "TOOL_CALL_FORMAT_UNSPECIFIED",
+		1: "TOOL_CALL_FORMAT_HERMES",
+		2: "TOOL_CALL_FORMAT_LLAMA3_JSON",
+		3: "TOOL_CALL_FORMAT_MISTRAL",
+		4: "TOOL_CALL_FORMAT_QWEN3_CODER",
+	}
+	ToolCallFormat_value = map[string]int32{
+		"TOOL_CALL_FORMAT_UNSPECIFIED": 0,
+		"TOOL_CALL_FORMAT_HERMES":      1,
+		"TOOL_CALL_FORMAT_LLAMA3_JSON": 2,
+		"TOOL_CALL_FORMAT_MISTRAL":     3,
+		"TOOL_CALL_FORMAT_QWEN3_CODER": 4,
+	}
+)
+
+func (x ToolCallFormat) Enum() *ToolCallFormat {
+	p := new(ToolCallFormat)
+	*p = x
+	return p
+}
+
+func (x ToolCallFormat) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ToolCallFormat) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[7].Descriptor()
+}
+
+func (ToolCallFormat) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[7]
+}
+
+func (x ToolCallFormat) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ToolCallFormat.Descriptor instead.
+func (ToolCallFormat) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{7}
+}
+
 // One part of a message's content (only text today; images would be a new case).
 type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1703,7 +1874,23 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x1bERROR_REASON_KV_PULL_FAILED\x10\x05\x12\x1c\n" +
 	"\x18ERROR_REASON_KV_CAPACITY\x10\x06\x12 \n" +
 	"\x1cERROR_REASON_BAD_CREDENTIALS\x10\a\x12\"\n" +
-	"\x1eERROR_REASON_MALFORMED_MESSAGE\x10\bB\xaf\x01\n" +
+	"\x1eERROR_REASON_MALFORMED_MESSAGE\x10\b*w\n" +
+	"\n" +
+	"EngineKind\x12\x1b\n" +
+	"\x17ENGINE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15ENGINE_KIND_REFERENCE\x10\x01\x12\x19\n" +
+	"\x15ENGINE_KIND_SIMULATED\x10\x02\x12\x16\n" +
+	"\x12ENGINE_KIND_TRTLLM\x10\x03*v\n" +
+	"\x0fTokenizerFormat\x12 \n" +
+	"\x1cTOKENIZER_FORMAT_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eTOKENIZER_FORMAT_HF_TOKENIZERS\x10\x01\x12\x1d\n" +
+	"\x19TOKENIZER_FORMAT_TIKTOKEN\x10\x02*\xb1\x01\n" +
+	"\x0eToolCallFormat\x12 \n" +
+	"\x1cTOOL_CALL_FORMAT_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17TOOL_CALL_FORMAT_HERMES\x10\x01\x12 \n" +
+	"\x1cTOOL_CALL_FORMAT_LLAMA3_JSON\x10\x02\x12\x1c\n" +
+	"\x18TOOL_CALL_FORMAT_MISTRAL\x10\x03\x12 \n" +
+	"\x1cTOOL_CALL_FORMAT_QWEN3_CODER\x10\x04B\xaf\x01\n" +
 	"\x0fcom.loopwire.v1B\vCommonProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1718,7 +1905,7 @@ func file_loopwire_v1_common_proto_rawDescGZIP() []byte {
 	return file_loopwire_v1_common_proto_rawDescData
 }
 
-var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_loopwire_v1_common_proto_goTypes = []any{
 	(Role)(0),                  // 0: loopwire.v1.Role
@@ -1726,33 +1913,36 @@ var file_loopwire_v1_common_proto_goTypes = []any{
 	(FinishReason)(0),          // 2: loopwire.v1.FinishReason
 	(ErrorCode)(0),             // 3: loopwire.v1.ErrorCode
 	(ErrorReason)(0),           // 4: loopwire.v1.ErrorReason
-	(*ContentPart)(nil),        // 5: loopwire.v1.ContentPart
-	(*Message)(nil),            // 6: loopwire.v1.Message
-	(*FunctionCall)(nil),       // 7: loopwire.v1.FunctionCall
-	(*FunctionCallOutput)(nil), // 8: loopwire.v1.FunctionCallOutput
-	(*ToolSearchOutput)(nil),   // 9: loopwire.v1.ToolSearchOutput
-	(*CompactionSummary)(nil),  // 10: loopwire.v1.CompactionSummary
-	(*Item)(nil),               // 11: loopwire.v1.Item
-	(*Tool)(nil),               // 12: loopwire.v1.Tool
-	(*ToolChoice)(nil),         // 13: loopwire.v1.ToolChoice
-	(*SamplingParams)(nil),     // 14: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),       // 15: loopwire.v1.ReplayOutput
-	(*Usage)(nil),              // 16: loopwire.v1.Usage
-	(*PrefillProgress)(nil),    // 17: loopwire.v1.PrefillProgress
-	(*Timings)(nil),            // 18: loopwire.v1.Timings
-	(*Error)(nil),              // 19: loopwire.v1.Error
+	(EngineKind)(0),            // 5: loopwire.v1.EngineKind
+	(TokenizerFormat)(0),       // 6: loopwire.v1.TokenizerFormat
+	(ToolCallFormat)(0),        // 7: loopwire.v1.ToolCallFormat
+	(*ContentPart)(nil),        // 8: loopwire.v1.ContentPart
+	(*Message)(nil),            // 9: loopwire.v1.Message
+	(*FunctionCall)(nil),       // 10: loopwire.v1.FunctionCall
+	(*FunctionCallOutput)(nil), // 11: loopwire.v1.FunctionCallOutput
+	(*ToolSearchOutput)(nil),   // 12: loopwire.v1.ToolSearchOutput
+	(*CompactionSummary)(nil),  // 13: loopwire.v1.CompactionSummary
+	(*Item)(nil),               // 14: loopwire.v1.Item
+	(*Tool)(nil),               // 15: loopwire.v1.Tool
+	(*ToolChoice)(nil),         // 16: loopwire.v1.ToolChoice
+	(*SamplingParams)(nil),     // 17: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),       // 18: loopwire.v1.ReplayOutput
+	(*Usage)(nil),              // 19: loopwire.v1.Usage
+	(*PrefillProgress)(nil),    // 20: loopwire.v1.PrefillProgress
+	(*Timings)(nil),            // 21: loopwire.v1.Timings
+	(*Error)(nil),              // 22: loopwire.v1.Error
 }
 var file_loopwire_v1_common_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.Message.role:type_name -> loopwire.v1.Role
-	5,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
-	12, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
-	6,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
-	7,  // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
-	8,  // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
-	9,  // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
-	10, // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
+	8,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
+	15, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
+	9,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
+	10, // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
+	11, // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
+	12, // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
+	13, // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
 	1,  // 8: loopwire.v1.ToolChoice.mode:type_name -> loopwire.v1.ToolChoiceMode
-	7,  // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
+	10, // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
 	3,  // 10: loopwire.v1.Error.code:type_name -> loopwire.v1.ErrorCode
 	4,  // 11: loopwire.v1.Error.reason:type_name -> loopwire.v1.ErrorReason
 	12, // [12:12] is the sub-list for method output_type
@@ -1783,7 +1973,7 @@ func file_loopwire_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_common_proto_rawDesc), len(file_loopwire_v1_common_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      8,
 			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -281,12 +281,17 @@ type GetModelResponse struct {
 	// Tokens a prompt and its reply may take together; 0: not known.
 	ContextLength uint32 `protobuf:"varint,2,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
 	// How the model writes tool calls ("hermes"); tool_choice constrains calls in this format.
+	// Deprecated: read tool_call_syntax (still filled for older clients).
+	//
+	// Deprecated: Marked as deprecated in loopwire/v1/gateway.proto.
 	ToolCallFormat string `protobuf:"bytes,3,opt,name=tool_call_format,json=toolCallFormat,proto3" json:"tool_call_format,omitempty"`
 	// Whether the model's own chat template lays out tools; false: the gateway puts them into the
 	// system message in the Hermes layout.
 	TemplateLaysOutTools bool `protobuf:"varint,4,opt,name=template_lays_out_tools,json=templateLaysOutTools,proto3" json:"template_lays_out_tools,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// How the model writes tool calls; tool_choice constrains calls in this syntax.
+	ToolCallSyntax ToolCallFormat `protobuf:"varint,5,opt,name=tool_call_syntax,json=toolCallSyntax,proto3,enum=loopwire.v1.ToolCallFormat" json:"tool_call_syntax,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetModelResponse) Reset() {
@@ -333,6 +338,7 @@ func (x *GetModelResponse) GetContextLength() uint32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in loopwire/v1/gateway.proto.
 func (x *GetModelResponse) GetToolCallFormat() string {
 	if x != nil {
 		return x.ToolCallFormat
@@ -345,6 +351,13 @@ func (x *GetModelResponse) GetTemplateLaysOutTools() bool {
 		return x.TemplateLaysOutTools
 	}
 	return false
+}
+
+func (x *GetModelResponse) GetToolCallSyntax() ToolCallFormat {
+	if x != nil {
+		return x.ToolCallSyntax
+	}
+	return ToolCallFormat_TOOL_CALL_FORMAT_UNSPECIFIED
 }
 
 // Ask for one model response. After the first, send only the new `input` items
@@ -1676,12 +1689,13 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x13CountTokensResponse\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\rR\vinputTokens\x12%\n" +
 	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\"\x11\n" +
-	"\x0fGetModelRequest\"\xae\x01\n" +
+	"\x0fGetModelRequest\"\xf9\x01\n" +
 	"\x10GetModelResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12%\n" +
-	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\x12(\n" +
-	"\x10tool_call_format\x18\x03 \x01(\tR\x0etoolCallFormat\x125\n" +
-	"\x17template_lays_out_tools\x18\x04 \x01(\bR\x14templateLaysOutTools\"\xae\x06\n" +
+	"\x0econtext_length\x18\x02 \x01(\rR\rcontextLength\x12,\n" +
+	"\x10tool_call_format\x18\x03 \x01(\tB\x02\x18\x01R\x0etoolCallFormat\x125\n" +
+	"\x17template_lays_out_tools\x18\x04 \x01(\bR\x14templateLaysOutTools\x12E\n" +
+	"\x10tool_call_syntax\x18\x05 \x01(\x0e2\x1b.loopwire.v1.ToolCallFormatR\x0etoolCallSyntax\"\xae\x06\n" +
 	"\x0eCreateResponse\x120\n" +
 	"\x14previous_response_id\x18\x01 \x01(\tR\x12previousResponseId\x12\x14\n" +
 	"\x05model\x18\x02 \x01(\tR\x05model\x12\"\n" +
@@ -1836,60 +1850,62 @@ var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(*KvHeld)(nil),                 // 20: loopwire.v1.KvHeld
 	(*ConverseResponse)(nil),       // 21: loopwire.v1.ConverseResponse
 	nil,                            // 22: loopwire.v1.CreateResponse.TraceContextEntry
-	(*Tool)(nil),                   // 23: loopwire.v1.Tool
-	(*Item)(nil),                   // 24: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 25: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 26: loopwire.v1.ReplayOutput
-	(*ToolChoice)(nil),             // 27: loopwire.v1.ToolChoice
-	(*FunctionCall)(nil),           // 28: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 29: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 30: loopwire.v1.Usage
-	(*Timings)(nil),                // 31: loopwire.v1.Timings
-	(*Error)(nil),                  // 32: loopwire.v1.Error
-	(*PrefillProgress)(nil),        // 33: loopwire.v1.PrefillProgress
+	(ToolCallFormat)(0),            // 23: loopwire.v1.ToolCallFormat
+	(*Tool)(nil),                   // 24: loopwire.v1.Tool
+	(*Item)(nil),                   // 25: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 26: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 27: loopwire.v1.ReplayOutput
+	(*ToolChoice)(nil),             // 28: loopwire.v1.ToolChoice
+	(*FunctionCall)(nil),           // 29: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 30: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 31: loopwire.v1.Usage
+	(*Timings)(nil),                // 32: loopwire.v1.Timings
+	(*Error)(nil),                  // 33: loopwire.v1.Error
+	(*PrefillProgress)(nil),        // 34: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	6,  // 0: loopwire.v1.CountTokensRequest.request:type_name -> loopwire.v1.CreateResponse
-	23, // 1: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	24, // 2: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	25, // 3: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
-	0,  // 4: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	26, // 5: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	22, // 6: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
-	27, // 7: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
-	7,  // 8: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
-	6,  // 9: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
-	8,  // 10: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	9,  // 11: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
-	28, // 12: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 13: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	29, // 14: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	30, // 15: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	31, // 16: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	24, // 17: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	32, // 18: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	11, // 19: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	12, // 20: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	13, // 21: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	14, // 22: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	15, // 23: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	16, // 24: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	17, // 25: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	18, // 26: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	19, // 27: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	20, // 28: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	33, // 29: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	10, // 30: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	4,  // 31: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	2,  // 32: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
-	21, // 33: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	5,  // 34: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	3,  // 35: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
-	33, // [33:36] is the sub-list for method output_type
-	30, // [30:33] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	23, // 1: loopwire.v1.GetModelResponse.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
+	24, // 2: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	25, // 3: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	26, // 4: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	0,  // 5: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
+	27, // 6: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	22, // 7: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	28, // 8: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
+	7,  // 9: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
+	6,  // 10: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
+	8,  // 11: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
+	9,  // 12: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
+	29, // 13: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 14: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	30, // 15: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	31, // 16: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	32, // 17: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	25, // 18: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	33, // 19: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	11, // 20: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	12, // 21: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	13, // 22: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	14, // 23: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	15, // 24: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	16, // 25: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	17, // 26: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	18, // 27: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	19, // 28: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	20, // 29: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	34, // 30: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	10, // 31: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	4,  // 32: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	2,  // 33: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
+	21, // 34: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	5,  // 35: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	3,  // 36: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
+	34, // [34:37] is the sub-list for method output_type
+	31, // [31:34] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }

@@ -1482,7 +1482,10 @@ type GetStatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The replica's configured id (as in GenerationFinished.replica_id).
 	ReplicaId string `protobuf:"bytes,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
-	// "reference", "simulated" or "trtllm".
+	// "reference", "simulated" or "trtllm". Deprecated: read engine_kind (still filled for older
+	// clients).
+	//
+	// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 	Engine string `protobuf:"bytes,2,opt,name=engine,proto3" json:"engine,omitempty"`
 	// Name of the served model.
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
@@ -1525,8 +1528,10 @@ type GetStatusResponse struct {
 	PrefixCacheHostHitTokens uint64 `protobuf:"varint,21,opt,name=prefix_cache_host_hit_tokens,json=prefixCacheHostHitTokens,proto3" json:"prefix_cache_host_hit_tokens,omitempty"`
 	// Preemptions (recompute) since start: a replica short of KV shows it here first.
 	NumPreemptions uint64 `protobuf:"varint,22,opt,name=num_preemptions,json=numPreemptions,proto3" json:"num_preemptions,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The engine this replica runs.
+	EngineKind    EngineKind `protobuf:"varint,23,opt,name=engine_kind,json=engineKind,proto3,enum=loopwire.v1.EngineKind" json:"engine_kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1566,6 +1571,7 @@ func (x *GetStatusResponse) GetReplicaId() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 func (x *GetStatusResponse) GetEngine() string {
 	if x != nil {
 		return x.Engine
@@ -1711,6 +1717,13 @@ func (x *GetStatusResponse) GetNumPreemptions() uint64 {
 		return x.NumPreemptions
 	}
 	return 0
+}
+
+func (x *GetStatusResponse) GetEngineKind() EngineKind {
+	if x != nil {
+		return x.EngineKind
+	}
+	return EngineKind_ENGINE_KIND_UNSPECIFIED
 }
 
 // Subscribe to a replica's KV cache events.
@@ -2046,7 +2059,10 @@ type ModelInfo struct {
 	// Hex sha256 over the tokenizer, chat template, stop ids, tool-call format and bos/eos tokens:
 	// equal digests mean the same ids for the same text.
 	TokenizerDigest string `protobuf:"bytes,3,opt,name=tokenizer_digest,json=tokenizerDigest,proto3" json:"tokenizer_digest,omitempty"`
-	// "hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken".
+	// "hf-tokenizers" (tokenizer_data is a tokenizer.json) or "tiktoken". Deprecated: read
+	// tokenizer_format (still filled for older clients).
+	//
+	// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 	TokenizerKind string `protobuf:"bytes,4,opt,name=tokenizer_kind,json=tokenizerKind,proto3" json:"tokenizer_kind,omitempty"`
 	// The tokenizer's own serialization, so the gateway needs no model files.
 	TokenizerData string `protobuf:"bytes,5,opt,name=tokenizer_data,json=tokenizerData,proto3" json:"tokenizer_data,omitempty"`
@@ -2062,17 +2078,28 @@ type ModelInfo struct {
 	StopTokenIds []uint32 `protobuf:"varint,10,rep,packed,name=stop_token_ids,json=stopTokenIds,proto3" json:"stop_token_ids,omitempty"`
 	// The context window in tokens (prompt and output together); 0: not known.
 	ContextLength uint32 `protobuf:"varint,11,opt,name=context_length,json=contextLength,proto3" json:"context_length,omitempty"`
-	// "reference", "simulated" or "trtllm".
+	// "reference", "simulated" or "trtllm". Deprecated: read engine_kind.
+	//
+	// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 	Engine string `protobuf:"bytes,12,opt,name=engine,proto3" json:"engine,omitempty"`
 	// How tool calls are written in the model's output, e.g. "hermes" (<tool_call>JSON</tool_call>).
+	// Deprecated: read tool_call_syntax.
+	//
+	// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 	ToolCallFormat string `protobuf:"bytes,13,opt,name=tool_call_format,json=toolCallFormat,proto3" json:"tool_call_format,omitempty"`
 	// The architecture as the model's files name it (e.g. "llama", "qwen2"), or "dummy" for
 	// random weights.
 	Architecture string `protobuf:"bytes,14,opt,name=architecture,proto3" json:"architecture,omitempty"`
 	// Where it was loaded from: a directory, a GGUF file, or dummy:<seed>.
-	Source        string `protobuf:"bytes,15,opt,name=source,proto3" json:"source,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Source string `protobuf:"bytes,15,opt,name=source,proto3" json:"source,omitempty"`
+	// The engine serving it.
+	EngineKind EngineKind `protobuf:"varint,16,opt,name=engine_kind,json=engineKind,proto3,enum=loopwire.v1.EngineKind" json:"engine_kind,omitempty"`
+	// How tokenizer_data is serialized.
+	TokenizerFormat TokenizerFormat `protobuf:"varint,17,opt,name=tokenizer_format,json=tokenizerFormat,proto3,enum=loopwire.v1.TokenizerFormat" json:"tokenizer_format,omitempty"`
+	// How tool calls are written in the model's output.
+	ToolCallSyntax ToolCallFormat `protobuf:"varint,18,opt,name=tool_call_syntax,json=toolCallSyntax,proto3,enum=loopwire.v1.ToolCallFormat" json:"tool_call_syntax,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ModelInfo) Reset() {
@@ -2126,6 +2153,7 @@ func (x *ModelInfo) GetTokenizerDigest() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 func (x *ModelInfo) GetTokenizerKind() string {
 	if x != nil {
 		return x.TokenizerKind
@@ -2182,6 +2210,7 @@ func (x *ModelInfo) GetContextLength() uint32 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 func (x *ModelInfo) GetEngine() string {
 	if x != nil {
 		return x.Engine
@@ -2189,6 +2218,7 @@ func (x *ModelInfo) GetEngine() string {
 	return ""
 }
 
+// Deprecated: Marked as deprecated in loopwire/v1/inference.proto.
 func (x *ModelInfo) GetToolCallFormat() string {
 	if x != nil {
 		return x.ToolCallFormat
@@ -2208,6 +2238,27 @@ func (x *ModelInfo) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+func (x *ModelInfo) GetEngineKind() EngineKind {
+	if x != nil {
+		return x.EngineKind
+	}
+	return EngineKind_ENGINE_KIND_UNSPECIFIED
+}
+
+func (x *ModelInfo) GetTokenizerFormat() TokenizerFormat {
+	if x != nil {
+		return x.TokenizerFormat
+	}
+	return TokenizerFormat_TOKENIZER_FORMAT_UNSPECIFIED
+}
+
+func (x *ModelInfo) GetToolCallSyntax() ToolCallFormat {
+	if x != nil {
+		return x.ToolCallSyntax
+	}
+	return ToolCallFormat_TOOL_CALL_FORMAT_UNSPECIFIED
 }
 
 // The served model.
@@ -2368,11 +2419,11 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0ePullKvResponse\x12*\n" +
 	"\x05block\x18\x01 \x01(\v2\x14.loopwire.v1.KvBlockR\x05block\x12$\n" +
 	"\x0etail_token_ids\x18\x02 \x03(\rR\ftailTokenIds\"\x12\n" +
-	"\x10GetStatusRequest\"\xb6\a\n" +
+	"\x10GetStatusRequest\"\xf4\a\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x16\n" +
-	"\x06engine\x18\x02 \x01(\tR\x06engine\x12\x14\n" +
+	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x1a\n" +
+	"\x06engine\x18\x02 \x01(\tB\x02\x18\x01R\x06engine\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12+\n" +
 	"\x04role\x18\x04 \x01(\x0e2\x17.loopwire.v1.EngineRoleR\x04role\x12\x18\n" +
 	"\arunning\x18\x05 \x01(\rR\arunning\x12\x18\n" +
@@ -2395,7 +2446,9 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x13kv_host_blocks_used\x18\x13 \x01(\rR\x10kvHostBlocksUsed\x12/\n" +
 	"\x14kv_host_blocks_total\x18\x14 \x01(\rR\x11kvHostBlocksTotal\x12>\n" +
 	"\x1cprefix_cache_host_hit_tokens\x18\x15 \x01(\x04R\x18prefixCacheHostHitTokens\x12'\n" +
-	"\x0fnum_preemptions\x18\x16 \x01(\x04R\x0enumPreemptions\">\n" +
+	"\x0fnum_preemptions\x18\x16 \x01(\x04R\x0enumPreemptions\x128\n" +
+	"\vengine_kind\x18\x17 \x01(\x0e2\x17.loopwire.v1.EngineKindR\n" +
+	"engineKind\">\n" +
 	"\x11WatchCacheRequest\x12)\n" +
 	"\x10include_existing\x18\x01 \x01(\bR\x0fincludeExisting\"`\n" +
 	"\n" +
@@ -2417,13 +2470,13 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x11retention_seconds\x18\x04 \x01(\rR\x10retentionSeconds\"5\n" +
 	"\x12HoldPrefixResponse\x12\x1f\n" +
 	"\vheld_blocks\x18\x01 \x01(\rR\n" +
-	"heldBlocks\"\xf5\x04\n" +
+	"heldBlocks\"\xcb\x06\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"vocab_size\x18\x02 \x01(\rR\tvocabSize\x12)\n" +
-	"\x10tokenizer_digest\x18\x03 \x01(\tR\x0ftokenizerDigest\x12%\n" +
-	"\x0etokenizer_kind\x18\x04 \x01(\tR\rtokenizerKind\x12%\n" +
+	"\x10tokenizer_digest\x18\x03 \x01(\tR\x0ftokenizerDigest\x12)\n" +
+	"\x0etokenizer_kind\x18\x04 \x01(\tB\x02\x18\x01R\rtokenizerKind\x12%\n" +
 	"\x0etokenizer_data\x18\x05 \x01(\tR\rtokenizerData\x12#\n" +
 	"\rchat_template\x18\x06 \x01(\tR\fchatTemplate\x12\x1b\n" +
 	"\tbos_token\x18\a \x01(\tR\bbosToken\x12\x1b\n" +
@@ -2431,11 +2484,15 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0especial_tokens\x18\t \x03(\v2).loopwire.v1.ModelInfo.SpecialTokensEntryR\rspecialTokens\x12$\n" +
 	"\x0estop_token_ids\x18\n" +
 	" \x03(\rR\fstopTokenIds\x12%\n" +
-	"\x0econtext_length\x18\v \x01(\rR\rcontextLength\x12\x16\n" +
-	"\x06engine\x18\f \x01(\tR\x06engine\x12(\n" +
-	"\x10tool_call_format\x18\r \x01(\tR\x0etoolCallFormat\x12\"\n" +
+	"\x0econtext_length\x18\v \x01(\rR\rcontextLength\x12\x1a\n" +
+	"\x06engine\x18\f \x01(\tB\x02\x18\x01R\x06engine\x12,\n" +
+	"\x10tool_call_format\x18\r \x01(\tB\x02\x18\x01R\x0etoolCallFormat\x12\"\n" +
 	"\farchitecture\x18\x0e \x01(\tR\farchitecture\x12\x16\n" +
-	"\x06source\x18\x0f \x01(\tR\x06source\x1a@\n" +
+	"\x06source\x18\x0f \x01(\tR\x06source\x128\n" +
+	"\vengine_kind\x18\x10 \x01(\x0e2\x17.loopwire.v1.EngineKindR\n" +
+	"engineKind\x12G\n" +
+	"\x10tokenizer_format\x18\x11 \x01(\x0e2\x1c.loopwire.v1.TokenizerFormatR\x0ftokenizerFormat\x12E\n" +
+	"\x10tool_call_syntax\x18\x12 \x01(\x0e2\x1b.loopwire.v1.ToolCallFormatR\x0etoolCallSyntax\x1a@\n" +
 	"\x12SpecialTokensEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"D\n" +
@@ -2513,6 +2570,9 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*Timings)(nil),              // 31: loopwire.v1.Timings
 	(*Error)(nil),                // 32: loopwire.v1.Error
 	(*PrefillProgress)(nil),      // 33: loopwire.v1.PrefillProgress
+	(EngineKind)(0),              // 34: loopwire.v1.EngineKind
+	(TokenizerFormat)(0),         // 35: loopwire.v1.TokenizerFormat
+	(ToolCallFormat)(0),          // 36: loopwire.v1.ToolCallFormat
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
@@ -2533,29 +2593,33 @@ var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	31, // 15: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
 	15, // 16: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
 	0,  // 17: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
-	1,  // 18: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
-	20, // 19: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	28, // 20: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	25, // 21: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
-	8,  // 22: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	12, // 23: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	14, // 24: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	17, // 25: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	19, // 26: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	22, // 27: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	23, // 28: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
-	11, // 29: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	13, // 30: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	16, // 31: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	18, // 32: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	21, // 33: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	26, // 34: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	24, // 35: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
-	29, // [29:36] is the sub-list for method output_type
-	22, // [22:29] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	34, // 18: loopwire.v1.GetStatusResponse.engine_kind:type_name -> loopwire.v1.EngineKind
+	1,  // 19: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
+	20, // 20: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
+	28, // 21: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	34, // 22: loopwire.v1.ModelInfo.engine_kind:type_name -> loopwire.v1.EngineKind
+	35, // 23: loopwire.v1.ModelInfo.tokenizer_format:type_name -> loopwire.v1.TokenizerFormat
+	36, // 24: loopwire.v1.ModelInfo.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
+	25, // 25: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	8,  // 26: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	12, // 27: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	14, // 28: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	17, // 29: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	19, // 30: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	22, // 31: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	23, // 32: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	11, // 33: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	13, // 34: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	16, // 35: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	18, // 36: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	21, // 37: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	26, // 38: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	24, // 39: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }

@@ -1,6 +1,7 @@
 // Original file: protos/loopwire/v1/inference.proto
 
 import type { EngineRole as _loopwire_v1_EngineRole, EngineRole__Output as _loopwire_v1_EngineRole__Output } from '../../loopwire/v1/EngineRole';
+import type { EngineKind as _loopwire_v1_EngineKind, EngineKind__Output as _loopwire_v1_EngineKind__Output } from '../../loopwire/v1/EngineKind';
 import type { Long } from '@grpc/proto-loader';
 
 export interface GetStatusResponse {
@@ -26,6 +27,7 @@ export interface GetStatusResponse {
   'kvHostBlocksTotal'?: (number);
   'prefixCacheHostHitTokens'?: (number | string | Long);
   'numPreemptions'?: (number | string | Long);
+  'engineKind'?: (_loopwire_v1_EngineKind);
 }
 
 export interface GetStatusResponse__Output {
@@ -51,4 +53,5 @@ export interface GetStatusResponse__Output {
   'kvHostBlocksTotal': (number);
   'prefixCacheHostHitTokens': (string);
   'numPreemptions': (string);
+  'engineKind': (_loopwire_v1_EngineKind__Output);
 }

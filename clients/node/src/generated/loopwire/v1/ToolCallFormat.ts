@@ -1,0 +1,23 @@
+// Original file: protos/loopwire/v1/common.proto
+
+export const ToolCallFormat = {
+  TOOL_CALL_FORMAT_UNSPECIFIED: 'TOOL_CALL_FORMAT_UNSPECIFIED',
+  TOOL_CALL_FORMAT_HERMES: 'TOOL_CALL_FORMAT_HERMES',
+  TOOL_CALL_FORMAT_LLAMA3_JSON: 'TOOL_CALL_FORMAT_LLAMA3_JSON',
+  TOOL_CALL_FORMAT_MISTRAL: 'TOOL_CALL_FORMAT_MISTRAL',
+  TOOL_CALL_FORMAT_QWEN3_CODER: 'TOOL_CALL_FORMAT_QWEN3_CODER',
+} as const;
+
+export type ToolCallFormat =
+  | 'TOOL_CALL_FORMAT_UNSPECIFIED'
+  | 0
+  | 'TOOL_CALL_FORMAT_HERMES'
+  | 1
+  | 'TOOL_CALL_FORMAT_LLAMA3_JSON'
+  | 2
+  | 'TOOL_CALL_FORMAT_MISTRAL'
+  | 3
+  | 'TOOL_CALL_FORMAT_QWEN3_CODER'
+  | 4
+
+export type ToolCallFormat__Output = typeof ToolCallFormat[keyof typeof ToolCallFormat]

@@ -203,9 +203,9 @@ class Conversation:
         """Add the model's answer as the ids it generated; returns how many tokens were tokenized.
 
         ``output_text`` is the generated text without its stop token. The ids are kept when
-        the template renders the turn back as exactly that text followed by the stop token;
-        otherwise (cut by length, a stop string, or a template that reformats the turn) the
-        rendering is tokenized like any input.
+        the template renders the turn back as exactly that text followed by the stop token (or,
+        for a turn cut by its length limit, followed by a stop token's text); otherwise (a stop
+        string, or a template that reformats the turn) the rendering is tokenized like any input.
         """
         if not output:
             return 0
@@ -213,11 +213,21 @@ class Conversation:
         items = [*self.items, *output]
         raw = {**self.raw, start: output_text}
         stops = self.prompt.model.stop_token_ids
-        stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if generated else ""
+        stopped = bool(generated) and generated[-1] in stops
+        stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if stopped else ""
         generated_as_text = self.text + self._generation_prompt + output_text + stop_text
         full, with_prompt, messages = self._render(items, raw)
-        if not (generated and generated[-1] in stops and full.startswith(generated_as_text)
-                and with_prompt.startswith(full)):
+        extends = bool(generated) and full.startswith(generated_as_text) and with_prompt.startswith(full)
+        if extends and not stopped:
+            # Cut by its length limit: the ids are kept when the template closes the turn with a
+            # stop token's text (a special token, so nothing before it merges with it), and the
+            # next turn still appends to what the replica holds instead of resending it all.
+            # The ids must also spell the text exactly (a cut between a character's bytes does not).
+            rest = full[len(generated_as_text) :]
+            spelled = b"".join(self.tokenizer.token_bytes(t) for t in generated)
+            extends = spelled == output_text.encode("utf-8", "surrogatepass") and any(
+                rest.startswith(self.tokenizer.token_bytes(t).decode("utf-8", "replace")) for t in stops)
+        if not extends:
             self.outputs_retokenized += 1
             return self._append_rendered(items, raw)
         self._commit([*self.tail_ids, *generated], len(generated_as_text), stop_text)

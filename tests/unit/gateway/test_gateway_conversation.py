@@ -142,14 +142,42 @@ def test_model_output_is_kept_as_the_generated_ids():
     assert conv.ids.tolist()[: len(held)] == held and conv.template_breaks == 0
 
 
-def test_output_cut_without_a_stop_token_is_tokenized_as_rendered():
+def test_output_cut_by_length_keeps_its_ids_so_the_next_turn_appends():
+    """A turn cut by its length limit ends without a stop id; the template closes it with the stop
+    token's text, so the generated ids stay (what the replica holds) and the next input extends them."""
     conv = Conversation(PROMPT, "m", "sys", [])
     conv.append([message(common_pb2.ROLE_USER, "count")])
     generated = PROMPT.output_ids("one two three", [])[:-2]  # cut by length: no stop id
     text = b"".join(MODEL.tokenizer.token_bytes(t) for t in generated).decode()
     conv.complete([message(common_pb2.ROLE_ASSISTANT, text)], generated, text)
+    assert conv.outputs_retokenized == 0
+    assert conv.ids.tolist()[-len(generated):] == generated
+    assert conv.hash_at(len(conv.ids)) == sequence_hash(conv.ids)
+    assert conv.prompt_ids() == reference("sys", [], conv.items)
+    held = conv.ids.tolist()
+    conv.append([message(common_pb2.ROLE_USER, "go on")])
+    assert conv.ids.tolist()[: len(held)] == held and conv.template_breaks == 0
+    assert conv.prompt_ids() == reference("sys", [], conv.items)
+
+
+def test_output_cut_inside_a_character_is_tokenized_as_rendered():
+    """Cut between the bytes of one character, the text is not what the ids say: rendered anew."""
+    conv = Conversation(PROMPT, "m", "sys", [])
+    conv.append([message(common_pb2.ROLE_USER, "say it")])
+    ids = MODEL.tokenizer.encode("😀 ok")  # the emoji is two byte-level tokens in cl100k
+    cut = next(n for n in range(1, len(ids)) if not _decodes(ids[:n]))
+    text = b"".join(MODEL.tokenizer.token_bytes(t) for t in ids[:cut]).decode("utf-8", "replace")
+    conv.complete([message(common_pb2.ROLE_ASSISTANT, text)], ids[:cut], text)
     assert conv.outputs_retokenized == 1
     assert conv.prompt_ids() == reference("sys", [], conv.items)
+
+
+def _decodes(ids: list[int]) -> bool:
+    try:
+        b"".join(MODEL.tokenizer.token_bytes(t) for t in ids).decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def test_difference_names_the_first_differing_item():

@@ -144,14 +144,21 @@ async def test_state_lost_is_answered_by_a_full_resend(make_mesh):
     assert mesh.servicer.metrics.state_lost_resends == 1
 
 
-async def test_non_canonical_output_makes_the_next_turn_a_full_send(make_mesh):
+async def test_a_turn_cut_by_its_length_limit_is_extended_by_an_append(make_mesh):
+    """The replica holds the cut turn's ids; the next turn appends the turn's close and the new input
+    (no full resend), and the prompt it then holds is the reference rendering of the conversation."""
     mesh = await make_mesh()
     replica = mesh.replicas[0]
     conv = mesh.open()
-    rid = (await conv.send(input=[user("one")], sampling=common_pb2.SamplingParams(max_output_tokens=1),
-                           replay=replay("a long answer")))[0].response_id
-    await conv.send(previous_response_id=rid, input=[user("two")])
-    assert [r.kind for r in replica.received] == ["full", "full"]
+    events = await conv.send(input=[user("one")], sampling=common_pb2.SamplingParams(max_output_tokens=1),
+                             replay=replay("a long answer"))
+    assert last(events, "completed").finish_reason == common_pb2.FINISH_REASON_LENGTH
+    await conv.send(previous_response_id=events[0].response_id, input=[user("two")])
+    assert [r.kind for r in replica.received] == ["full", "append"]
+    first, second = replica.received
+    output = list(last(events, "completed").output)
+    held = first.token_ids + list(first.start.oracle_token_ids[:1])
+    assert held + second.token_ids == reference("", [], [user("one"), *output, user("two")])
 
 
 async def test_stop_strings_cut_the_text_and_cancel_generation(make_mesh):

@@ -1,0 +1,353 @@
+"""Per-turn CPU of the gateway and inference processes by context length: does a stateful turn
+cost the same at 64k tokens of context as at 2k?
+
+Each context bucket is one session on one Converse stream: a full first request holding a history
+of about N tokens (this project's own source as tool-output text), one unmeasured turn so the
+replica holds the prefix, then ``--turns`` measured stateful turns. Each measured turn sends two
+new lines as a user message (``previous_response_id``) and asks for exactly one output token
+(``max_output_tokens=1``): what is measured is the per-turn path (validate, tokenize the new part,
+forward an append, match the held prefix, schedule, finish, store), with no output to relay.
+
+The gateway and the inference replica (the simulated engine at time scale 0: the real service,
+scheduler and KV block manager, no model compute) each run in a process of their own; around each
+turn the benchmark asks both for their process CPU time (every thread). Nothing is subtracted:
+each figure is the process's CPU between the two probes, one probe's own cost included.
+
+``--before REF`` runs the same measurement on the services of another commit (its ``services/``
+tree exported with ``git archive``) beside the working tree's, so the table compares the two.
+
+Run: .venv/bin/python bench/bench_turn_cpu.py [--before REF] [--turns N] [--quick] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+BUCKETS = (2_000, 8_000, 16_000, 32_000, 64_000)
+QUICK_BUCKETS = (2_000, 16_000, 64_000)
+MODEL = "dummy:0"  # cl100k + ChatML, a 131k window: the default SmolLM2 window (8k) stops short of 64k
+WARM_TURNS = 3
+
+
+# -- the child: one server answering CPU probes ----------------------------------------------------
+
+
+def serve(role: str, replica: str) -> None:
+    """``--serve ROLE``: run the inference replica or the gateway; print its port, then answer each
+    ``cpu`` line on stdin with this process's CPU time in ns (until stdin closes)."""
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        if role == "inference":
+            from loopwire.common import grpc_server
+            from loopwire.inference.server import EngineOptions, add_servicer, build_engine
+
+            engine = build_engine(EngineOptions(engine="simulated", replica_id="sim-0", time_scale=0.0,
+                                                max_output_tokens=8192, model=MODEL))
+            server = grpc_server.make_server()
+            add_servicer(server, engine)
+            port = server.add_insecure_port("127.0.0.1:0")
+            await engine.start()
+            await server.start()
+
+            async def close() -> None:
+                await server.stop(0)
+                await engine.close()
+        else:
+            from loopwire.common.auth import Authenticator
+            from loopwire.gateway.factory import start_gateway
+            from loopwire.gateway.service import GatewayConfig
+            from loopwire.v1 import gateway_pb2
+
+            gateway = await start_gateway([replica], authenticator=Authenticator.open(), config=GatewayConfig(
+                allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+            port, close = gateway.port, gateway.close
+        print(port, flush=True)
+        while await loop.run_in_executor(None, sys.stdin.readline) == "cpu\n":
+            print(time.process_time_ns(), flush=True)
+        await close()
+
+    asyncio.run(main())
+
+
+class Server:
+    """A child server process (``--serve``) on a given services tree, and its CPU on request."""
+
+    def __init__(self, role: str, services: Path, replica: str = "") -> None:
+        env = {**os.environ, "PYTHONPATH": str(services)}
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve", role, "--replica", replica],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        line = self.proc.stdout.readline()
+        if not line.strip().isdigit():
+            raise RuntimeError(f"the {role} process did not start (exit {self.proc.poll()})")
+        self.address = f"127.0.0.1:{line.strip()}"
+
+    def cpu_ns(self) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("cpu\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- the client ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Turn:
+    context: int  # prompt tokens of the turn
+    new_tokens: int  # prompt tokens the gateway tokenized for it
+    gateway_us: int
+    inference_us: int
+
+
+@dataclass
+class Run:
+    label: str  # which services tree
+    turns: dict[int, list[Turn]] = field(default_factory=dict)
+
+
+def corpus() -> list[str]:
+    import provenance
+
+    lines: list[str] = []
+    for path in sorted((provenance.ROOT / "services" / "loopwire").rglob("*.py")):
+        lines += path.read_text(encoding="utf-8").splitlines(keepends=True)
+    return lines
+
+
+class Session:
+    """One session on one Converse stream; every request asks for one replayed output token."""
+
+    def __init__(self, stub, lines: list[str], offset: int) -> None:
+        self.call = stub.Converse()
+        self.lines = lines
+        self.line = offset
+        self.previous = ""
+
+    def text(self, n: int) -> str:
+        out = "".join(self.lines[(self.line + i) % len(self.lines)] for i in range(n))
+        self.line += n
+        return out
+
+    async def send(self, request):
+        from loopwire.v1 import common_pb2, gateway_pb2
+
+        request.safety_mode = gateway_pb2.SAFETY_MODE_OFF
+        request.replay.CopyFrom(common_pb2.ReplayOutput(text="ok"))
+        request.sampling.CopyFrom(common_pb2.SamplingParams(max_output_tokens=1, speculative_decoding=False))
+        await self.call.write(gateway_pb2.ConverseRequest(create_response=request))
+        while True:
+            event = await self.call.read()
+            if not hasattr(event, "WhichOneof") or event.WhichOneof("event") == "failed":
+                raise RuntimeError(f"the turn failed: {event}")
+            if event.WhichOneof("event") == "completed":
+                self.previous = event.response_id
+                return event.completed
+
+
+async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: int, progress, task) -> Run:
+    import grpc
+
+    from loopwire.common.model_def import load_definition
+    from loopwire.common.recorded import user_item
+    from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
+
+    tokenizer = load_definition(MODEL).tokenizer
+    lines = corpus()
+    inference = Server("inference", services)
+    gateway = Server("gateway", services, inference.address)
+    run = Run(label)
+    try:
+        async with grpc.aio.insecure_channel(gateway.address) as channel:
+            stub = gateway_pb2_grpc.GatewayServiceStub(channel)
+            for k, bucket in enumerate(buckets):
+                session = Session(stub, lines, 991 * (k + 1))
+                items, tokens = [user_item("Fix the failing test in this repository.")], 0
+                while tokens < bucket - 200:
+                    chunk = session.text(40)
+                    tokens += len(tokenizer.encode(chunk))
+                    items.append(user_item(chunk))
+                await session.send(gateway_pb2.CreateResponse(instructions="You are a careful engineer.", input=items))
+                got: list[Turn] = []
+                for n in range(WARM_TURNS + turns):
+                    request = gateway_pb2.CreateResponse(previous_response_id=session.previous,
+                                                         input=[user_item(session.text(2))])
+                    g0, i0 = gateway.cpu_ns(), inference.cpu_ns()
+                    done = await session.send(request)
+                    g1, i1 = gateway.cpu_ns(), inference.cpu_ns()
+                    if n >= WARM_TURNS:
+                        got.append(Turn(done.usage.input_tokens, done.timings.tokens_tokenized,
+                                        (g1 - g0) // 1000, (i1 - i0) // 1000))
+                run.turns[bucket] = got
+                await session.call.done_writing()
+                progress.advance(task)
+    finally:
+        gateway.close()
+        inference.close()
+    return run
+
+
+def export(ref: str, root: Path) -> tuple[Path, str]:
+    """The ``services/`` tree of commit ``ref``, exported under .state/ (once per commit)."""
+    import provenance
+
+    commit = provenance._git("rev-parse", "--short=12", ref)
+    if not commit:
+        raise SystemExit(f"--before {ref}: not a commit of this repository")
+    target = root / ".state" / "bench" / "trees" / commit
+    if not (target / "services").is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "archive", commit, "services"], cwd=root, capture_output=True, check=True)
+        tar = target / "services.tar"
+        tar.write_bytes(archive.stdout)
+        with tarfile.open(tar) as t:
+            t.extractall(target, filter="data")
+        tar.unlink()
+    return target / "services", commit
+
+
+def med(turns: list[Turn], attr: str) -> float:
+    return statistics.median(getattr(t, attr) for t in turns) / 1000
+
+
+def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+    from rich.table import Table
+
+    import provenance
+
+    console = Console(width=150)
+    table = Table(title=f"Process CPU per stateful turn by context length (median of {turns} turns, 1 output "
+                        "token each; simulated engine at time scale 0)")
+    for col in ("services", "context tokens", "new tokens", "gateway ms", "inference ms", "gateway + inference ms"):
+        table.add_column(col, justify="right")
+    growth = Table(title="Growth from the smallest to the largest context (goal: within 1.2×)")
+    for col in ("services", "gateway", "inference", "gateway + inference"):
+        growth.add_column(col, justify="right")
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for run, color in zip(runs, ("tab:red", "tab:green"), strict=False):
+        xs, gw, inf = [], [], []
+        for bucket in buckets:
+            t = run.turns[bucket]
+            context = int(statistics.median(x.context for x in t))
+            g, i = med(t, "gateway_us"), med(t, "inference_us")
+            table.add_row(run.label, f"{context:,}", f"{statistics.median(x.new_tokens for x in t):.0f}",
+                          f"{g:.2f}", f"{i:.2f}", f"{g + i:.2f}")
+            xs.append(context)
+            gw.append(g)
+            inf.append(i)
+        growth.add_row(run.label, f"{gw[-1] / gw[0]:.2f}×", f"{inf[-1] / inf[0]:.2f}×",
+                       f"{(gw[-1] + inf[-1]) / (gw[0] + inf[0]):.2f}×")
+        for ax, ys, what in ((axes[0], gw, "gateway"), (axes[1], inf, "inference")):
+            ax.plot(xs, ys, "o-", color=color, label=run.label)
+            ax.set(title=f"{what} process CPU per turn", xlabel="context at the turn (prompt tokens, log scale)",
+                   ylabel="ms per turn (median)", xscale="log")
+    if len(runs) == 2:
+        ratio = Table(title="Before ÷ after, same bucket")
+        for col in ("context tokens", "gateway", "inference", "gateway + inference"):
+            ratio.add_column(col, justify="right")
+        b, a = runs
+        for bucket in buckets:
+            tb, ta = b.turns[bucket], a.turns[bucket]
+            gb, ib, ga, ia = med(tb, "gateway_us"), med(tb, "inference_us"), med(ta, "gateway_us"), med(ta, "inference_us")
+            ratio.add_row(f"{int(statistics.median(x.context for x in ta)):,}", f"{gb / ga:.2f}×", f"{ib / ia:.2f}×",
+                          f"{(gb + ib) / (ga + ia):.2f}×")
+    for ax in axes:
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    data = f"synthetic sessions over this project's source text, context buckets {', '.join(f'{b:,}' for b in buckets)}"
+    fig.tight_layout()
+    provenance.stamp(fig, data)
+    args.out.mkdir(parents=True, exist_ok=True)
+    png = provenance.save_figure(fig, args.out, "turn_cpu")
+    tables = [table, growth] + ([ratio] if len(runs) == 2 else [])
+    for t in tables:
+        console.print(t)
+    header = provenance.provenance(
+        f"{data}: per bucket one session (a full first request of about that many tokens, 1 unmeasured turn, "
+        f"{WARM_TURNS} warm-up turns, then {turns} measured stateful turns of two new lines each)",
+        engine=f"simulated, time scale 0 (the real inference service, scheduler and KV block manager; no model "
+               f"compute), model {MODEL}, speculation off, safety off",
+        notes=[f"services: {', '.join(r.label for r in runs)}; gateway and inference each in a process of its own "
+               "(`--serve`), the client in this one; CPU = the process's time.process_time_ns between a probe "
+               "before the turn and one after its completed event (nothing subtracted)"])
+    body: list[str] = []
+    for t in tables:
+        body += provenance.table_markdown(t) + [""]
+    body.append("![turn cpu](turn_cpu.png)")
+    md = provenance.write_markdown(args.out, "turn_cpu", "Per-turn CPU by context length", header, body)
+    console.print(f"wrote {provenance.rel(png)} and {provenance.rel(md)}")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", choices=("inference", "gateway"), help=argparse.SUPPRESS)
+    parser.add_argument("--replica", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--before", metavar="REF",
+                        help="also measure the services of this commit (e.g. HEAD~3) and compare")
+    parser.add_argument("--turns", type=int, default=20, help="measured turns per context bucket (default 20)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"buckets {', '.join(map(str, QUICK_BUCKETS))} and 8 turns each")
+    known, _ = parser.parse_known_args()
+    if known.serve:
+        serve(known.serve, known.replica)
+        return 0
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from rich.progress import Progress
+
+    import provenance
+
+    provenance.add_out_argument(parser)
+    args = parser.parse_args()
+    if args.turns < 1:
+        parser.error("--turns must be at least 1")
+    buckets = QUICK_BUCKETS if args.quick else BUCKETS
+    turns = 8 if args.quick else args.turns
+    root = provenance.ROOT
+    trees = []
+    if args.before:
+        services, commit = export(args.before, root)
+        trees.append((f"before ({commit})", services))
+    trees.append((f"after ({provenance.git_commit()})", root / "services"))
+
+    async def all_runs() -> list[Run]:
+        with Progress(transient=True) as progress:
+            task = progress.add_task("turns by context length", total=len(trees) * len(buckets))
+            return [await measure(label, services, buckets, turns, progress, task) for label, services in trees]
+
+    return report(asyncio.run(all_runs()), buckets, turns, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,8 @@ leaves both tiers. Copies each way are counted for the engine to price (``take_t
 Hashes are ``loopwire.common.hashing.block_hash`` chained from the root, so a router that
 hashes a prompt with ``block_hashes`` predicts exactly which blocks a replica holds. A match
 takes the prompt's hashes from the caller (a session stream holds them and hashes only what
-each turn appends) and trusts them: equal chained 64-bit hashes are equal prefixes, as in vLLM.
+each turn appends); a block found by hash is used only if it holds the prompt's tokens too, so
+a crafted hash collision can never serve one prompt another's KV.
 
 A session stream's finished sequence *parks* its committed blocks under the stream's key: they
 stay referenced, and the stream's next sequence takes them over in O(1) instead of releasing
@@ -227,7 +228,11 @@ class BlockManager:
                 self.release(parked.block_ids)
         while len(ids) < usable:
             block_id = self._by_hash.get(hashes[len(ids)])
-            if block_id is None:
+            start = len(ids) * self.block_size
+            # A 64-bit hash is not collision resistant: a block found by hash must also hold the
+            # prompt's tokens, or a prompt crafted to collide could be served another's KV. (Parked
+            # blocks skip this: the stream computed them from its own tokens.)
+            if block_id is None or self.blocks[block_id].token_ids != tuple(token_ids[start : start + self.block_size]):
                 break
             self.acquire((block_id,))
             ids.append(block_id)

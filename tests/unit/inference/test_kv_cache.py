@@ -146,3 +146,19 @@ def test_import_export_round_trip() -> None:
     assert dst.import_block(exported[0].parent_hash, exported[0].token_ids) is None  # already held
     ids, _ = dst.match_prefix(tokens + [99])
     assert len(ids) == 2
+
+
+def test_a_hash_collision_never_serves_another_prompts_blocks() -> None:
+    """The match trusts a block found by hash only when it holds the prompt's tokens: a prompt whose
+    hashes collide with cached blocks (what a crafted 64-bit collision would look like) gets a miss."""
+    bm = BlockManager(num_blocks=4, block_size=BS)
+    victim = list(range(9))
+    blocks = bm.allocate(2)
+    assert blocks is not None
+    h1 = bm.commit(blocks[0], ROOT_BLOCK_HASH, victim[:4])
+    h2 = bm.commit(blocks[1], h1, victim[4:8])
+    bm.release(blocks)
+    attacker = [100 + t for t in victim]
+    assert bm.match([h1, h2], attacker) == ([], [])  # the attacker's tokens, the victim's hashes
+    ids, hashes = bm.match([h1, h2], victim)
+    assert ids == blocks and hashes == [h1, h2]

@@ -58,6 +58,8 @@ go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go v1.36.11
 go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.1
 # The Kubernetes manifest validator's modules (its test runs with GOPROXY=off).
 (cd infra/k8s/validate && go mod download)
+# The Go client's modules, so its hash test (`go test ./hashing`) finds them cached.
+(cd clients/go && go mod download)
 
 log "jaeger"
 ./scripts/jaeger.sh build >/dev/null

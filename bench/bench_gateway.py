@@ -456,6 +456,14 @@ def report_safety(ttfts: dict[str, list[float]]) -> Table:
 # -- 3. routing -----------------------------------------------------------------------------
 
 
+def replica_loads(turns: list[TurnResult], replicas: int) -> list[int]:
+    """Prompt tokens each simulated replica (sim-0 ...) had to prefill: its routed load."""
+    prefill: defaultdict[str, int] = defaultdict(int)
+    for t in turns:
+        prefill[t.replica] += t.input_tokens - t.cached_tokens
+    return [prefill.get(f"sim-{i}", 0) for i in range(replicas)]
+
+
 async def bench_routing(sessions: list[RecordedSession], n_sessions: int, turns: int, time_scale: float) -> list[tuple]:
     rows = []
     configs = [(p, sticky) for sticky in (True, False) for p in ("cache-aware", "round-robin", "least-loaded")]
@@ -473,10 +481,7 @@ async def bench_routing(sessions: list[RecordedSession], n_sessions: int, turns:
             finally:
                 await mesh.close()
             flat = [t for run in runs for t in run]
-            prefill: defaultdict[str, int] = defaultdict(int)
-            for t in flat:
-                prefill[t.replica] += t.input_tokens - t.cached_tokens
-            loads = [prefill.get(f"sim-{i}", 0) for i in range(4)]
+            loads = replica_loads(flat, 4)
             hit = sum(t.cached_tokens for t in flat) / max(1, sum(t.input_tokens for t in flat))
             rows.append((policy, "sticky stream" if sticky else "new stream per turn", hit,
                          max(loads) / max(1e-9, statistics.mean(loads)), sum(loads),
@@ -538,7 +543,7 @@ class CpuTurn:
     tokenize_us: int  # the part spent rendering and tokenizing the conversation (thread CPU)
 
 
-def _corpus() -> list[str]:
+def source_lines() -> list[str]:
     """Real text for tool outputs: this project's own source, line by line."""
     lines = []
     for path in sorted((provenance.ROOT / "services" / "loopwire").rglob("*.py")):
@@ -607,7 +612,7 @@ class _Session:
 
 async def bench_cpu(turns: int) -> dict[tuple[str, str], dict[int | str, list[CpuTurn]]]:
     """Per model and way: the measured turns at each context bucket, and ("long") turns with long outputs."""
-    corpus = _corpus()
+    corpus = source_lines()
     results: dict[tuple[str, str], dict[int | str, list[CpuTurn]]] = {}
     long_text = " ".join(["word"] * LONG_OUTPUT_WORDS)
     with Progress(console=console, transient=True) as progress:

@@ -266,10 +266,7 @@ async def run_once(label: str, policy: str, sticky: bool, sessions, n_sessions: 
     finally:
         await mesh.close()
     flat = [t for run in runs for t in run]
-    prefill: defaultdict[str, int] = defaultdict(int)
-    for t in flat:
-        prefill[t.replica] += t.input_tokens - t.cached_tokens
-    loads = [prefill.get(f"sim-{i}", 0) for i in range(4)]
+    loads = bg.replica_loads(flat, 4)
     later = [t for t in flat if t.turn >= 1]
     return Run(label, T.hittable, T.hit, T.new_tokens, T.prompt_tokens, Counter(T.causes),
                sum(t.cached_tokens for t in later) / max(1, sum(t.input_tokens for t in later)),

@@ -130,15 +130,6 @@ class Run:
     turns: dict[int, list[Turn]] = field(default_factory=dict)
 
 
-def corpus() -> list[str]:
-    import provenance
-
-    lines: list[str] = []
-    for path in sorted((provenance.ROOT / "services" / "loopwire").rglob("*.py")):
-        lines += path.read_text(encoding="utf-8").splitlines(keepends=True)
-    return lines
-
-
 class Session:
     """One session on one Converse stream; every request asks for one replayed output token."""
 
@@ -177,7 +168,9 @@ async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: i
     from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 
     tokenizer = load_definition(MODEL).tokenizer
-    lines = corpus()
+    from bench_gateway import source_lines
+
+    lines = source_lines()
     inference = Server("inference", services)
     gateway = Server("gateway", services, inference.address)
     run = Run(label)
@@ -290,8 +283,8 @@ def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse
     args.out.mkdir(parents=True, exist_ok=True)
     png = provenance.save_figure(fig, args.out, "turn_cpu")
     tables = [table, growth] + ([ratio] if len(runs) == 2 else [])
-    for t in tables:
-        console.print(t)
+    for shown in tables:
+        console.print(shown)
     header = provenance.provenance(
         f"{data}: per bucket one session (a full first request of about that many tokens, 1 unmeasured turn, "
         f"{WARM_TURNS} warm-up turns, then {turns} measured stateful turns of two new lines each)",
@@ -301,8 +294,8 @@ def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse
                "(`--serve`), the client in this one; CPU = the process's time.process_time_ns between a probe "
                "before the turn and one after its completed event (nothing subtracted)"])
     body: list[str] = []
-    for t in tables:
-        body += provenance.table_markdown(t) + [""]
+    for shown in tables:
+        body += provenance.table_markdown(shown) + [""]
     body.append("![turn cpu](turn_cpu.png)")
     md = provenance.write_markdown(args.out, "turn_cpu", "Per-turn CPU by context length", header, body)
     console.print(f"wrote {provenance.rel(png)} and {provenance.rel(md)}")

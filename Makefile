@@ -8,6 +8,8 @@ export PATH := $(GOBIN):$(PATH)
 RUN_TURNS ?= 16
 
 TOOLS_STAMP := .state/tools.installed
+# The extras requirements.lock holds: every role and the tests (not trtllm: NVIDIA's index, CUDA only).
+LOCK_EXTRAS := harness api postgres bench dev
 
 .PHONY: setup lock tools protos check-protos lint test test-gpu run bench bench-record clients jaeger breaking clean
 
@@ -30,7 +32,7 @@ setup: $(VENV)/.installed  ## venv + install (Python packages and the bundled de
 
 lock:  ## re-resolve requirements.lock from pyproject.toml (exact versions and hashes; then `make setup`)
 	python3 -m venv .state/piptools && .state/piptools/bin/pip install -q pip-tools
-	.state/piptools/bin/pip-compile -q --allow-unsafe --extra dev --generate-hashes --strip-extras --no-emit-index-url \
+	.state/piptools/bin/pip-compile -q --allow-unsafe $(foreach e,$(LOCK_EXTRAS),--extra $(e)) --generate-hashes --strip-extras --no-emit-index-url \
 		--no-emit-trusted-host --no-emit-find-links -o requirements.lock pyproject.toml
 
 tools: $(TOOLS_STAMP)  ## what the tests use beyond Python: bubblewrap, protoc, buf, grpcurl, Jaeger, the built clients

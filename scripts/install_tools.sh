@@ -61,8 +61,10 @@ go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc v1.6.1
 # The Go client's modules, so its hash test (`go test ./hashing`) finds them cached.
 (cd clients/go && go mod download)
 
+# Jaeger compiles for many minutes on a cold machine: in the background, beside the clients, the
+# Python setup and the tests; its test runs last (tests/conftest.py) and waits for the build.
 log "jaeger"
-./scripts/jaeger.sh build >/dev/null
+./scripts/jaeger.sh build-background
 
 log "clients"
 ./scripts/clients.sh build

@@ -21,3 +21,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     m = start_mesh(state, env=env, extra_args={"inference": ["--model", "dummy:0"]})
     yield m
     m.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that need Jaeger run last: on a cold machine its binary is still compiling in the
+    background (scripts/install_tools.sh) while the rest of the suite runs."""
+    items.sort(key=lambda item: "jaeger" in getattr(item, "fixturenames", ()))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import tempfile
 from collections.abc import Callable
@@ -268,6 +269,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     console = wide_console()
+    if args.plots and importlib.util.find_spec("matplotlib") is None:
+        console.print("[red]error:[/] --plots needs matplotlib: install loopwire with its bench extra (loopwire[bench])")
+        return 2
     sessions = [s for _, s in load_for_replay(args.paths, args.max_turns, console)]
     if not sessions:
         console.print("[red]no sessions to replay[/]")

@@ -50,6 +50,10 @@ check-protos: $(VENV)/.installed  ## fail when the committed generated code is s
 	git diff --exit-code --stat -- services/loopwire/v1 || (echo "generated code is stale: run 'make protos' and commit" && exit 1)
 	$(BUF) lint
 
+.PHONY: docs
+docs: $(VENV)/.installed  ## regenerate docs/configuration.md, docs/metrics.md and docs/protocol.md from the code (committed; a test fails when one is stale)
+	$(PY) scripts/gen_docs.py
+
 breaking:  ## buf breaking against main (or $$BREAKING_AGAINST)
 	./scripts/buf_breaking.sh
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
+
 from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2, inference_pb2
 
 MODULES = (common_pb2, gateway_pb2, harness_pb2, inference_pb2)

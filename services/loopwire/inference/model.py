@@ -5,23 +5,27 @@ attention; with Qwen2's q/k/v projection biases and Qwen3's per-head q/k RMSNorm
 before RoPE, as llama.cpp and transformers do) when the config asks for them. One ``forward`` runs a whole scheduler step: prefill chunks and decode/verify rows
 of many sequences in one pass; the linear layers see all rows at once.
 
-It is *batch invariant* in practice: a row's result does not depend on which other rows
-share the pass or on how a prompt was chunked. The linear layers always multiply at least two
-rows (BLAS takes a different path for one, with different rounding; for two or more rows a
-row's bits do not depend on the row count), and attention, whose BLAS rounding does depend
-on the shapes, runs in float64 so those differences vanish when rounded back to float32.
+It is *batch invariant*: a row's result does not depend on which other rows share the pass or
+on how a prompt was chunked. The linear layers multiply the way ``row_invariance`` measured at
+load to keep a row's bits apart from the row count on this machine's BLAS (one product, or
+fixed blocks of rows), and attention, whose BLAS rounding does depend on the shapes, runs in
+float64 so those differences vanish when rounded back to float32.
 So greedy output with speculation equals greedy output without it token for token, and a
 cached prefix gives the logits of a full recompute.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 
 from loopwire.inference.config import ModelConfig
 from loopwire.inference.kv_cache import KvStore
+from loopwire.inference.row_invariance import choose_row_block, matmul
+
+log = logging.getLogger(__name__)
 
 # Upper bound on attention scores materialised at once (elements), to bound memory.
 _MAX_SCORE_ELEMENTS = 1 << 22
@@ -36,14 +40,6 @@ class Chunk:
     block_table: list[int]
     # Logits wanted for this many last positions of the chunk (0 = none: a prefill chunk).
     num_logits: int
-
-
-def _mm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``x @ w`` with at least two rows per product, so one row gives the same bits as many."""
-    if x.shape[-2] == 1:
-        pad = np.concatenate([x, x], axis=-2)
-        return (pad @ w)[..., :1, :]
-    return x @ w
 
 
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -83,6 +79,12 @@ class LlamaModel:
                     np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]).T),
                 "down": np.ascontiguousarray(w["mlp.down_proj.weight"].T),
             })
+        linear = [self.lm_head_t] + [w[n] for w in self.layers for n in ("qkv", "o", "gate_up", "down")]
+        # Rows per product that keep a row's bits independent of the batch on this BLAS (0: any).
+        self.row_block = choose_row_block(linear)
+        if self.row_block:
+            log.info("this BLAS rounds a row differently with the row count: linear layers multiply in blocks "
+                     "of %d rows (batch invariance kept; long prefills are slower)", self.row_block)
         self._cos = np.zeros((0, config.head_dim), np.float32)
         self._sin = np.zeros((0, config.head_dim), np.float32)
 
@@ -128,7 +130,7 @@ class LlamaModel:
         x = self.embed[tokens]
         for layer, w in enumerate(self.layers):
             h = _rms_norm(x, w["attn_norm"], c.rms_norm_eps)
-            qkv = _mm(h, w["qkv"])
+            qkv = matmul(h, w["qkv"], self.row_block)
             if "qkv_bias" in w:
                 qkv = qkv + w["qkv_bias"]
             q = qkv[:, : nh * hd].reshape(-1, nh, hd)
@@ -147,17 +149,17 @@ class LlamaModel:
                 flat_k[:, slots[i]] = k[lo:hi].transpose(1, 0, 2)
                 flat_v[:, slots[i]] = v[lo:hi].transpose(1, 0, 2)
                 attn[lo:hi] = self._attend(q[lo:hi], ch, keys, values)
-            x = x + _mm(attn, w["o"])
+            x = x + matmul(attn, w["o"], self.row_block)
             h = _rms_norm(x, w["mlp_norm"], c.rms_norm_eps)
-            gate_up = _mm(h, w["gate_up"])
+            gate_up = matmul(h, w["gate_up"], self.row_block)
             gate, up = gate_up[:, : c.intermediate_size], gate_up[:, c.intermediate_size :]
-            x = x + _mm(gate / (1.0 + np.exp(-gate)) * up, w["down"])
+            x = x + matmul(gate / (1.0 + np.exp(-gate)) * up, w["down"], self.row_block)
         # One output-head product for the whole step: the head is the largest matrix.
         rows = [np.arange(bounds[i + 1] - ch.num_logits, bounds[i + 1]) for i, ch in enumerate(chunks)]
         picked = np.concatenate(rows)
         logits = np.zeros((0, c.vocab_size), np.float32)
         if len(picked):
-            logits = _mm(_rms_norm(x[picked], self.final_norm, c.rms_norm_eps), self.lm_head_t)
+            logits = matmul(_rms_norm(x[picked], self.final_norm, c.rms_norm_eps), self.lm_head_t, self.row_block)
         splits = np.cumsum([len(r) for r in rows])[:-1]
         return list(np.split(logits, splits))
 

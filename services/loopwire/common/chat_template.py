@@ -84,6 +84,25 @@ class ChatTemplate:
         self.handles_tool_calls = "tool_calls" in source
         self.think = think_markers(source)
         self._opens_think: bool | None = None
+        # Whether the template reads ``enable_thinking`` (Qwen3-style: false skips the think block).
+        self.takes_enable_thinking = "enable_thinking" in source
+        self.variables: dict[str, Any] = {}  # extra variables every render gets (see ``variant``)
+        self._variants: dict[tuple[tuple[str, Any], ...], ChatTemplate] = {}
+
+    def variant(self, **variables: Any) -> ChatTemplate:
+        """This template rendered with extra variables (``enable_thinking``), sharing its compiled
+        form; one object per set of values, so what is learnt about a template's renderings (the
+        gateway's windowed rendering) is kept per variant."""
+        if not variables:
+            return self
+        key = tuple(sorted(variables.items()))
+        got = self._variants.get(key)
+        if got is None:
+            got = ChatTemplate.__new__(ChatTemplate)
+            got.__dict__.update(self.__dict__)
+            got.variables, got._variants, got._opens_think = dict(variables), {}, None
+            self._variants[key] = got
+        return got
 
     @property
     def opens_think(self) -> bool:
@@ -108,6 +127,7 @@ class ChatTemplate:
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token,
                 eos_token=self.eos_token,
+                **self.variables,
             )
         except jinja2.exceptions.TemplateError as e:
             raise ChatTemplateError(f"chat template failed to render: {e}") from None

@@ -22,7 +22,7 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from loopwire.common.chat_template import ChatTemplateError
+from loopwire.common.chat_template import ChatTemplate, ChatTemplateError
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.common.prompt import ChatPrompt, tool_schema
 from loopwire.gateway import template_window
@@ -53,8 +53,10 @@ class Conversation:
     """Instructions, tools and items of one conversation with their token ids."""
 
     def __init__(self, prompt: ChatPrompt, model: str, instructions: str, tools: Sequence[common_pb2.Tool],
-                 cache_salt: str = "", incremental: bool = True) -> None:
+                 cache_salt: str = "", incremental: bool = True, thinking: bool | None = None) -> None:
         self.prompt = prompt
+        self.thinking = thinking if prompt.model.template.takes_enable_thinking else None
+        self.template = _template(prompt, self.thinking)
         self.tokenizer = prompt.model.tokenizer
         self.model = model
         self.instructions = instructions
@@ -136,7 +138,7 @@ class Conversation:
     def _render(self, items: list[common_pb2.Item], raw: dict[int, str]) -> tuple[str, str, list[Message]]:
         """Text and text with the generation prompt of ``items`` (the held items, then new ones),
         with their template messages: only the new messages rendered when the window allows it."""
-        template = self.prompt.model.template
+        template = self.template
         held = len(self.items)
         new_items = items[held:]
         if self.incremental and new_items and template_window.is_stable(template) and not self._joins_turn(new_items[0]):
@@ -165,7 +167,7 @@ class Conversation:
     def _head_text(self) -> str | None:
         if self._head is None:
             try:
-                self._head = (self.prompt.model.template.render(self._messages[:1], self._schemas, False),)
+                self._head = (self.template.render(self._messages[:1], self._schemas, False),)
             except ChatTemplateError:
                 self._head = (None,)
         return self._head[0]
@@ -187,6 +189,16 @@ class Conversation:
         self._messages = messages
         self._checkpoints.append(_Checkpoint(len(self.items), len(messages), len(self.text), self._anchor_char,
                                              self._anchor_special, len(self.ids), self._hash.copy()))
+
+    def use_thinking(self, thinking: bool | None) -> int:
+        """Render from now on with ``enable_thinking`` = ``thinking`` (None: the template's
+        default); returns the tokens tokenized. A change renders the conversation again (for a
+        Qwen3-style template only its generation prompt changes); a template without the
+        variable ignores it."""
+        if not self.prompt.model.template.takes_enable_thinking or thinking == self.thinking:
+            return 0
+        self.thinking, self.template, self._head = thinking, _template(self.prompt, thinking), None
+        return self._append_rendered(self.items, self.raw)
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
         """Add input items; returns how many tokens were tokenized.
@@ -324,6 +336,11 @@ class Conversation:
                 kind = item.WhichOneof("item")
                 return index, Difference(index, f"item {index} ({kind}) differs from the previous prompt")
         return len(self.items), None
+
+
+def _template(prompt: ChatPrompt, thinking: bool | None) -> ChatTemplate:
+    template = prompt.model.template
+    return template if thinking is None else template.variant(enable_thinking=thinking)
 
 
 class _NotAnExtension(Exception):

@@ -12,6 +12,7 @@ from loopwire.common.chat_template import ChatTemplateError
 from loopwire.common.errors import RequestError
 from loopwire.gateway import policy, validation
 from loopwire.gateway.conversation import Conversation
+from loopwire.gateway.prepare import thinking
 from loopwire.v1 import common_pb2, gateway_pb2
 
 if TYPE_CHECKING:
@@ -37,7 +38,9 @@ async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse)
     def tokenize() -> int:
         conversation = (held.fork(held.item_count) if held is not None else
                         Conversation(gw.prompt, create.model, create.instructions, create.tools,
-                                     cache_salt=tenant.name, incremental=cfg.incremental_render))
+                                     cache_salt=tenant.name, incremental=cfg.incremental_render,
+                                     thinking=thinking(create)))
+        conversation.use_thinking(thinking(create))
         conversation.append(list(create.input))
         return len(conversation)
 

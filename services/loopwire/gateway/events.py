@@ -39,7 +39,10 @@ def output_event(response_id: str, out: OutputEvent) -> gateway_pb2.ConverseResp
     """A parsed piece of model output as the event the client sees (nested fields given as dicts:
     upb builds them in place, no sub-message built and copied per token)."""
     if type(out) is TextOut:
-        return gateway_pb2.ConverseResponse(response_id=response_id, text_delta={"text": out.text})  # type: ignore[arg-type]
+        delta: dict[str, object] = {"text": out.text}
+        if out.logprobs:
+            delta["logprobs"] = out.logprobs
+        return gateway_pb2.ConverseResponse(response_id=response_id, text_delta=delta)  # type: ignore[arg-type]
     if type(out) is CallArgumentsOut:
         return gateway_pb2.ConverseResponse(response_id=response_id, tool_call_arguments_delta={  # type: ignore[arg-type]
             "call_id": out.call_id, "delta": out.delta})
@@ -125,8 +128,11 @@ class _Run:
             return self.parts[0]
         response_id, kind, call_id = self.key
         if kind == "text_delta":
-            return gateway_pb2.ConverseResponse(response_id=response_id, text_delta=gateway_pb2.TextDelta(
+            merged = gateway_pb2.ConverseResponse(response_id=response_id, text_delta=gateway_pb2.TextDelta(
                 text="".join(p.text_delta.text for p in self.parts)))
+            for p in self.parts:  # the tokens stay with their text, in order
+                merged.text_delta.logprobs.extend(p.text_delta.logprobs)
+            return merged
         return gateway_pb2.ConverseResponse(response_id=response_id, tool_call_arguments_delta=(
             gateway_pb2.ToolCallArgumentsDelta(call_id=call_id, delta="".join(
                 p.tool_call_arguments_delta.delta for p in self.parts))))

@@ -35,6 +35,8 @@ from loopwire.v1 import common_pb2
 class TextOut:
     text: str
     safety_offset: int = 0
+    # The output tokens this text releases (TextTokenLogprob fields), when logprobs were asked.
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -135,6 +137,7 @@ class OutputParser:
             _THINK_OPEN if self.model.template.opens_think else _THINK_UNDECIDED)
         self._think_held = ""  # text held while it may still be (or end) the think block
         self._reasoning: list[str] = []
+        self.thought = self._think == _THINK_OPEN  # the output opened a think block
 
     @property
     def reasoning(self) -> str:
@@ -198,6 +201,7 @@ class OutputParser:
             if body.startswith(opener):
                 self._add_text(self._stop.feed(held[: len(held) - len(body) + len(opener)]), out)
                 held, self._think = body[len(opener) :], _THINK_OPEN
+                self.thought = True
             elif not final and opener.startswith(body):
                 self._think_held = held  # may still become the opener
                 return ""

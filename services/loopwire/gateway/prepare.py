@@ -78,8 +78,11 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         conversation, tokenized = held, 0
         if conversation is None:
             conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools,
-                                        cache_salt=session.tenant.name, incremental=cfg.incremental_render)
+                                        cache_salt=session.tenant.name, incremental=cfg.incremental_render,
+                                        thinking=thinking(create))
             tokenized = conversation.initial_tokens
+        else:
+            tokenized += conversation.use_thinking(thinking(create))
         new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
         breaks_before = conversation.template_breaks
         tokenized += conversation.append(new)
@@ -128,6 +131,12 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
     naive = cfg.stateless or (create.no_store and not create.previous_response_id)
     return Prepared(conversation, new_items, received, tokenized, tokenize_ns // 1000, difference, reused, naive,
                     constraint)
+
+
+def thinking(create: gateway_pb2.CreateResponse) -> bool | None:
+    """The request's ``enable_thinking`` for the chat template (None: the template's default)."""
+    s = create.sampling
+    return s.enable_thinking if s.HasField("enable_thinking") else None
 
 
 def check_delta_header(create: gateway_pb2.CreateResponse, conversation: Conversation) -> None:

@@ -23,8 +23,9 @@ from loopwire.gateway import policy
 from loopwire.gateway.events import CANCEL, event, failed, output_event, safety_event
 from loopwire.gateway.failover import Placement
 from loopwire.gateway.generate_link import GenerateLink, LinkDown
+from loopwire.gateway.logprobs import TextLogprobs, reasoning_tokens
 from loopwire.gateway.metrics import Stopwatch
-from loopwire.gateway.output_parser import OutputEvent, OutputParser
+from loopwire.gateway.output_parser import OutputEvent, OutputParser, TextOut
 from loopwire.gateway.safety import INPUT, OUTPUT, Verdict, input_text
 from loopwire.gateway.safety_gate import SafetyGate
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
@@ -91,6 +92,10 @@ class ResponseRun:
         self.phase = Phase.OPENING
         self.finished: inference_pb2.GenerationFinished | None = None
         self._held: object = None  # a message taken while joining token batches, handled next
+        # Log-probabilities asked for: tokens are parsed one by one, so each goes with its text.
+        self.text_logprobs = TextLogprobs(self.gw.model) if create.sampling.HasField("top_logprobs") else None
+        self._lp_pending: list[dict[str, object]] = []  # entries of tokens whose text is not out yet
+        self._stop_ids = frozenset(self.gw.model.stop_token_ids)
         self._input_reported = False
 
     def stop_safety(self) -> None:
@@ -168,19 +173,21 @@ class ResponseRun:
             return message
         joined = inference_pb2.GenerateResponse(request_id=message.request_id)
         joined.tokens.token_ids.extend(message.tokens.token_ids)
+        joined.tokens.logprobs.extend(message.tokens.logprobs)
         while not queue.empty():
             nxt = queue.get_nowait()
             if not (isinstance(nxt, inference_pb2.GenerateResponse) and nxt.HasField("tokens")):
                 self._held = nxt
                 break
             joined.tokens.token_ids.extend(nxt.tokens.token_ids)
+            joined.tokens.logprobs.extend(nxt.tokens.logprobs)
         return joined
 
     async def _on_replica(self, message: inference_pb2.GenerateResponse) -> list[gateway_pb2.ConverseResponse]:
         kind = message.WhichOneof("event")
         generating = self.phase is Phase.GENERATING
         if kind == "tokens" and generating:
-            if await self._on_tokens(message.tokens.token_ids):  # a stop string: the generation ends here
+            if await self._on_tokens(message.tokens.token_ids, message.tokens.logprobs):  # a stop string: the generation ends here
                 self._finish(inference_pb2.GenerationFinished(
                     finish_reason=common_pb2.FINISH_REASON_STOP,
                     usage=common_pb2.Usage(output_tokens=len(self.generated))))
@@ -333,9 +340,12 @@ class ResponseRun:
         )
         if s.HasField("speculative_decoding"):
             params.speculative_decoding = s.speculative_decoding
+        if s.HasField("top_logprobs"):
+            params.top_logprobs = s.top_logprobs
         return params
 
-    async def _on_tokens(self, token_ids: Sequence[int]) -> bool:
+    async def _on_tokens(self, token_ids: Sequence[int],
+                         logprobs: Sequence[inference_pb2.TokenLogprobs] = ()) -> bool:
         """Parse new tokens; True when a stop string ended the output (generation is cancelled)."""
         self.place.prefilled()
         if self.parser.done:
@@ -344,7 +354,10 @@ class ResponseRun:
             before = len(self.generated)
             self.generated.extend(token_ids)
             safety_from = len(self.parser.safety_text)
-            outs = self.parser.feed(token_ids)
+            if self.text_logprobs is not None and len(logprobs) == len(token_ids):
+                outs = self._feed_with_logprobs(token_ids, logprobs)
+            else:
+                outs = self.parser.feed(token_ids)
             self._queue_events(outs, safety_from)
             if self.parser.stopped_by_string and len(token_ids) > 1:
                 del self.generated[self._tokens_to_stop(before):]
@@ -352,6 +365,43 @@ class ResponseRun:
             await self.place.abandon(self.request_id)
             return True
         return False
+
+    def _feed_with_logprobs(self, token_ids: Sequence[int],
+                            logprobs: Sequence[inference_pb2.TokenLogprobs]) -> list[OutputEvent]:
+        """Parse token by token (the text is the same however the ids are batched), so each
+        token's entry goes with the text it releases; entries of tokens that became a tool call
+        (those since the last text when a call event comes) and the stop token are left out."""
+        assert self.text_logprobs is not None
+        stops = self._stop_ids
+        outs: list[OutputEvent] = []
+        for token, lp in zip(token_ids, logprobs, strict=True):
+            if token not in stops:
+                self._lp_pending.append(self.text_logprobs.entry(token, lp))
+            events = self.parser.feed((token,))
+            self._attach_logprobs(events)
+            outs += events
+            if self.parser.done:
+                break
+        return outs
+
+    def _attach_logprobs(self, events: list[OutputEvent]) -> None:
+        """Pending entries go to the text events in order, as many as spell each one's bytes (the
+        last text event takes the rest); a call event drops those not yet out (the call's)."""
+        last = max((i for i, ev in enumerate(events) if type(ev) is TextOut), default=-1)
+        for i, ev in enumerate(events):
+            if type(ev) is not TextOut:
+                self._lp_pending = []
+                continue
+            if i == last:
+                taken, self._lp_pending = self._lp_pending, []
+            else:
+                need, got, n = len(ev.text.encode()), 0, 0
+                while n < len(self._lp_pending) and got < need:
+                    got += len(self._lp_pending[n]["bytes"])  # type: ignore[arg-type]
+                    n += 1
+                taken, self._lp_pending = self._lp_pending[:n], self._lp_pending[n:]
+            if taken:
+                ev.logprobs = taken
 
     def _tokens_to_stop(self, before: int) -> int:
         """How many generated ids it took to reach the stop string that ended the output, when the
@@ -370,7 +420,10 @@ class ResponseRun:
     def _end_output(self) -> None:
         with self.watch:
             safety_from = len(self.parser.safety_text)
-            self._queue_events(self.parser.finish(), safety_from)
+            tail = self.parser.finish()
+            if self.text_logprobs is not None:
+                self._attach_logprobs(tail)
+            self._queue_events(tail, safety_from)
         self.safety.close_output()
 
     def _queue_events(self, outs: list[OutputEvent], safety_from: int) -> None:
@@ -425,8 +478,12 @@ class ResponseRun:
             bytes_received=self.p.bytes_received,
             tokens_forwarded=self.tokens_forwarded,
         )
+        usage = common_pb2.Usage()
+        usage.CopyFrom(finished.usage)
+        usage.reasoning_tokens = min(usage.output_tokens or len(self.generated),
+                                     reasoning_tokens(gw.model, self.generated, self.parser.thought))
         return self._event(completed=gateway_pb2.ResponseCompleted(
-            finish_reason=reason, usage=finished.usage, timings=timings, output=output))
+            finish_reason=reason, usage=usage, timings=timings, output=output))
 
     def _event(self, **kwargs: object) -> gateway_pb2.ConverseResponse:
         return event(self.id, **kwargs)

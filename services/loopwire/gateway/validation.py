@@ -14,6 +14,9 @@ from loopwire.v1 import common_pb2, gateway_pb2
 
 _ROOT = "create_response"
 
+# The most alternatives per output token a request may ask for (OpenAI's limit).
+MAX_TOP_LOGPROBS = 20
+
 
 def check_size(request: gateway_pb2.CreateResponse, max_bytes: int) -> int:
     size = request.ByteSize()
@@ -43,6 +46,8 @@ def check_header(request: gateway_pb2.CreateResponse) -> None:
     for i, stop in enumerate(s.stop):
         if not stop:
             raise invalid(f"{_ROOT}.sampling.stop[{i}]", "stop string is empty")
+    if s.HasField("top_logprobs") and s.top_logprobs > MAX_TOP_LOGPROBS:
+        raise invalid(f"{_ROOT}.sampling.top_logprobs", f"must be in [0, {MAX_TOP_LOGPROBS}]")
 
 
 def check_schema(text: str, field: str) -> None:

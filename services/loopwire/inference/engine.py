@@ -26,6 +26,7 @@ from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
+from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
 
 log = logging.getLogger("loopwire.inference")
@@ -82,6 +83,7 @@ class _Stream:
     """Tokens produced for one request and not yet taken by its reader."""
 
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprobs] | None = None  # one per token, when the request asked
     finished: Finished | None = None
     prefilled: int = 0  # the latest prefill progress not yet taken
     failure: BaseException | None = None
@@ -155,14 +157,15 @@ class AsyncEngine:
                 await stream.ready.wait()
                 stream.ready.clear()
                 tokens, stream.tokens = stream.tokens, []
+                logprobs, stream.logprobs = stream.logprobs, None
                 prefilled, stream.prefilled = stream.prefilled, 0
                 if stream.failure is not None:
                     raise RuntimeError(f"engine step failed: {stream.failure}") from stream.failure
                 if stream.finished is not None:
-                    yield RequestOutput(req.request_id, tokens, stream.finished)
+                    yield RequestOutput(req.request_id, tokens, stream.finished, logprobs=logprobs)
                     return
                 if tokens or prefilled:
-                    yield RequestOutput(req.request_id, tokens, prefilled=0 if tokens else prefilled)
+                    yield RequestOutput(req.request_id, tokens, prefilled=0 if tokens else prefilled, logprobs=logprobs)
         finally:
             if self._streams.pop(req.request_id, None) is not None and stream.finished is None:
                 # The reader went away (cancelled or disconnected): free the blocks now.
@@ -289,6 +292,10 @@ class AsyncEngine:
             if stream is None:
                 continue
             stream.tokens.extend(out.token_ids)
+            if out.logprobs is not None:  # coalesced with their tokens, in the same order
+                if stream.logprobs is None:
+                    stream.logprobs = []
+                stream.logprobs.extend(out.logprobs)
             stream.prefilled = max(stream.prefilled, out.prefilled)
             if out.finished is not None:
                 stream.finished = out.finished

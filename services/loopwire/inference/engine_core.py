@@ -9,7 +9,6 @@ step by step and the async runner (``engine.py``) can run it in a worker thread.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Protocol
@@ -24,6 +23,8 @@ from loopwire.inference.draft_length import DraftLengthPolicy
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
+from loopwire.inference.logprobs import TokenLogprobs, certain, token_logprobs
+from loopwire.inference.rate_window import RateWindow
 from loopwire.inference.sampling import NoAllowedToken, verify, verify_masked, verify_oracle
 from loopwire.inference.scheduler import ScheduledSeq, Scheduler
 from loopwire.inference.sequence import (
@@ -96,7 +97,7 @@ class EngineCore:
         self.seqs: dict[str, Sequence] = {}
         self.steps = 0
         self._done: list[RequestOutput] = []
-        self._rates: deque[tuple[float, int, int]] = deque()  # (time, prefill tokens, decode tokens)
+        self._rates = RateWindow(_RATE_WINDOW_S)  # prefill and decode tokens of the recent steps
 
     # -- requests ---------------------------------------------------------------------
 
@@ -185,10 +186,10 @@ class EngineCore:
                 seq.first_token = now
             self._commit(seq)
             self._trim(seq)
-            outputs.append(RequestOutput(seq.request_id, emitted))
+            outputs.append(RequestOutput(seq.request_id, emitted, logprobs=_logprobs(seq, emitted, logits)))
             if reason is not None:
                 self._finish(seq, reason, retain=True)
-        self._rates.append((now, prefill_tokens, decode_tokens))
+        self._rates.add(now, prefill_tokens, decode_tokens)
         outputs.extend(self._done)
         self._done = []
         return outputs
@@ -293,11 +294,7 @@ class EngineCore:
 
     def stats(self) -> EngineStats:
         now = self.clock.now()
-        while self._rates and self._rates[0][0] < now - _RATE_WINDOW_S:
-            self._rates.popleft()
-        span = max(now - self._rates[0][0], 1e-3) if len(self._rates) > 1 else 0.0
-        prefill = sum(r[1] for r in self._rates)
-        decode = sum(r[2] for r in self._rates)
+        span, prefill, decode = self._rates.totals(now)
 
         def rate(n: int) -> float:
             return n / span if span else 0.0
@@ -336,6 +333,18 @@ def make_drafter(config: EngineConfig) -> Drafter:
     if config.drafter == "prompt_lookup":
         return PromptLookupDrafter(config.max_ngram, config.min_ngram)
     raise ValueError(f"unknown drafter {config.drafter!r}; choose suffix or prompt_lookup")
+
+
+def _logprobs(seq: Sequence, emitted: list[int], logits: np.ndarray | None) -> list[TokenLogprobs] | None:
+    """The emitted tokens' log-probabilities when asked: token i was picked from logits row i (a
+    verification step's rows follow its accepted drafts), so coalesced or speculative output
+    lines up with its tokens; no logits (the simulated engine): probability 1."""
+    k = seq.req.top_logprobs
+    if k is None:
+        return None
+    if logits is None:
+        return [certain(t, k) for t in emitted]
+    return [token_logprobs(logits[i], t, k) for i, t in enumerate(emitted)]
 
 
 def _us(seconds: float) -> int:

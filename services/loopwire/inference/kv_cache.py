@@ -40,7 +40,7 @@ import asyncio
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -68,8 +68,26 @@ class CacheEvent:
     block_hashes: list[int]
 
 
+def coalesce(events: Iterable[CacheEvent]) -> list[CacheEvent]:
+    """The same changes in fewer events: each run of events of one kind becomes one event with
+    their hashes in order. Applied in order to any set of hashes, the result is the same (a run
+    of adds is one add of all of them, a run of removals one removal)."""
+    out: list[CacheEvent] = []
+    for e in events:
+        if out and out[-1].kind is e.kind:
+            out[-1].block_hashes.extend(e.block_hashes)
+        else:
+            out.append(CacheEvent(e.kind, list(e.block_hashes)))
+    return out
+
+
 class CacheEventFeed:
-    """Fans a replica's cache events out to every WatchCache subscriber."""
+    """Fans a replica's cache events out to every WatchCache subscriber.
+
+    A subscriber gets everything published since its last batch as one coalesced batch, so the
+    messages it is sent follow how fast it reads, not how many engine steps ran: a long prompt
+    prefilled in hundreds of chunks is not hundreds of messages for the watcher (and the
+    gateway) to work through during the turns that follow."""
 
     def __init__(self) -> None:
         self._queues: list[asyncio.Queue[list[CacheEvent]]] = []
@@ -86,7 +104,10 @@ class CacheEventFeed:
         self._queues.append(queue)
         try:
             while True:
-                yield await queue.get()
+                batches = [await queue.get()]
+                while not queue.empty():
+                    batches.append(queue.get_nowait())
+                yield coalesce(e for batch in batches for e in batch)
         finally:
             self._queues.remove(queue)
 

@@ -12,6 +12,7 @@ from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.inference.constraint import Grammar
 from loopwire.inference.drafter import DraftContext
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY
+from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sampling import SamplingSettings
 
 _arrivals = itertools.count()
@@ -94,6 +95,8 @@ class GenerationRequest:
     # The engine may append the output to ``prompt`` itself instead of a copy: the caller gives
     # the list away (a stream's turn, so the context is never copied).
     hand_over_prompt: bool = False
+    # Log-probabilities wanted: None, none; k, each output token's with its k most likely tokens.
+    top_logprobs: int | None = None
 
 
 @dataclass
@@ -137,6 +140,8 @@ class RequestOutput:
     finished: Finished | None = None
     # Prompt tokens with K/V so far, after a prefill chunk that did not end the prompt (0: none).
     prefilled: int = 0
+    # One per token_ids when the request asked for log-probabilities (top_logprobs), else None.
+    logprobs: list[TokenLogprobs] | None = None
 
 
 class SeqStatus(Enum):

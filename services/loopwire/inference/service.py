@@ -24,6 +24,7 @@ from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData
 from loopwire.inference.kv_cache import CacheEventKind
+from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
 from loopwire.inference.validation import (
@@ -81,12 +82,20 @@ COALESCE_MAX_TOKENS = 16  # a pending batch this long leaves at once, window or 
 
 
 class _TokenRun:
-    __slots__ = ("request_id", "token_ids", "due")
+    __slots__ = ("request_id", "token_ids", "due", "logprobs")
 
-    def __init__(self, request_id: str, token_ids: list[int], due: float) -> None:
+    def __init__(self, request_id: str, token_ids: list[int], due: float,
+                 logprobs: list[TokenLogprobs] | None = None) -> None:
         self.request_id = request_id
         self.token_ids = token_ids
         self.due = due  # when it may leave (0: now)
+        self.logprobs = logprobs  # one per token when the request asked, joined with them
+
+    def batch(self) -> inference_pb2.TokenBatch:
+        batch = inference_pb2.TokenBatch(token_ids=self.token_ids)
+        for lp in self.logprobs or ():
+            batch.logprobs.add(logprob=lp.logprob, top=[{"token_id": t, "logprob": v} for t, v in lp.top])
+        return batch
 
 
 class Outbox:
@@ -108,12 +117,16 @@ class Outbox:
         self._started: set[str] = set()  # requests whose first tokens were queued
         self._timer: asyncio.TimerHandle | None = None
 
-    def tokens(self, request_id: str, token_ids: list[int]) -> None:
+    def tokens(self, request_id: str, token_ids: list[int], logprobs: list[TokenLogprobs] | None = None) -> None:
         if not token_ids:
             return
         run = self._open.get(request_id)
         if run is not None:
             run.token_ids.extend(token_ids)
+            if logprobs is not None:
+                if run.logprobs is None:
+                    run.logprobs = []
+                run.logprobs.extend(logprobs)
             if run.due and len(run.token_ids) >= self.max_tokens:
                 run.due = 0.0
                 self._ready.set()
@@ -125,7 +138,8 @@ class Outbox:
                     due = time.monotonic() + self.window_s
             else:
                 self._started.add(request_id)
-        run = self._open[request_id] = _TokenRun(request_id, list(token_ids), due)
+        run = self._open[request_id] = _TokenRun(request_id, list(token_ids), due,
+                                                 None if logprobs is None else list(logprobs))
         self._entries.append(run)
         self._ready.set()
 
@@ -171,8 +185,7 @@ class Outbox:
         if isinstance(entry, _TokenRun):
             if self._open.get(entry.request_id) is entry:
                 del self._open[entry.request_id]
-            return inference_pb2.GenerateResponse(
-                request_id=entry.request_id, tokens=inference_pb2.TokenBatch(token_ids=entry.token_ids))
+            return inference_pb2.GenerateResponse(request_id=entry.request_id, tokens=entry.batch())
         return entry
 
     def _ready_behind(self, now: float) -> tuple[int, float]:
@@ -305,6 +318,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             stop_token_ids=tuple(p.stop_token_ids) or self._stop_ids,
             speculative=p.speculative_decoding if p.HasField("speculative_decoding") else True,
             num_draft_tokens=p.num_draft_tokens,
+            top_logprobs=p.top_logprobs if p.HasField("top_logprobs") else None,
             oracle=list(start.oracle_token_ids) or None,
             priority=start.priority,
             session_id=start.session_id,
@@ -365,7 +379,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                                 processed_tokens=out.prefilled, total_tokens=prompt.length)))
                     if out.token_ids:
                         span.first_chunk()
-                    state.outbox.tokens(rid, out.token_ids)
+                    state.outbox.tokens(rid, out.token_ids, out.logprobs)
                     if out.finished is not None and out.finished.reason is FinishReason.CONSTRAINT_FAILED:
                         raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT,
                                            f"start.constraint: the grammar cannot be satisfied: {out.finished.error}",

@@ -24,6 +24,11 @@ work on machines without it. What maps to what:
   and hands back the returned params (``opaque_state`` kept as bytes) as ``disagg_state``; a
   request carrying ``disagg_state`` runs ``"generation_only"`` with them (``ctx_request_id``,
   ``first_gen_tokens``). The KV itself moves over TensorRT-LLM's cache transceiver.
+* log-probabilities → ``SamplingParams(logprobs=k)`` (at least 1: older releases read 0 as
+  off); each streamed ``CompletionOutput.logprobs`` entry (a dict token id -> ``Logprob``, or a
+  bare float) becomes the token's ``TokenLogprobs``, its candidates sorted most likely first.
+  TensorRT-LLM computes them from the logits it samples from (its own definition; the
+  reference engine's are the raw ``log_softmax``).
 * finish reasons one to one: stop, length, cancelled, timeout; a finished output without a
   reason is NOT_FINISHED, never "length".
 
@@ -61,6 +66,7 @@ from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.constraint import Grammar
 from loopwire.inference.engine_core import EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
+from loopwire.inference.logprobs import TokenLogprobs, certain
 from loopwire.inference.sequence import (
     Finished,
     FinishReason,
@@ -95,7 +101,7 @@ API_KWARGS = {
     "DraftTargetDecodingConfig": ["max_draft_len"],
     "EagleDecodingConfig": ["max_draft_len", "eagle3_one_model"],
     "SamplingParams": ["max_tokens", "temperature", "top_p", "seed", "stop_token_ids", "return_perf_metrics",
-                       "logits_processor", "guided_decoding"],
+                       "logits_processor", "guided_decoding", "logprobs"],
     "GuidedDecodingParams": ["grammar", "json", "regex"],
     "LLM": ["model", "kv_cache_config", "speculative_config", "skip_tokenizer_init", "max_num_tokens",
             "guided_decoding_backend"],
@@ -210,6 +216,26 @@ class OracleLogitsProcessor:
         logits.add_(mask)
 
 
+def output_logprobs(completion: Any, start: int, tokens: list[int], k: int) -> list[TokenLogprobs]:
+    """``TokenLogprobs`` of ``tokens``, the output from position ``start``, from TensorRT-LLM's
+    per-token entries (dict token id -> Logprob with ``.logprob``, or a float). A sampled token
+    missing from its dict (older releases report only the top k) gets the least reported value,
+    an upper bound; a position not reported at all reads as probability 1."""
+    entries = list(getattr(completion, "logprobs", None) or [])
+    out = []
+    for i, token in enumerate(tokens):
+        entry = entries[start + i] if start + i < len(entries) else None
+        if isinstance(entry, dict):
+            values = {int(t): float(v if isinstance(v, (int, float)) else v.logprob) for t, v in entry.items()}
+            ranked = sorted(values.items(), key=lambda tv: (-tv[1], tv[0]))[:k]
+            out.append(TokenLogprobs(min(0.0, values.get(token, min(values.values(), default=0.0))), tuple(ranked)))
+        elif isinstance(entry, (int, float)):
+            out.append(TokenLogprobs(min(0.0, float(entry))))
+        else:
+            out.append(certain(token, k))
+    return out
+
+
 class TrtLlmEngine:
     name = "trtllm"
     supports_kv_transfer = False
@@ -300,6 +326,7 @@ class TrtLlmEngine:
             return_perf_metrics=True,
             logits_processor=OracleLogitsProcessor(oracle, len(req.prompt)) if oracle else None,
             guided_decoding=guided_decoding(api, req.grammar) if req.grammar is not None and not oracle else None,
+            logprobs=None if req.top_logprobs is None else max(1, req.top_logprobs),
         )
         retention = retention_config(api, req)
         arrival = time.monotonic()
@@ -318,9 +345,11 @@ class TrtLlmEngine:
                 if new and first_token is None:
                     first_token = time.monotonic()
                 self._generated.append((time.monotonic(), len(new)))
+                logprobs = (None if req.top_logprobs is None else
+                            output_logprobs(completion, sent - len(new), new, req.top_logprobs))
                 if not out.finished:
                     if new:
-                        yield RequestOutput(req.request_id, new)
+                        yield RequestOutput(req.request_id, new, logprobs=logprobs)
                     continue
                 finished = True
                 now = time.monotonic()
@@ -340,7 +369,8 @@ class TrtLlmEngine:
                 ft = first_token or now
                 timings = Timings(ttft_us=int((ft - arrival) * 1e6), decode_us=int((now - ft) * 1e6))
                 yield RequestOutput(req.request_id, new, Finished(reason, usage, timings,
-                                                                   req.prompt + list(completion.token_ids), [], state))
+                                                                   req.prompt + list(completion.token_ids), [], state),
+                                    logprobs=logprobs)
         finally:
             self._running -= 1
             self._handles.pop(req.request_id, None)

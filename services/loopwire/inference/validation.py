@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.inference.config import EngineConfig
+from loopwire.inference.logprobs import MAX_TOP_LOGPROBS
 from loopwire.v1 import common_pb2, inference_pb2
 
 MAX_DRAFT_TOKENS = 64
@@ -130,6 +131,8 @@ def check_params(start: inference_pb2.GenerationStart, prompt_len: int, config: 
         raise invalid("start.params.top_p", "must be in [0, 1] (0 means 1)")
     if p.num_draft_tokens > MAX_DRAFT_TOKENS:
         raise invalid("start.params.num_draft_tokens", f"at most {MAX_DRAFT_TOKENS}")
+    if p.HasField("top_logprobs") and p.top_logprobs > MAX_TOP_LOGPROBS:
+        raise invalid("start.params.top_logprobs", f"at most {MAX_TOP_LOGPROBS} (got {p.top_logprobs})")
     check_ids("start.params.stop_token_ids", p.stop_token_ids, vocab_size)
     check_ids("start.oracle_token_ids", start.oracle_token_ids, vocab_size)
     if start.kv_handle and not start.kv_source:

@@ -679,6 +679,8 @@ class SamplingParams(_message.Message):
     STOP_FIELD_NUMBER: _builtins.int
     SPECULATIVE_DECODING_FIELD_NUMBER: _builtins.int
     REASONING_BUDGET_TOKENS_FIELD_NUMBER: _builtins.int
+    TOP_LOGPROBS_FIELD_NUMBER: _builtins.int
+    ENABLE_THINKING_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
     """Softmax temperature, finite and >= 0; 0 means greedy (argmax)."""
     top_p: _builtins.float
@@ -699,6 +701,16 @@ class SamplingParams(_message.Message):
     the think block's body takes at most this many tokens, then its closer is forced. 0: no
     budget. Ignored for a model that does not think. The api sets it from reasoning.effort.
     """
+    top_logprobs: _builtins.int
+    """Log-probabilities of the output: absent, none; 0 to 20, every output token's log-probability
+    and this many most likely tokens at its position (TextDelta.logprobs). Above 20 is
+    INVALID_ARGUMENT.
+    """
+    enable_thinking: _builtins.bool
+    """For a chat template that takes `enable_thinking` (Qwen3-style): the value it is rendered
+    with, true to let the model think, false to have the generation prompt skip the think
+    block; absent: the template's own default. Ignored by templates that do not take it.
+    """
     @_builtins.property
     def stop(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Stop strings: the output ends (FINISH_REASON_STOP) before the first occurrence of any of
@@ -715,14 +727,25 @@ class SamplingParams(_message.Message):
         stop: _abc.Iterable[_builtins.str] | None = ...,
         speculative_decoding: _builtins.bool | None = ...,
         reasoning_budget_tokens: _builtins.int = ...,
+        top_logprobs: _builtins.int | None = ...,
+        enable_thinking: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "speculative_decoding", b"speculative_decoding"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_enable_thinking", b"_enable_thinking", "_speculative_decoding", b"_speculative_decoding", "_top_logprobs", b"_top_logprobs", "enable_thinking", b"enable_thinking", "speculative_decoding", b"speculative_decoding", "top_logprobs", b"top_logprobs"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "max_output_tokens", b"max_output_tokens", "reasoning_budget_tokens", b"reasoning_budget_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop", b"stop", "temperature", b"temperature", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_enable_thinking", b"_enable_thinking", "_speculative_decoding", b"_speculative_decoding", "_top_logprobs", b"_top_logprobs", "enable_thinking", b"enable_thinking", "max_output_tokens", b"max_output_tokens", "reasoning_budget_tokens", b"reasoning_budget_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop", b"stop", "temperature", b"temperature", "top_logprobs", b"top_logprobs", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__enable_thinking: _TypeAlias = _typing.Literal["enable_thinking"]  # noqa: Y015
+    _WhichOneofArgType__enable_thinking: _TypeAlias = _typing.Literal["_enable_thinking", b"_enable_thinking"]  # noqa: Y015
     _WhichOneofReturnType__speculative_decoding: _TypeAlias = _typing.Literal["speculative_decoding"]  # noqa: Y015
     _WhichOneofArgType__speculative_decoding: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding"]  # noqa: Y015
+    _WhichOneofReturnType__top_logprobs: _TypeAlias = _typing.Literal["top_logprobs"]  # noqa: Y015
+    _WhichOneofArgType__top_logprobs: _TypeAlias = _typing.Literal["_top_logprobs", b"_top_logprobs"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__enable_thinking) -> _WhichOneofReturnType__enable_thinking | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__speculative_decoding) -> _WhichOneofReturnType__speculative_decoding | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__top_logprobs) -> _WhichOneofReturnType__top_logprobs | None: ...
 
 Global___SamplingParams: _TypeAlias = SamplingParams  # noqa: Y015
 
@@ -770,6 +793,7 @@ class Usage(_message.Message):
     DRAFT_TOKENS_PROPOSED_FIELD_NUMBER: _builtins.int
     DRAFT_TOKENS_ACCEPTED_FIELD_NUMBER: _builtins.int
     VERIFICATION_STEPS_FIELD_NUMBER: _builtins.int
+    REASONING_TOKENS_FIELD_NUMBER: _builtins.int
     input_tokens: _builtins.int
     """Prompt tokens of the generation: the whole sequence the output follows, cached part included."""
     cached_input_tokens: _builtins.int
@@ -784,6 +808,10 @@ class Usage(_message.Message):
     """Forward passes that verified drafts; output_tokens / verification_steps is
     the mean acceptance length.
     """
+    reasoning_tokens: _builtins.int
+    """Of output_tokens, those of the think block (its markers included) of a model whose template
+    thinks (<think>...</think>); 0 for a model that does not think. Counted by the gateway.
+    """
     def __init__(
         self,
         *,
@@ -793,10 +821,11 @@ class Usage(_message.Message):
         draft_tokens_proposed: _builtins.int = ...,
         draft_tokens_accepted: _builtins.int = ...,
         verification_steps: _builtins.int = ...,
+        reasoning_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_input_tokens", b"cached_input_tokens", "draft_tokens_accepted", b"draft_tokens_accepted", "draft_tokens_proposed", b"draft_tokens_proposed", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "verification_steps", b"verification_steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cached_input_tokens", b"cached_input_tokens", "draft_tokens_accepted", b"draft_tokens_accepted", "draft_tokens_proposed", b"draft_tokens_proposed", "input_tokens", b"input_tokens", "output_tokens", b"output_tokens", "reasoning_tokens", b"reasoning_tokens", "verification_steps", b"verification_steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

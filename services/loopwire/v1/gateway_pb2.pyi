@@ -504,20 +504,99 @@ class TextDelta(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TEXT_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """The next piece of text; consecutive deltas may arrive merged into one."""
+    @_builtins.property
+    def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TextTokenLogprob]:
+        """When SamplingParams.top_logprobs is set: the output tokens this delta releases, in order
+        (a token that is only part of a character goes with the delta that completes it; tokens of
+        tool calls and the stop token are left out); empty otherwise.
+        """
+
     def __init__(
         self,
         *,
         text: _builtins.str = ...,
+        logprobs: _abc.Iterable[Global___TextTokenLogprob] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["text", b"text"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["logprobs", b"logprobs", "text", b"text"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TextDelta: _TypeAlias = TextDelta  # noqa: Y015
+
+@_typing.final
+class TextTokenLogprob(_message.Message):
+    """One output token as text, with its log-probability and the most likely tokens at its position."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    TOP_LOGPROBS_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """The token's bytes as UTF-8 text; bytes that are not a whole character are written as
+    \\xNN escapes (the bytes field has them as they are).
+    """
+    bytes: _builtins.bytes
+    """The token's own bytes: its part of the UTF-8 output, possibly part of a character."""
+    logprob: _builtins.float
+    """Natural log of the token's probability (<= 0): see GenerationParams.top_logprobs."""
+    @_builtins.property
+    def top_logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TextTokenCandidate]:
+        """The most likely tokens at this position, most likely first (SamplingParams.top_logprobs
+        of them).
+        """
+
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        bytes: _builtins.bytes = ...,
+        logprob: _builtins.float = ...,
+        top_logprobs: _abc.Iterable[Global___TextTokenCandidate] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "logprob", b"logprob", "token", b"token", "top_logprobs", b"top_logprobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TextTokenLogprob: _TypeAlias = TextTokenLogprob  # noqa: Y015
+
+@_typing.final
+class TextTokenCandidate(_message.Message):
+    """A candidate token at one output position."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """The token as text, as TextTokenLogprob.token."""
+    bytes: _builtins.bytes
+    """The token's bytes, as TextTokenLogprob.bytes."""
+    logprob: _builtins.float
+    """Natural log of its probability (<= 0)."""
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        bytes: _builtins.bytes = ...,
+        logprob: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "logprob", b"logprob", "token", b"token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TextTokenCandidate: _TypeAlias = TextTokenCandidate  # noqa: Y015
 
 @_typing.final
 class ToolCallStarted(_message.Message):

@@ -160,6 +160,7 @@ class GenerationParams(_message.Message):
     STOP_TOKEN_IDS_FIELD_NUMBER: _builtins.int
     SPECULATIVE_DECODING_FIELD_NUMBER: _builtins.int
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _builtins.int
+    TOP_LOGPROBS_FIELD_NUMBER: _builtins.int
     temperature: _builtins.float
     """Softmax temperature in [0, 100]; 0 is greedy."""
     top_p: _builtins.float
@@ -174,6 +175,12 @@ class GenerationParams(_message.Message):
     """Speculative decoding on (default) or off."""
     num_draft_tokens: _builtins.int
     """Draft tokens per verification step, at most 64; 0 means the server default."""
+    top_logprobs: _builtins.int
+    """Log-probabilities wanted: absent, none; 0 to 20, each output token's log-probability
+    (TokenBatch.logprobs) with this many most likely tokens at its position; above 20 is
+    INVALID_ARGUMENT. They are of the model's own next-token distribution: the log-softmax of
+    its raw logits, before temperature, top_p and grammar masks (as OpenAI and vLLM report them).
+    """
     @_builtins.property
     def stop_token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Token ids that end the output (FINISH_REASON_STOP); empty: the model's own stop ids."""
@@ -188,14 +195,20 @@ class GenerationParams(_message.Message):
         stop_token_ids: _abc.Iterable[_builtins.int] | None = ...,
         speculative_decoding: _builtins.bool | None = ...,
         num_draft_tokens: _builtins.int = ...,
+        top_logprobs: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "speculative_decoding", b"speculative_decoding"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "_top_logprobs", b"_top_logprobs", "speculative_decoding", b"speculative_decoding", "top_logprobs", b"top_logprobs"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "max_tokens", b"max_tokens", "num_draft_tokens", b"num_draft_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop_token_ids", b"stop_token_ids", "temperature", b"temperature", "top_p", b"top_p"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding", "_top_logprobs", b"_top_logprobs", "max_tokens", b"max_tokens", "num_draft_tokens", b"num_draft_tokens", "seed", b"seed", "speculative_decoding", b"speculative_decoding", "stop_token_ids", b"stop_token_ids", "temperature", b"temperature", "top_logprobs", b"top_logprobs", "top_p", b"top_p"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__speculative_decoding: _TypeAlias = _typing.Literal["speculative_decoding"]  # noqa: Y015
     _WhichOneofArgType__speculative_decoding: _TypeAlias = _typing.Literal["_speculative_decoding", b"_speculative_decoding"]  # noqa: Y015
+    _WhichOneofReturnType__top_logprobs: _TypeAlias = _typing.Literal["top_logprobs"]  # noqa: Y015
+    _WhichOneofArgType__top_logprobs: _TypeAlias = _typing.Literal["_top_logprobs", b"_top_logprobs"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__speculative_decoding) -> _WhichOneofReturnType__speculative_decoding | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__top_logprobs) -> _WhichOneofReturnType__top_logprobs | None: ...
 
 Global___GenerationParams: _TypeAlias = GenerationParams  # noqa: Y015
 
@@ -423,22 +436,90 @@ class TokenBatch(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOKEN_IDS_FIELD_NUMBER: _builtins.int
+    LOGPROBS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def token_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The next output token ids of the generation, in order."""
+
+    @_builtins.property
+    def logprobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TokenLogprobs]:
+        """When GenerationParams.top_logprobs is set: one entry per token_ids, in the same order
+        (coalesced batches keep them aligned); empty otherwise.
+        """
 
     def __init__(
         self,
         *,
         token_ids: _abc.Iterable[_builtins.int] | None = ...,
+        logprobs: _abc.Iterable[Global___TokenLogprobs] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["token_ids", b"token_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["logprobs", b"logprobs", "token_ids", b"token_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TokenBatch: _TypeAlias = TokenBatch  # noqa: Y015
+
+@_typing.final
+class LogprobCandidate(_message.Message):
+    """One candidate token at an output position and its log-probability."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    token_id: _builtins.int
+    """The token id."""
+    logprob: _builtins.float
+    """Natural log of its probability (<= 0), as TokenLogprobs.logprob."""
+    def __init__(
+        self,
+        *,
+        token_id: _builtins.int = ...,
+        logprob: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["logprob", b"logprob", "token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogprobCandidate: _TypeAlias = LogprobCandidate  # noqa: Y015
+
+@_typing.final
+class TokenLogprobs(_message.Message):
+    """How likely one output token was, and the most likely tokens at its position."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOGPROB_FIELD_NUMBER: _builtins.int
+    TOP_FIELD_NUMBER: _builtins.int
+    logprob: _builtins.float
+    """Natural log of the output token's probability under the model's next-token distribution
+    (log-softmax of the raw logits; see GenerationParams.top_logprobs); <= 0. Speculative
+    decoding does not change it. An engine without logits (the simulated one) emits its
+    synthetic token with probability 1 (0.0).
+    """
+    @_builtins.property
+    def top(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogprobCandidate]:
+        """The GenerationParams.top_logprobs most likely tokens, most likely first (fewer where the
+        engine knows fewer).
+        """
+
+    def __init__(
+        self,
+        *,
+        logprob: _builtins.float = ...,
+        top: _abc.Iterable[Global___LogprobCandidate] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["logprob", b"logprob", "top", b"top"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TokenLogprobs: _TypeAlias = TokenLogprobs  # noqa: Y015
 
 @_typing.final
 class GenerationFinished(_message.Message):

@@ -18,12 +18,19 @@ prompt + greedy tokens. Measured here (``pytest -s`` prints them):
   llama.cpp-Q4_1's until its first near-tie (shell, code: all 32; france from token 0,
   llama.cpp's margin 0.089; agent from 12, margin 0.046; facts from 25, margin 0.003).
 
+* log-probabilities (the engine's ``top_logprobs``, replaying llama.cpp's Q4_1 greedy tokens):
+  against its Q4_1 run (top logit - logsumexp) max |d| 0.97 over the ids both top-20s hold
+  (chosen token 0.37), top-1 agreement 0.969;
+  against its F32 run (no logsumexp there) ours minus its logits is one constant per position
+  to 5e-5, and the top-20 order is its order at every position.
+
 Runtime: ~40 s on two cores (model load 6 s, a 135M-parameter model in numpy).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import time
 from pathlib import Path
@@ -37,8 +44,9 @@ from threadpoolctl import threadpool_limits
 from loopwire.common.model_def import ModelError, default_model_path
 from loopwire.inference.engine_core import EngineCore
 from loopwire.inference.gguf_weights import load_gguf
+from loopwire.inference.logprobs import MAX_TOP_LOGPROBS
 from loopwire.inference.model import Chunk, LlamaModel
-from loopwire.inference.sequence import FinishReason, GenerationRequest
+from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "llama_cpp" / "smollm2_logits.npz"
 NAMES = ("france", "shell", "code", "agent", "facts")
@@ -169,6 +177,72 @@ def test_logits_match_llama_cpp_on_f32_weights(golden, teacher_forced) -> None:
     m = _report("vs llama.cpp F32", golden, teacher_forced, "f32/")
     assert m["delta"].max() <= F32_MAX_ABS_DELTA
     assert m["gap"][~m["top1"]].max(initial=0) <= F32_TIE
+
+
+@pytest.fixture(scope="module")
+def engine_logprobs(smollm2, golden) -> tuple[dict[str, list[int]], dict[str, list], dict[str, Finished]]:
+    """The engine's log-probabilities (top 20) along llama.cpp's Q4_1 greedy tokens (the replay
+    oracle forces them, so every position has llama.cpp's rows), all prompts batched, the
+    prompt-lookup drafter on: accepted drafts take their rows from verification passes."""
+    core = make_core(smollm2, num_kv_blocks=96, prefix_cache=False, drafter="prompt_lookup")
+    for n in NAMES:
+        core.add(GenerationRequest(n, _prompt(golden, n), GREEDY, stop_token_ids=(),
+                                   oracle=[int(t) for t in golden[f"{n}/greedy"]], top_logprobs=MAX_TOP_LOGPROBS))
+    tokens: dict[str, list[int]] = {n: [] for n in NAMES}
+    logprobs: dict[str, list] = {n: [] for n in NAMES}
+    finished: dict[str, Finished] = {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        while core.has_work():
+            for out in core.step():
+                if out.token_ids:
+                    assert out.logprobs is not None and len(out.logprobs) == len(out.token_ids)
+                    tokens[out.request_id] += out.token_ids
+                    logprobs[out.request_id] += out.logprobs
+                if out.finished is not None:
+                    finished[out.request_id] = out.finished
+    return tokens, logprobs, finished
+
+
+def test_logprobs_match_llama_cpp(golden, engine_logprobs) -> None:
+    """Our ``logprobs``/``top_logprobs`` against llama.cpp's log-softmax: on the Q4_1 file (its
+    top logit - logsumexp), per token id and in order up to its near-ties; on F32 weights (only
+    top-20 logits recorded) ours minus its logits is one constant per position (the normalizer),
+    and its top-20 are ours in its order."""
+    tokens, logprobs, finished = engine_logprobs
+    deltas, top1, gaps, spreads = [], [], [], []
+    for n in NAMES:
+        assert tokens[n] == [int(t) for t in golden[f"{n}/greedy"]]
+        rows = slice(len(golden[f"{n}/prompt"]) - 1, len(golden[f"{n}/prompt"]) - 1 + GREEDY)  # row i: token i
+        ids, values = golden[f"{n}/topk_ids"][rows], golden[f"{n}/topk_logits"][rows].astype(np.float64)
+        theirs = values - golden[f"{n}/logsumexp"][rows].astype(np.float64)[:, None]
+        f32_ids, f32_values = golden[f"f32/{n}/topk_ids"][rows], golden[f"f32/{n}/topk_logits"][rows]
+        for i, (token, lp) in enumerate(zip(tokens[n], logprobs[n], strict=True)):
+            assert len(lp.top) == MAX_TOP_LOGPROBS
+            ours = dict(lp.top)
+            values_ours = [v for _, v in lp.top]
+            assert values_ours == sorted(values_ours, reverse=True) and values_ours[0] <= 0.0
+            # The chosen token (llama.cpp's argmax) and every id both top-20s hold.
+            assert token == ids[i, 0]
+            deltas.append(abs(lp.logprob - theirs[i, 0]))
+            deltas += [abs(ours[int(t)] - theirs[i, j]) for j, t in enumerate(ids[i]) if int(t) in ours]
+            top1.append(lp.top[0][0] == token)
+            if lp.top[0][0] != token:  # a near-tie of llama.cpp's, as the logits tests allow
+                ranked = list(ids[i])
+                gaps.append(values[i, 0] - values[i, ranked.index(lp.top[0][0])] if lp.top[0][0] in ranked else np.inf)
+            # F32: the same 20 ids, in its order (swaps only within its near-ties) ...
+            assert set(ours) == {int(t) for t in f32_ids[i]}, (n, i)
+            f32_of = dict(zip((int(t) for t in f32_ids[i]), f32_values[i].astype(np.float64), strict=True))
+            in_our_order = [f32_of[t] for t, _ in lp.top]
+            assert all(a >= b - F32_TIE for a, b in itertools.pairwise(in_our_order)), (n, i)
+            # ... and log-probabilities that are its logits less one normalizer.
+            shift = np.array([ours[t] - f32_of[t] for t in f32_of])
+            spreads.append(shift.max() - shift.min())
+    drafted = sum(f.usage.draft_tokens_accepted for f in finished.values())
+    print(f"\nlogprobs vs llama.cpp Q4_1: max |d| {max(deltas):.3g} (mean {np.mean(deltas):.3g}), top-1 agreement "
+          f"{np.mean(top1):.3f}; vs F32: normalizer spread max {max(spreads):.3g}; {drafted} draft tokens accepted")
+    assert max(deltas) <= Q41_MAX_ABS_DELTA
+    assert np.mean(top1) >= Q41_MIN_TOP1 and max(gaps, default=0.0) <= Q41_TIE
+    assert max(spreads) <= 2 * F32_MAX_ABS_DELTA
 
 
 def _diverge(ours: list[int], theirs: list[int]) -> int:

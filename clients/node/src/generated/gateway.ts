@@ -29,6 +29,8 @@ import type { SafetyVerdict as _loopwire_v1_SafetyVerdict, SafetyVerdict__Output
 import type { SamplingParams as _loopwire_v1_SamplingParams, SamplingParams__Output as _loopwire_v1_SamplingParams__Output } from './loopwire/v1/SamplingParams';
 import type { TextDelta as _loopwire_v1_TextDelta, TextDelta__Output as _loopwire_v1_TextDelta__Output } from './loopwire/v1/TextDelta';
 import type { TextFormat as _loopwire_v1_TextFormat, TextFormat__Output as _loopwire_v1_TextFormat__Output } from './loopwire/v1/TextFormat';
+import type { TextTokenCandidate as _loopwire_v1_TextTokenCandidate, TextTokenCandidate__Output as _loopwire_v1_TextTokenCandidate__Output } from './loopwire/v1/TextTokenCandidate';
+import type { TextTokenLogprob as _loopwire_v1_TextTokenLogprob, TextTokenLogprob__Output as _loopwire_v1_TextTokenLogprob__Output } from './loopwire/v1/TextTokenLogprob';
 import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_Timings__Output } from './loopwire/v1/Timings';
 import type { Tool as _loopwire_v1_Tool, Tool__Output as _loopwire_v1_Tool__Output } from './loopwire/v1/Tool';
 import type { ToolCallArgumentsDelta as _loopwire_v1_ToolCallArgumentsDelta, ToolCallArgumentsDelta__Output as _loopwire_v1_ToolCallArgumentsDelta__Output } from './loopwire/v1/ToolCallArgumentsDelta';
@@ -80,6 +82,8 @@ export interface ProtoGrpcType {
       SamplingParams: MessageTypeDefinition<_loopwire_v1_SamplingParams, _loopwire_v1_SamplingParams__Output>
       TextDelta: MessageTypeDefinition<_loopwire_v1_TextDelta, _loopwire_v1_TextDelta__Output>
       TextFormat: MessageTypeDefinition<_loopwire_v1_TextFormat, _loopwire_v1_TextFormat__Output>
+      TextTokenCandidate: MessageTypeDefinition<_loopwire_v1_TextTokenCandidate, _loopwire_v1_TextTokenCandidate__Output>
+      TextTokenLogprob: MessageTypeDefinition<_loopwire_v1_TextTokenLogprob, _loopwire_v1_TextTokenLogprob__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
       TokenizerFormat: EnumTypeDefinition
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>

@@ -25,6 +25,7 @@ import type { HoldPrefixResponse as _loopwire_v1_HoldPrefixResponse, HoldPrefixR
 import type { InferenceServiceClient as _loopwire_v1_InferenceServiceClient, InferenceServiceDefinition as _loopwire_v1_InferenceServiceDefinition } from './loopwire/v1/InferenceService';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvBlock as _loopwire_v1_KvBlock, KvBlock__Output as _loopwire_v1_KvBlock__Output } from './loopwire/v1/KvBlock';
+import type { LogprobCandidate as _loopwire_v1_LogprobCandidate, LogprobCandidate__Output as _loopwire_v1_LogprobCandidate__Output } from './loopwire/v1/LogprobCandidate';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { ModelInfo as _loopwire_v1_ModelInfo, ModelInfo__Output as _loopwire_v1_ModelInfo__Output } from './loopwire/v1/ModelInfo';
 import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from './loopwire/v1/PrefillProgress';
@@ -36,6 +37,7 @@ import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as
 import type { SamplingParams as _loopwire_v1_SamplingParams, SamplingParams__Output as _loopwire_v1_SamplingParams__Output } from './loopwire/v1/SamplingParams';
 import type { Timings as _loopwire_v1_Timings, Timings__Output as _loopwire_v1_Timings__Output } from './loopwire/v1/Timings';
 import type { TokenBatch as _loopwire_v1_TokenBatch, TokenBatch__Output as _loopwire_v1_TokenBatch__Output } from './loopwire/v1/TokenBatch';
+import type { TokenLogprobs as _loopwire_v1_TokenLogprobs, TokenLogprobs__Output as _loopwire_v1_TokenLogprobs__Output } from './loopwire/v1/TokenLogprobs';
 import type { Tool as _loopwire_v1_Tool, Tool__Output as _loopwire_v1_Tool__Output } from './loopwire/v1/Tool';
 import type { ToolChoice as _loopwire_v1_ToolChoice, ToolChoice__Output as _loopwire_v1_ToolChoice__Output } from './loopwire/v1/ToolChoice';
 import type { ToolSearchOutput as _loopwire_v1_ToolSearchOutput, ToolSearchOutput__Output as _loopwire_v1_ToolSearchOutput__Output } from './loopwire/v1/ToolSearchOutput';
@@ -80,6 +82,7 @@ export interface ProtoGrpcType {
       InferenceService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_InferenceServiceClient> & { service: _loopwire_v1_InferenceServiceDefinition }
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvBlock: MessageTypeDefinition<_loopwire_v1_KvBlock, _loopwire_v1_KvBlock__Output>
+      LogprobCandidate: MessageTypeDefinition<_loopwire_v1_LogprobCandidate, _loopwire_v1_LogprobCandidate__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       ModelInfo: MessageTypeDefinition<_loopwire_v1_ModelInfo, _loopwire_v1_ModelInfo__Output>
       PrefillProgress: MessageTypeDefinition<_loopwire_v1_PrefillProgress, _loopwire_v1_PrefillProgress__Output>
@@ -92,6 +95,7 @@ export interface ProtoGrpcType {
       SamplingParams: MessageTypeDefinition<_loopwire_v1_SamplingParams, _loopwire_v1_SamplingParams__Output>
       Timings: MessageTypeDefinition<_loopwire_v1_Timings, _loopwire_v1_Timings__Output>
       TokenBatch: MessageTypeDefinition<_loopwire_v1_TokenBatch, _loopwire_v1_TokenBatch__Output>
+      TokenLogprobs: MessageTypeDefinition<_loopwire_v1_TokenLogprobs, _loopwire_v1_TokenLogprobs__Output>
       TokenizerFormat: EnumTypeDefinition
       Tool: MessageTypeDefinition<_loopwire_v1_Tool, _loopwire_v1_Tool__Output>
       ToolCallFormat: EnumTypeDefinition

@@ -216,7 +216,7 @@ class ToolChoice(_message.Message):
     def __init__(self, mode: _Optional[_Union[ToolChoiceMode, str]] = ..., function_name: _Optional[str] = ..., allowed_tools: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SamplingParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "seed", "max_output_tokens", "stop", "speculative_decoding", "reasoning_budget_tokens")
+    __slots__ = ("temperature", "top_p", "seed", "max_output_tokens", "stop", "speculative_decoding", "reasoning_budget_tokens", "top_logprobs", "enable_thinking")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,8 @@ class SamplingParams(_message.Message):
     STOP_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_DECODING_FIELD_NUMBER: _ClassVar[int]
     REASONING_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_THINKING_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     seed: int
@@ -231,7 +233,9 @@ class SamplingParams(_message.Message):
     stop: _containers.RepeatedScalarFieldContainer[str]
     speculative_decoding: bool
     reasoning_budget_tokens: int
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., speculative_decoding: _Optional[bool] = ..., reasoning_budget_tokens: _Optional[int] = ...) -> None: ...
+    top_logprobs: int
+    enable_thinking: bool
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., speculative_decoding: _Optional[bool] = ..., reasoning_budget_tokens: _Optional[int] = ..., top_logprobs: _Optional[int] = ..., enable_thinking: _Optional[bool] = ...) -> None: ...
 
 class ReplayOutput(_message.Message):
     __slots__ = ("text", "function_calls")
@@ -242,20 +246,22 @@ class ReplayOutput(_message.Message):
     def __init__(self, text: _Optional[str] = ..., function_calls: _Optional[_Iterable[_Union[FunctionCall, _Mapping]]] = ...) -> None: ...
 
 class Usage(_message.Message):
-    __slots__ = ("input_tokens", "cached_input_tokens", "output_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "verification_steps")
+    __slots__ = ("input_tokens", "cached_input_tokens", "output_tokens", "draft_tokens_proposed", "draft_tokens_accepted", "verification_steps", "reasoning_tokens")
     INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     CACHED_INPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_PROPOSED_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     VERIFICATION_STEPS_FIELD_NUMBER: _ClassVar[int]
+    REASONING_TOKENS_FIELD_NUMBER: _ClassVar[int]
     input_tokens: int
     cached_input_tokens: int
     output_tokens: int
     draft_tokens_proposed: int
     draft_tokens_accepted: int
     verification_steps: int
-    def __init__(self, input_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., draft_tokens_proposed: _Optional[int] = ..., draft_tokens_accepted: _Optional[int] = ..., verification_steps: _Optional[int] = ...) -> None: ...
+    reasoning_tokens: int
+    def __init__(self, input_tokens: _Optional[int] = ..., cached_input_tokens: _Optional[int] = ..., output_tokens: _Optional[int] = ..., draft_tokens_proposed: _Optional[int] = ..., draft_tokens_accepted: _Optional[int] = ..., verification_steps: _Optional[int] = ..., reasoning_tokens: _Optional[int] = ...) -> None: ...
 
 class PrefillProgress(_message.Message):
     __slots__ = ("processed_tokens", "total_tokens")

@@ -144,10 +144,34 @@ class ResponseCreated(_message.Message):
     def __init__(self, response_id: _Optional[str] = ..., replica_id: _Optional[str] = ...) -> None: ...
 
 class TextDelta(_message.Message):
-    __slots__ = ("text",)
+    __slots__ = ("text", "logprobs")
     TEXT_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     text: str
-    def __init__(self, text: _Optional[str] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TextTokenLogprob]
+    def __init__(self, text: _Optional[str] = ..., logprobs: _Optional[_Iterable[_Union[TextTokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class TextTokenLogprob(_message.Message):
+    __slots__ = ("token", "bytes", "logprob", "top_logprobs")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    bytes: bytes
+    logprob: float
+    top_logprobs: _containers.RepeatedCompositeFieldContainer[TextTokenCandidate]
+    def __init__(self, token: _Optional[str] = ..., bytes: _Optional[bytes] = ..., logprob: _Optional[float] = ..., top_logprobs: _Optional[_Iterable[_Union[TextTokenCandidate, _Mapping]]] = ...) -> None: ...
+
+class TextTokenCandidate(_message.Message):
+    __slots__ = ("token", "bytes", "logprob")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    bytes: bytes
+    logprob: float
+    def __init__(self, token: _Optional[str] = ..., bytes: _Optional[bytes] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class ToolCallStarted(_message.Message):
     __slots__ = ("call_id", "name", "index")

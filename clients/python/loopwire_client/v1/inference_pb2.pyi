@@ -47,7 +47,7 @@ class AppendPrompt(_message.Message):
     def __init__(self, base_length: _Optional[int] = ..., base_hash: _Optional[int] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class GenerationParams(_message.Message):
-    __slots__ = ("temperature", "top_p", "seed", "max_tokens", "stop_token_ids", "speculative_decoding", "num_draft_tokens")
+    __slots__ = ("temperature", "top_p", "seed", "max_tokens", "stop_token_ids", "speculative_decoding", "num_draft_tokens", "top_logprobs")
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class GenerationParams(_message.Message):
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     SPECULATIVE_DECODING_FIELD_NUMBER: _ClassVar[int]
     NUM_DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     temperature: float
     top_p: float
     seed: int
@@ -62,7 +63,8 @@ class GenerationParams(_message.Message):
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
     speculative_decoding: bool
     num_draft_tokens: int
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ...) -> None: ...
+    top_logprobs: int
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., speculative_decoding: _Optional[bool] = ..., num_draft_tokens: _Optional[int] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
 
 class GenerationStart(_message.Message):
     __slots__ = ("request_id", "session_id", "full", "append", "params", "oracle_token_ids", "retention_seconds", "priority", "kv_handle", "kv_source", "trace_context", "cache_salt", "constraint")
@@ -128,10 +130,28 @@ class GenerateRequest(_message.Message):
     def __init__(self, start: _Optional[_Union[GenerationStart, _Mapping]] = ..., cancel: _Optional[_Union[GenerationCancel, _Mapping]] = ...) -> None: ...
 
 class TokenBatch(_message.Message):
-    __slots__ = ("token_ids",)
+    __slots__ = ("token_ids", "logprobs")
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprobs]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprobs, _Mapping]]] = ...) -> None: ...
+
+class LogprobCandidate(_message.Message):
+    __slots__ = ("token_id", "logprob")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    logprob: float
+    def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
+
+class TokenLogprobs(_message.Message):
+    __slots__ = ("logprob", "top")
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    logprob: float
+    top: _containers.RepeatedCompositeFieldContainer[LogprobCandidate]
+    def __init__(self, logprob: _Optional[float] = ..., top: _Optional[_Iterable[_Union[LogprobCandidate, _Mapping]]] = ...) -> None: ...
 
 class GenerationFinished(_message.Message):
     __slots__ = ("finish_reason", "usage", "timings", "sequence_length", "sequence_hash", "replica_id")

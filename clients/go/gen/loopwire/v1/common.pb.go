@@ -1220,8 +1220,16 @@ type SamplingParams struct {
 	// the think block's body takes at most this many tokens, then its closer is forced. 0: no
 	// budget. Ignored for a model that does not think. The api sets it from reasoning.effort.
 	ReasoningBudgetTokens uint32 `protobuf:"varint,7,opt,name=reasoning_budget_tokens,json=reasoningBudgetTokens,proto3" json:"reasoning_budget_tokens,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// Log-probabilities of the output: absent, none; 0 to 20, every output token's log-probability
+	// and this many most likely tokens at its position (TextDelta.logprobs). Above 20 is
+	// INVALID_ARGUMENT.
+	TopLogprobs *uint32 `protobuf:"varint,8,opt,name=top_logprobs,json=topLogprobs,proto3,oneof" json:"top_logprobs,omitempty"`
+	// For a chat template that takes `enable_thinking` (Qwen3-style): the value it is rendered
+	// with, true to let the model think, false to have the generation prompt skip the think
+	// block; absent: the template's own default. Ignored by templates that do not take it.
+	EnableThinking *bool `protobuf:"varint,9,opt,name=enable_thinking,json=enableThinking,proto3,oneof" json:"enable_thinking,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SamplingParams) Reset() {
@@ -1303,6 +1311,20 @@ func (x *SamplingParams) GetReasoningBudgetTokens() uint32 {
 	return 0
 }
 
+func (x *SamplingParams) GetTopLogprobs() uint32 {
+	if x != nil && x.TopLogprobs != nil {
+		return *x.TopLogprobs
+	}
+	return 0
+}
+
+func (x *SamplingParams) GetEnableThinking() bool {
+	if x != nil && x.EnableThinking != nil {
+		return *x.EnableThinking
+	}
+	return false
+}
+
 // The recorded assistant output of one turn of a real session. When present,
 // the engine emits exactly these tokens (replay) while doing the real work.
 type ReplayOutput struct {
@@ -1376,8 +1398,11 @@ type Usage struct {
 	// Forward passes that verified drafts; output_tokens / verification_steps is
 	// the mean acceptance length.
 	VerificationSteps uint32 `protobuf:"varint,6,opt,name=verification_steps,json=verificationSteps,proto3" json:"verification_steps,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Of output_tokens, those of the think block (its markers included) of a model whose template
+	// thinks (<think>...</think>); 0 for a model that does not think. Counted by the gateway.
+	ReasoningTokens uint32 `protobuf:"varint,7,opt,name=reasoning_tokens,json=reasoningTokens,proto3" json:"reasoning_tokens,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Usage) Reset() {
@@ -1448,6 +1473,13 @@ func (x *Usage) GetDraftTokensAccepted() uint32 {
 func (x *Usage) GetVerificationSteps() uint32 {
 	if x != nil {
 		return x.VerificationSteps
+	}
+	return 0
+}
+
+func (x *Usage) GetReasoningTokens() uint32 {
+	if x != nil {
+		return x.ReasoningTokens
 	}
 	return 0
 }
@@ -1785,7 +1817,7 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"ToolChoice\x12/\n" +
 	"\x04mode\x18\x01 \x01(\x0e2\x1b.loopwire.v1.ToolChoiceModeR\x04mode\x12#\n" +
 	"\rfunction_name\x18\x02 \x01(\tR\ffunctionName\x12#\n" +
-	"\rallowed_tools\x18\x03 \x03(\tR\fallowedTools\"\xa4\x02\n" +
+	"\rallowed_tools\x18\x03 \x03(\tR\fallowedTools\"\x9f\x03\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x12\n" +
@@ -1793,18 +1825,23 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x11max_output_tokens\x18\x04 \x01(\x05R\x0fmaxOutputTokens\x12\x12\n" +
 	"\x04stop\x18\x05 \x03(\tR\x04stop\x126\n" +
 	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x126\n" +
-	"\x17reasoning_budget_tokens\x18\a \x01(\rR\x15reasoningBudgetTokensB\x17\n" +
-	"\x15_speculative_decoding\"d\n" +
+	"\x17reasoning_budget_tokens\x18\a \x01(\rR\x15reasoningBudgetTokens\x12&\n" +
+	"\ftop_logprobs\x18\b \x01(\rH\x01R\vtopLogprobs\x88\x01\x01\x12,\n" +
+	"\x0fenable_thinking\x18\t \x01(\bH\x02R\x0eenableThinking\x88\x01\x01B\x17\n" +
+	"\x15_speculative_decodingB\x0f\n" +
+	"\r_top_logprobsB\x12\n" +
+	"\x10_enable_thinking\"d\n" +
 	"\fReplayOutput\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12@\n" +
-	"\x0efunction_calls\x18\x02 \x03(\v2\x19.loopwire.v1.FunctionCallR\rfunctionCalls\"\x96\x02\n" +
+	"\x0efunction_calls\x18\x02 \x03(\v2\x19.loopwire.v1.FunctionCallR\rfunctionCalls\"\xc1\x02\n" +
 	"\x05Usage\x12!\n" +
 	"\finput_tokens\x18\x01 \x01(\rR\vinputTokens\x12.\n" +
 	"\x13cached_input_tokens\x18\x02 \x01(\rR\x11cachedInputTokens\x12#\n" +
 	"\routput_tokens\x18\x03 \x01(\rR\foutputTokens\x122\n" +
 	"\x15draft_tokens_proposed\x18\x04 \x01(\rR\x13draftTokensProposed\x122\n" +
 	"\x15draft_tokens_accepted\x18\x05 \x01(\rR\x13draftTokensAccepted\x12-\n" +
-	"\x12verification_steps\x18\x06 \x01(\rR\x11verificationSteps\"_\n" +
+	"\x12verification_steps\x18\x06 \x01(\rR\x11verificationSteps\x12)\n" +
+	"\x10reasoning_tokens\x18\a \x01(\rR\x0freasoningTokens\"_\n" +
 	"\x0fPrefillProgress\x12)\n" +
 	"\x10processed_tokens\x18\x01 \x01(\rR\x0fprocessedTokens\x12!\n" +
 	"\ftotal_tokens\x18\x02 \x01(\rR\vtotalTokens\"\xff\x02\n" +

@@ -880,7 +880,11 @@ func (x *ResponseCreated) GetReplicaId() string {
 type TextDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The next piece of text; consecutive deltas may arrive merged into one.
-	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// When SamplingParams.top_logprobs is set: the output tokens this delta releases, in order
+	// (a token that is only part of a character goes with the delta that completes it; tokens of
+	// tool calls and the stop token are left out); empty otherwise.
+	Logprobs      []*TextTokenLogprob `protobuf:"bytes,2,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -922,6 +926,152 @@ func (x *TextDelta) GetText() string {
 	return ""
 }
 
+func (x *TextDelta) GetLogprobs() []*TextTokenLogprob {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// One output token as text, with its log-probability and the most likely tokens at its position.
+type TextTokenLogprob struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token's bytes as UTF-8 text; bytes that are not a whole character are written as
+	// \xNN escapes (the bytes field has them as they are).
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The token's own bytes: its part of the UTF-8 output, possibly part of a character.
+	Bytes []byte `protobuf:"bytes,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Natural log of the token's probability (<= 0): see GenerationParams.top_logprobs.
+	Logprob float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The most likely tokens at this position, most likely first (SamplingParams.top_logprobs
+	// of them).
+	TopLogprobs   []*TextTokenCandidate `protobuf:"bytes,4,rep,name=top_logprobs,json=topLogprobs,proto3" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TextTokenLogprob) Reset() {
+	*x = TextTokenLogprob{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TextTokenLogprob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TextTokenLogprob) ProtoMessage() {}
+
+func (x *TextTokenLogprob) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TextTokenLogprob.ProtoReflect.Descriptor instead.
+func (*TextTokenLogprob) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TextTokenLogprob) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TextTokenLogprob) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TextTokenLogprob) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TextTokenLogprob) GetTopLogprobs() []*TextTokenCandidate {
+	if x != nil {
+		return x.TopLogprobs
+	}
+	return nil
+}
+
+// A candidate token at one output position.
+type TextTokenCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token as text, as TextTokenLogprob.token.
+	Token string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The token's bytes, as TextTokenLogprob.bytes.
+	Bytes []byte `protobuf:"bytes,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Natural log of its probability (<= 0).
+	Logprob       float32 `protobuf:"fixed32,3,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TextTokenCandidate) Reset() {
+	*x = TextTokenCandidate{}
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TextTokenCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TextTokenCandidate) ProtoMessage() {}
+
+func (x *TextTokenCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TextTokenCandidate.ProtoReflect.Descriptor instead.
+func (*TextTokenCandidate) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *TextTokenCandidate) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *TextTokenCandidate) GetBytes() []byte {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *TextTokenCandidate) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
 // The model began a tool call.
 type ToolCallStarted struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -937,7 +1087,7 @@ type ToolCallStarted struct {
 
 func (x *ToolCallStarted) Reset() {
 	*x = ToolCallStarted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1099,7 @@ func (x *ToolCallStarted) String() string {
 func (*ToolCallStarted) ProtoMessage() {}
 
 func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[11]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1112,7 @@ func (x *ToolCallStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallStarted.ProtoReflect.Descriptor instead.
 func (*ToolCallStarted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ToolCallStarted) GetCallId() string {
@@ -999,7 +1149,7 @@ type ToolCallArgumentsDelta struct {
 
 func (x *ToolCallArgumentsDelta) Reset() {
 	*x = ToolCallArgumentsDelta{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1161,7 @@ func (x *ToolCallArgumentsDelta) String() string {
 func (*ToolCallArgumentsDelta) ProtoMessage() {}
 
 func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[12]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1174,7 @@ func (x *ToolCallArgumentsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallArgumentsDelta.ProtoReflect.Descriptor instead.
 func (*ToolCallArgumentsDelta) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ToolCallArgumentsDelta) GetCallId() string {
@@ -1054,7 +1204,7 @@ type ToolCallDone struct {
 
 func (x *ToolCallDone) Reset() {
 	*x = ToolCallDone{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1216,7 @@ func (x *ToolCallDone) String() string {
 func (*ToolCallDone) ProtoMessage() {}
 
 func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[13]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1229,7 @@ func (x *ToolCallDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallDone.ProtoReflect.Descriptor instead.
 func (*ToolCallDone) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ToolCallDone) GetCall() *FunctionCall {
@@ -1117,7 +1267,7 @@ type SafetyVerdict struct {
 
 func (x *SafetyVerdict) Reset() {
 	*x = SafetyVerdict{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1279,7 @@ func (x *SafetyVerdict) String() string {
 func (*SafetyVerdict) ProtoMessage() {}
 
 func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[14]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1292,7 @@ func (x *SafetyVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SafetyVerdict.ProtoReflect.Descriptor instead.
 func (*SafetyVerdict) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SafetyVerdict) GetStage() SafetyStage {
@@ -1204,7 +1354,7 @@ type CacheBreak struct {
 
 func (x *CacheBreak) Reset() {
 	*x = CacheBreak{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1216,7 +1366,7 @@ func (x *CacheBreak) String() string {
 func (*CacheBreak) ProtoMessage() {}
 
 func (x *CacheBreak) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[15]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1229,7 +1379,7 @@ func (x *CacheBreak) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheBreak.ProtoReflect.Descriptor instead.
 func (*CacheBreak) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CacheBreak) GetFirstDifferingItem() int32 {
@@ -1270,7 +1420,7 @@ type ResponseCompleted struct {
 
 func (x *ResponseCompleted) Reset() {
 	*x = ResponseCompleted{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1432,7 @@ func (x *ResponseCompleted) String() string {
 func (*ResponseCompleted) ProtoMessage() {}
 
 func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[16]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1445,7 @@ func (x *ResponseCompleted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseCompleted.ProtoReflect.Descriptor instead.
 func (*ResponseCompleted) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResponseCompleted) GetFinishReason() FinishReason {
@@ -1337,7 +1487,7 @@ type ResponseFailed struct {
 
 func (x *ResponseFailed) Reset() {
 	*x = ResponseFailed{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1499,7 @@ func (x *ResponseFailed) String() string {
 func (*ResponseFailed) ProtoMessage() {}
 
 func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[17]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1512,7 @@ func (x *ResponseFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseFailed.ProtoReflect.Descriptor instead.
 func (*ResponseFailed) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResponseFailed) GetError() *Error {
@@ -1385,7 +1535,7 @@ type KvHeld struct {
 
 func (x *KvHeld) Reset() {
 	*x = KvHeld{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1547,7 @@ func (x *KvHeld) String() string {
 func (*KvHeld) ProtoMessage() {}
 
 func (x *KvHeld) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[18]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1560,7 @@ func (x *KvHeld) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvHeld.ProtoReflect.Descriptor instead.
 func (*KvHeld) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{18}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *KvHeld) GetBlocks() uint32 {
@@ -1457,7 +1607,7 @@ type ConverseResponse struct {
 
 func (x *ConverseResponse) Reset() {
 	*x = ConverseResponse{}
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1619,7 @@ func (x *ConverseResponse) String() string {
 func (*ConverseResponse) ProtoMessage() {}
 
 func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_gateway_proto_msgTypes[19]
+	mi := &file_loopwire_v1_gateway_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1632,7 @@ func (x *ConverseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConverseResponse.ProtoReflect.Descriptor instead.
 func (*ConverseResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{19}
+	return file_loopwire_v1_gateway_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ConverseResponse) GetResponseId() string {
@@ -1742,9 +1892,19 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x02 \x01(\tR\treplicaId\"\x1f\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\"Z\n" +
 	"\tTextDelta\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"T\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x129\n" +
+	"\blogprobs\x18\x02 \x03(\v2\x1d.loopwire.v1.TextTokenLogprobR\blogprobs\"\x9c\x01\n" +
+	"\x10TextTokenLogprob\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\fR\x05bytes\x12\x18\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\x12B\n" +
+	"\ftop_logprobs\x18\x04 \x03(\v2\x1f.loopwire.v1.TextTokenCandidateR\vtopLogprobs\"Z\n" +
+	"\x12TextTokenCandidate\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\fR\x05bytes\x12\x18\n" +
+	"\alogprob\x18\x03 \x01(\x02R\alogprob\"T\n" +
 	"\x0fToolCallStarted\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\tR\x06callId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1825,7 +1985,7 @@ func file_loopwire_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_loopwire_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(SafetyMode)(0),                // 0: loopwire.v1.SafetyMode
 	(SafetyStage)(0),               // 1: loopwire.v1.SafetyStage
@@ -1840,72 +2000,76 @@ var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(*ConverseRequest)(nil),        // 10: loopwire.v1.ConverseRequest
 	(*ResponseCreated)(nil),        // 11: loopwire.v1.ResponseCreated
 	(*TextDelta)(nil),              // 12: loopwire.v1.TextDelta
-	(*ToolCallStarted)(nil),        // 13: loopwire.v1.ToolCallStarted
-	(*ToolCallArgumentsDelta)(nil), // 14: loopwire.v1.ToolCallArgumentsDelta
-	(*ToolCallDone)(nil),           // 15: loopwire.v1.ToolCallDone
-	(*SafetyVerdict)(nil),          // 16: loopwire.v1.SafetyVerdict
-	(*CacheBreak)(nil),             // 17: loopwire.v1.CacheBreak
-	(*ResponseCompleted)(nil),      // 18: loopwire.v1.ResponseCompleted
-	(*ResponseFailed)(nil),         // 19: loopwire.v1.ResponseFailed
-	(*KvHeld)(nil),                 // 20: loopwire.v1.KvHeld
-	(*ConverseResponse)(nil),       // 21: loopwire.v1.ConverseResponse
-	nil,                            // 22: loopwire.v1.CreateResponse.TraceContextEntry
-	(ToolCallFormat)(0),            // 23: loopwire.v1.ToolCallFormat
-	(*Tool)(nil),                   // 24: loopwire.v1.Tool
-	(*Item)(nil),                   // 25: loopwire.v1.Item
-	(*SamplingParams)(nil),         // 26: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),           // 27: loopwire.v1.ReplayOutput
-	(*ToolChoice)(nil),             // 28: loopwire.v1.ToolChoice
-	(*FunctionCall)(nil),           // 29: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 30: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 31: loopwire.v1.Usage
-	(*Timings)(nil),                // 32: loopwire.v1.Timings
-	(*Error)(nil),                  // 33: loopwire.v1.Error
-	(*PrefillProgress)(nil),        // 34: loopwire.v1.PrefillProgress
+	(*TextTokenLogprob)(nil),       // 13: loopwire.v1.TextTokenLogprob
+	(*TextTokenCandidate)(nil),     // 14: loopwire.v1.TextTokenCandidate
+	(*ToolCallStarted)(nil),        // 15: loopwire.v1.ToolCallStarted
+	(*ToolCallArgumentsDelta)(nil), // 16: loopwire.v1.ToolCallArgumentsDelta
+	(*ToolCallDone)(nil),           // 17: loopwire.v1.ToolCallDone
+	(*SafetyVerdict)(nil),          // 18: loopwire.v1.SafetyVerdict
+	(*CacheBreak)(nil),             // 19: loopwire.v1.CacheBreak
+	(*ResponseCompleted)(nil),      // 20: loopwire.v1.ResponseCompleted
+	(*ResponseFailed)(nil),         // 21: loopwire.v1.ResponseFailed
+	(*KvHeld)(nil),                 // 22: loopwire.v1.KvHeld
+	(*ConverseResponse)(nil),       // 23: loopwire.v1.ConverseResponse
+	nil,                            // 24: loopwire.v1.CreateResponse.TraceContextEntry
+	(ToolCallFormat)(0),            // 25: loopwire.v1.ToolCallFormat
+	(*Tool)(nil),                   // 26: loopwire.v1.Tool
+	(*Item)(nil),                   // 27: loopwire.v1.Item
+	(*SamplingParams)(nil),         // 28: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),           // 29: loopwire.v1.ReplayOutput
+	(*ToolChoice)(nil),             // 30: loopwire.v1.ToolChoice
+	(*FunctionCall)(nil),           // 31: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 32: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 33: loopwire.v1.Usage
+	(*Timings)(nil),                // 34: loopwire.v1.Timings
+	(*Error)(nil),                  // 35: loopwire.v1.Error
+	(*PrefillProgress)(nil),        // 36: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	6,  // 0: loopwire.v1.CountTokensRequest.request:type_name -> loopwire.v1.CreateResponse
-	23, // 1: loopwire.v1.GetModelResponse.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
-	24, // 2: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
-	25, // 3: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
-	26, // 4: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
+	25, // 1: loopwire.v1.GetModelResponse.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
+	26, // 2: loopwire.v1.CreateResponse.tools:type_name -> loopwire.v1.Tool
+	27, // 3: loopwire.v1.CreateResponse.input:type_name -> loopwire.v1.Item
+	28, // 4: loopwire.v1.CreateResponse.sampling:type_name -> loopwire.v1.SamplingParams
 	0,  // 5: loopwire.v1.CreateResponse.safety_mode:type_name -> loopwire.v1.SafetyMode
-	27, // 6: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
-	22, // 7: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
-	28, // 8: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
+	29, // 6: loopwire.v1.CreateResponse.replay:type_name -> loopwire.v1.ReplayOutput
+	24, // 7: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
+	30, // 8: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
 	7,  // 9: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
 	6,  // 10: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
 	8,  // 11: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
 	9,  // 12: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
-	29, // 13: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 14: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	30, // 15: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	31, // 16: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	32, // 17: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	25, // 18: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	33, // 19: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	11, // 20: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	12, // 21: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	13, // 22: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	14, // 23: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	15, // 24: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	16, // 25: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	17, // 26: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	18, // 27: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	19, // 28: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	20, // 29: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	34, // 30: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	10, // 31: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	4,  // 32: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	2,  // 33: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
-	21, // 34: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	5,  // 35: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	3,  // 36: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	13, // 13: loopwire.v1.TextDelta.logprobs:type_name -> loopwire.v1.TextTokenLogprob
+	14, // 14: loopwire.v1.TextTokenLogprob.top_logprobs:type_name -> loopwire.v1.TextTokenCandidate
+	31, // 15: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 16: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	32, // 17: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	33, // 18: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	34, // 19: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	27, // 20: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	35, // 21: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	11, // 22: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	12, // 23: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	15, // 24: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	16, // 25: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	17, // 26: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	18, // 27: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	19, // 28: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	20, // 29: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	21, // 30: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	22, // 31: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	36, // 32: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	10, // 33: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	4,  // 34: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	2,  // 35: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
+	23, // 36: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	5,  // 37: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	3,  // 38: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
+	36, // [36:39] is the sub-list for method output_type
+	33, // [33:36] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }
@@ -1920,7 +2084,7 @@ func file_loopwire_v1_gateway_proto_init() {
 		(*ConverseRequest_CancelResponse)(nil),
 		(*ConverseRequest_HoldKv)(nil),
 	}
-	file_loopwire_v1_gateway_proto_msgTypes[19].OneofWrappers = []any{
+	file_loopwire_v1_gateway_proto_msgTypes[21].OneofWrappers = []any{
 		(*ConverseResponse_Created)(nil),
 		(*ConverseResponse_TextDelta)(nil),
 		(*ConverseResponse_ToolCallStarted)(nil),
@@ -1939,7 +2103,7 @@ func file_loopwire_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_gateway_proto_rawDesc), len(file_loopwire_v1_gateway_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

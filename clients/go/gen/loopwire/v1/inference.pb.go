@@ -268,8 +268,13 @@ type GenerationParams struct {
 	SpeculativeDecoding *bool `protobuf:"varint,6,opt,name=speculative_decoding,json=speculativeDecoding,proto3,oneof" json:"speculative_decoding,omitempty"`
 	// Draft tokens per verification step, at most 64; 0 means the server default.
 	NumDraftTokens uint32 `protobuf:"varint,7,opt,name=num_draft_tokens,json=numDraftTokens,proto3" json:"num_draft_tokens,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Log-probabilities wanted: absent, none; 0 to 20, each output token's log-probability
+	// (TokenBatch.logprobs) with this many most likely tokens at its position; above 20 is
+	// INVALID_ARGUMENT. They are of the model's own next-token distribution: the log-softmax of
+	// its raw logits, before temperature, top_p and grammar masks (as OpenAI and vLLM report them).
+	TopLogprobs   *uint32 `protobuf:"varint,8,opt,name=top_logprobs,json=topLogprobs,proto3,oneof" json:"top_logprobs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GenerationParams) Reset() {
@@ -347,6 +352,13 @@ func (x *GenerationParams) GetSpeculativeDecoding() bool {
 func (x *GenerationParams) GetNumDraftTokens() uint32 {
 	if x != nil {
 		return x.NumDraftTokens
+	}
+	return 0
+}
+
+func (x *GenerationParams) GetTopLogprobs() uint32 {
+	if x != nil && x.TopLogprobs != nil {
+		return *x.TopLogprobs
 	}
 	return 0
 }
@@ -798,7 +810,10 @@ func (*GenerateRequest_Cancel) isGenerateRequest_Action() {}
 type TokenBatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The next output token ids of the generation, in order.
-	TokenIds      []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	TokenIds []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// When GenerationParams.top_logprobs is set: one entry per token_ids, in the same order
+	// (coalesced batches keep them aligned); empty otherwise.
+	Logprobs      []*TokenLogprobs `protobuf:"bytes,2,rep,name=logprobs,proto3" json:"logprobs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -840,6 +855,127 @@ func (x *TokenBatch) GetTokenIds() []uint32 {
 	return nil
 }
 
+func (x *TokenBatch) GetLogprobs() []*TokenLogprobs {
+	if x != nil {
+		return x.Logprobs
+	}
+	return nil
+}
+
+// One candidate token at an output position and its log-probability.
+type LogprobCandidate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The token id.
+	TokenId uint32 `protobuf:"varint,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	// Natural log of its probability (<= 0), as TokenLogprobs.logprob.
+	Logprob       float32 `protobuf:"fixed32,2,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogprobCandidate) Reset() {
+	*x = LogprobCandidate{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogprobCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogprobCandidate) ProtoMessage() {}
+
+func (x *LogprobCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogprobCandidate.ProtoReflect.Descriptor instead.
+func (*LogprobCandidate) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LogprobCandidate) GetTokenId() uint32 {
+	if x != nil {
+		return x.TokenId
+	}
+	return 0
+}
+
+func (x *LogprobCandidate) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+// How likely one output token was, and the most likely tokens at its position.
+type TokenLogprobs struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Natural log of the output token's probability under the model's next-token distribution
+	// (log-softmax of the raw logits; see GenerationParams.top_logprobs); <= 0. Speculative
+	// decoding does not change it. An engine without logits (the simulated one) emits its
+	// synthetic token with probability 1 (0.0).
+	Logprob float32 `protobuf:"fixed32,1,opt,name=logprob,proto3" json:"logprob,omitempty"`
+	// The GenerationParams.top_logprobs most likely tokens, most likely first (fewer where the
+	// engine knows fewer).
+	Top           []*LogprobCandidate `protobuf:"bytes,2,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenLogprobs) Reset() {
+	*x = TokenLogprobs{}
+	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenLogprobs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenLogprobs) ProtoMessage() {}
+
+func (x *TokenLogprobs) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenLogprobs.ProtoReflect.Descriptor instead.
+func (*TokenLogprobs) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TokenLogprobs) GetLogprob() float32 {
+	if x != nil {
+		return x.Logprob
+	}
+	return 0
+}
+
+func (x *TokenLogprobs) GetTop() []*LogprobCandidate {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
 // The end of a generation.
 type GenerationFinished struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -863,7 +999,7 @@ type GenerationFinished struct {
 
 func (x *GenerationFinished) Reset() {
 	*x = GenerationFinished{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1011,7 @@ func (x *GenerationFinished) String() string {
 func (*GenerationFinished) ProtoMessage() {}
 
 func (x *GenerationFinished) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[8]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1024,7 @@ func (x *GenerationFinished) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerationFinished.ProtoReflect.Descriptor instead.
 func (*GenerationFinished) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{8}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GenerationFinished) GetFinishReason() FinishReason {
@@ -954,7 +1090,7 @@ type GenerateResponse struct {
 
 func (x *GenerateResponse) Reset() {
 	*x = GenerateResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1102,7 @@ func (x *GenerateResponse) String() string {
 func (*GenerateResponse) ProtoMessage() {}
 
 func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[9]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1115,7 @@ func (x *GenerateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GenerateResponse.ProtoReflect.Descriptor instead.
 func (*GenerateResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{9}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GenerateResponse) GetRequestId() string {
@@ -1083,7 +1219,7 @@ type PrefillRequest struct {
 
 func (x *PrefillRequest) Reset() {
 	*x = PrefillRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1231,7 @@ func (x *PrefillRequest) String() string {
 func (*PrefillRequest) ProtoMessage() {}
 
 func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[10]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1244,7 @@ func (x *PrefillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillRequest.ProtoReflect.Descriptor instead.
 func (*PrefillRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{10}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PrefillRequest) GetRequestId() string {
@@ -1163,7 +1299,7 @@ type PrefillResponse struct {
 
 func (x *PrefillResponse) Reset() {
 	*x = PrefillResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1311,7 @@ func (x *PrefillResponse) String() string {
 func (*PrefillResponse) ProtoMessage() {}
 
 func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[11]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1324,7 @@ func (x *PrefillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillResponse.ProtoReflect.Descriptor instead.
 func (*PrefillResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{11}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrefillResponse) GetKvHandle() []byte {
@@ -1244,7 +1380,7 @@ type PullKvRequest struct {
 
 func (x *PullKvRequest) Reset() {
 	*x = PullKvRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1392,7 @@ func (x *PullKvRequest) String() string {
 func (*PullKvRequest) ProtoMessage() {}
 
 func (x *PullKvRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[12]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1405,7 @@ func (x *PullKvRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullKvRequest.ProtoReflect.Descriptor instead.
 func (*PullKvRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{12}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PullKvRequest) GetKvHandle() []byte {
@@ -1307,7 +1443,7 @@ type KvBlock struct {
 
 func (x *KvBlock) Reset() {
 	*x = KvBlock{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1455,7 @@ func (x *KvBlock) String() string {
 func (*KvBlock) ProtoMessage() {}
 
 func (x *KvBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[13]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1468,7 @@ func (x *KvBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KvBlock.ProtoReflect.Descriptor instead.
 func (*KvBlock) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{13}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KvBlock) GetBlockHash() uint64 {
@@ -1398,7 +1534,7 @@ type PullKvResponse struct {
 
 func (x *PullKvResponse) Reset() {
 	*x = PullKvResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1546,7 @@ func (x *PullKvResponse) String() string {
 func (*PullKvResponse) ProtoMessage() {}
 
 func (x *PullKvResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[14]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1559,7 @@ func (x *PullKvResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullKvResponse.ProtoReflect.Descriptor instead.
 func (*PullKvResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{14}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PullKvResponse) GetBlock() *KvBlock {
@@ -1449,7 +1585,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1597,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[15]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1610,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{15}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{17}
 }
 
 // Load, cache and speed of a replica.
@@ -1536,7 +1672,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1684,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[16]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1697,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{16}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetStatusResponse) GetReplicaId() string {
@@ -1737,7 +1873,7 @@ type WatchCacheRequest struct {
 
 func (x *WatchCacheRequest) Reset() {
 	*x = WatchCacheRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1885,7 @@ func (x *WatchCacheRequest) String() string {
 func (*WatchCacheRequest) ProtoMessage() {}
 
 func (x *WatchCacheRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[17]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1898,7 @@ func (x *WatchCacheRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCacheRequest.ProtoReflect.Descriptor instead.
 func (*WatchCacheRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{17}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchCacheRequest) GetIncludeExisting() bool {
@@ -1785,7 +1921,7 @@ type CacheEvent struct {
 
 func (x *CacheEvent) Reset() {
 	*x = CacheEvent{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1933,7 @@ func (x *CacheEvent) String() string {
 func (*CacheEvent) ProtoMessage() {}
 
 func (x *CacheEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[18]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1946,7 @@ func (x *CacheEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheEvent.ProtoReflect.Descriptor instead.
 func (*CacheEvent) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{18}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CacheEvent) GetType() CacheEventType {
@@ -1842,7 +1978,7 @@ type WatchCacheResponse struct {
 
 func (x *WatchCacheResponse) Reset() {
 	*x = WatchCacheResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1990,7 @@ func (x *WatchCacheResponse) String() string {
 func (*WatchCacheResponse) ProtoMessage() {}
 
 func (x *WatchCacheResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[19]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2003,7 @@ func (x *WatchCacheResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchCacheResponse.ProtoReflect.Descriptor instead.
 func (*WatchCacheResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{19}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchCacheResponse) GetReplicaId() string {
@@ -1900,7 +2036,7 @@ type GetModelInfoRequest struct {
 
 func (x *GetModelInfoRequest) Reset() {
 	*x = GetModelInfoRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2048,7 @@ func (x *GetModelInfoRequest) String() string {
 func (*GetModelInfoRequest) ProtoMessage() {}
 
 func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[20]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2061,7 @@ func (x *GetModelInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetModelInfoRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 // Hold the longest cached prefix of these chained block hashes (computed with the tenant's salt).
@@ -1947,7 +2083,7 @@ type HoldPrefixRequest struct {
 
 func (x *HoldPrefixRequest) Reset() {
 	*x = HoldPrefixRequest{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1959,7 +2095,7 @@ func (x *HoldPrefixRequest) String() string {
 func (*HoldPrefixRequest) ProtoMessage() {}
 
 func (x *HoldPrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[21]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1972,7 +2108,7 @@ func (x *HoldPrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPrefixRequest.ProtoReflect.Descriptor instead.
 func (*HoldPrefixRequest) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HoldPrefixRequest) GetHoldId() string {
@@ -2014,7 +2150,7 @@ type HoldPrefixResponse struct {
 
 func (x *HoldPrefixResponse) Reset() {
 	*x = HoldPrefixResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2162,7 @@ func (x *HoldPrefixResponse) String() string {
 func (*HoldPrefixResponse) ProtoMessage() {}
 
 func (x *HoldPrefixResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[22]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2175,7 @@ func (x *HoldPrefixResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HoldPrefixResponse.ProtoReflect.Descriptor instead.
 func (*HoldPrefixResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{22}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HoldPrefixResponse) GetHeldBlocks() uint32 {
@@ -2104,7 +2240,7 @@ type ModelInfo struct {
 
 func (x *ModelInfo) Reset() {
 	*x = ModelInfo{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2116,7 +2252,7 @@ func (x *ModelInfo) String() string {
 func (*ModelInfo) ProtoMessage() {}
 
 func (x *ModelInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[23]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2129,7 +2265,7 @@ func (x *ModelInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ModelInfo.ProtoReflect.Descriptor instead.
 func (*ModelInfo) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{23}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ModelInfo) GetName() string {
@@ -2272,7 +2408,7 @@ type GetModelInfoResponse struct {
 
 func (x *GetModelInfoResponse) Reset() {
 	*x = GetModelInfoResponse{}
-	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2284,7 +2420,7 @@ func (x *GetModelInfoResponse) String() string {
 func (*GetModelInfoResponse) ProtoMessage() {}
 
 func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_loopwire_v1_inference_proto_msgTypes[24]
+	mi := &file_loopwire_v1_inference_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2297,7 +2433,7 @@ func (x *GetModelInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetModelInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetModelInfoResponse) Descriptor() ([]byte, []int) {
-	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{24}
+	return file_loopwire_v1_inference_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetModelInfoResponse) GetModel() *ModelInfo {
@@ -2319,7 +2455,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\vbase_length\x18\x01 \x01(\rR\n" +
 	"baseLength\x12\x1b\n" +
 	"\tbase_hash\x18\x02 \x01(\x04R\bbaseHash\x12\x1b\n" +
-	"\ttoken_ids\x18\x03 \x03(\rR\btokenIds\"\x9d\x02\n" +
+	"\ttoken_ids\x18\x03 \x03(\rR\btokenIds\"\xd6\x02\n" +
 	"\x10GenerationParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_p\x18\x02 \x01(\x02R\x04topP\x12\x12\n" +
@@ -2328,8 +2464,10 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"max_tokens\x18\x04 \x01(\x05R\tmaxTokens\x12$\n" +
 	"\x0estop_token_ids\x18\x05 \x03(\rR\fstopTokenIds\x126\n" +
 	"\x14speculative_decoding\x18\x06 \x01(\bH\x00R\x13speculativeDecoding\x88\x01\x01\x12(\n" +
-	"\x10num_draft_tokens\x18\a \x01(\rR\x0enumDraftTokensB\x17\n" +
-	"\x15_speculative_decoding\"\x8f\x05\n" +
+	"\x10num_draft_tokens\x18\a \x01(\rR\x0enumDraftTokens\x12&\n" +
+	"\ftop_logprobs\x18\b \x01(\rH\x01R\vtopLogprobs\x88\x01\x01B\x17\n" +
+	"\x15_speculative_decodingB\x0f\n" +
+	"\r_top_logprobs\"\x8f\x05\n" +
 	"\x0fGenerationStart\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\tR\trequestId\x12\x1d\n" +
@@ -2368,10 +2506,17 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0fGenerateRequest\x124\n" +
 	"\x05start\x18\x01 \x01(\v2\x1c.loopwire.v1.GenerationStartH\x00R\x05start\x127\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x1d.loopwire.v1.GenerationCancelH\x00R\x06cancelB\b\n" +
-	"\x06action\")\n" +
+	"\x06action\"a\n" +
 	"\n" +
 	"TokenBatch\x12\x1b\n" +
-	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\"\x9b\x02\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x126\n" +
+	"\blogprobs\x18\x02 \x03(\v2\x1a.loopwire.v1.TokenLogprobsR\blogprobs\"G\n" +
+	"\x10LogprobCandidate\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\rR\atokenId\x12\x18\n" +
+	"\alogprob\x18\x02 \x01(\x02R\alogprob\"Z\n" +
+	"\rTokenLogprobs\x12\x18\n" +
+	"\alogprob\x18\x01 \x01(\x02R\alogprob\x12/\n" +
+	"\x03top\x18\x02 \x03(\v2\x1d.loopwire.v1.LogprobCandidateR\x03top\"\x9b\x02\n" +
 	"\x12GenerationFinished\x12>\n" +
 	"\rfinish_reason\x18\x01 \x01(\x0e2\x19.loopwire.v1.FinishReasonR\ffinishReason\x12(\n" +
 	"\x05usage\x18\x02 \x01(\v2\x12.loopwire.v1.UsageR\x05usage\x12.\n" +
@@ -2534,7 +2679,7 @@ func file_loopwire_v1_inference_proto_rawDescGZIP() []byte {
 }
 
 var file_loopwire_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_loopwire_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_loopwire_v1_inference_proto_goTypes = []any{
 	(EngineRole)(0),              // 0: loopwire.v1.EngineRole
 	(CacheEventType)(0),          // 1: loopwire.v1.CacheEventType
@@ -2546,80 +2691,84 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*GenerationCancel)(nil),     // 7: loopwire.v1.GenerationCancel
 	(*GenerateRequest)(nil),      // 8: loopwire.v1.GenerateRequest
 	(*TokenBatch)(nil),           // 9: loopwire.v1.TokenBatch
-	(*GenerationFinished)(nil),   // 10: loopwire.v1.GenerationFinished
-	(*GenerateResponse)(nil),     // 11: loopwire.v1.GenerateResponse
-	(*PrefillRequest)(nil),       // 12: loopwire.v1.PrefillRequest
-	(*PrefillResponse)(nil),      // 13: loopwire.v1.PrefillResponse
-	(*PullKvRequest)(nil),        // 14: loopwire.v1.PullKvRequest
-	(*KvBlock)(nil),              // 15: loopwire.v1.KvBlock
-	(*PullKvResponse)(nil),       // 16: loopwire.v1.PullKvResponse
-	(*GetStatusRequest)(nil),     // 17: loopwire.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),    // 18: loopwire.v1.GetStatusResponse
-	(*WatchCacheRequest)(nil),    // 19: loopwire.v1.WatchCacheRequest
-	(*CacheEvent)(nil),           // 20: loopwire.v1.CacheEvent
-	(*WatchCacheResponse)(nil),   // 21: loopwire.v1.WatchCacheResponse
-	(*GetModelInfoRequest)(nil),  // 22: loopwire.v1.GetModelInfoRequest
-	(*HoldPrefixRequest)(nil),    // 23: loopwire.v1.HoldPrefixRequest
-	(*HoldPrefixResponse)(nil),   // 24: loopwire.v1.HoldPrefixResponse
-	(*ModelInfo)(nil),            // 25: loopwire.v1.ModelInfo
-	(*GetModelInfoResponse)(nil), // 26: loopwire.v1.GetModelInfoResponse
-	nil,                          // 27: loopwire.v1.GenerationStart.TraceContextEntry
-	nil,                          // 28: loopwire.v1.ModelInfo.SpecialTokensEntry
-	(FinishReason)(0),            // 29: loopwire.v1.FinishReason
-	(*Usage)(nil),                // 30: loopwire.v1.Usage
-	(*Timings)(nil),              // 31: loopwire.v1.Timings
-	(*Error)(nil),                // 32: loopwire.v1.Error
-	(*PrefillProgress)(nil),      // 33: loopwire.v1.PrefillProgress
-	(EngineKind)(0),              // 34: loopwire.v1.EngineKind
-	(TokenizerFormat)(0),         // 35: loopwire.v1.TokenizerFormat
-	(ToolCallFormat)(0),          // 36: loopwire.v1.ToolCallFormat
+	(*LogprobCandidate)(nil),     // 10: loopwire.v1.LogprobCandidate
+	(*TokenLogprobs)(nil),        // 11: loopwire.v1.TokenLogprobs
+	(*GenerationFinished)(nil),   // 12: loopwire.v1.GenerationFinished
+	(*GenerateResponse)(nil),     // 13: loopwire.v1.GenerateResponse
+	(*PrefillRequest)(nil),       // 14: loopwire.v1.PrefillRequest
+	(*PrefillResponse)(nil),      // 15: loopwire.v1.PrefillResponse
+	(*PullKvRequest)(nil),        // 16: loopwire.v1.PullKvRequest
+	(*KvBlock)(nil),              // 17: loopwire.v1.KvBlock
+	(*PullKvResponse)(nil),       // 18: loopwire.v1.PullKvResponse
+	(*GetStatusRequest)(nil),     // 19: loopwire.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),    // 20: loopwire.v1.GetStatusResponse
+	(*WatchCacheRequest)(nil),    // 21: loopwire.v1.WatchCacheRequest
+	(*CacheEvent)(nil),           // 22: loopwire.v1.CacheEvent
+	(*WatchCacheResponse)(nil),   // 23: loopwire.v1.WatchCacheResponse
+	(*GetModelInfoRequest)(nil),  // 24: loopwire.v1.GetModelInfoRequest
+	(*HoldPrefixRequest)(nil),    // 25: loopwire.v1.HoldPrefixRequest
+	(*HoldPrefixResponse)(nil),   // 26: loopwire.v1.HoldPrefixResponse
+	(*ModelInfo)(nil),            // 27: loopwire.v1.ModelInfo
+	(*GetModelInfoResponse)(nil), // 28: loopwire.v1.GetModelInfoResponse
+	nil,                          // 29: loopwire.v1.GenerationStart.TraceContextEntry
+	nil,                          // 30: loopwire.v1.ModelInfo.SpecialTokensEntry
+	(FinishReason)(0),            // 31: loopwire.v1.FinishReason
+	(*Usage)(nil),                // 32: loopwire.v1.Usage
+	(*Timings)(nil),              // 33: loopwire.v1.Timings
+	(*Error)(nil),                // 34: loopwire.v1.Error
+	(*PrefillProgress)(nil),      // 35: loopwire.v1.PrefillProgress
+	(EngineKind)(0),              // 36: loopwire.v1.EngineKind
+	(TokenizerFormat)(0),         // 37: loopwire.v1.TokenizerFormat
+	(ToolCallFormat)(0),          // 38: loopwire.v1.ToolCallFormat
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
 	3,  // 1: loopwire.v1.GenerationStart.append:type_name -> loopwire.v1.AppendPrompt
 	4,  // 2: loopwire.v1.GenerationStart.params:type_name -> loopwire.v1.GenerationParams
-	27, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
+	29, // 3: loopwire.v1.GenerationStart.trace_context:type_name -> loopwire.v1.GenerationStart.TraceContextEntry
 	6,  // 4: loopwire.v1.GenerationStart.constraint:type_name -> loopwire.v1.Constraint
 	5,  // 5: loopwire.v1.GenerateRequest.start:type_name -> loopwire.v1.GenerationStart
 	7,  // 6: loopwire.v1.GenerateRequest.cancel:type_name -> loopwire.v1.GenerationCancel
-	29, // 7: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
-	30, // 8: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
-	31, // 9: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
-	9,  // 10: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
-	10, // 11: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
-	32, // 12: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
-	33, // 13: loopwire.v1.GenerateResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	4,  // 14: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
-	31, // 15: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
-	15, // 16: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
-	0,  // 17: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
-	34, // 18: loopwire.v1.GetStatusResponse.engine_kind:type_name -> loopwire.v1.EngineKind
-	1,  // 19: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
-	20, // 20: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	28, // 21: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	34, // 22: loopwire.v1.ModelInfo.engine_kind:type_name -> loopwire.v1.EngineKind
-	35, // 23: loopwire.v1.ModelInfo.tokenizer_format:type_name -> loopwire.v1.TokenizerFormat
-	36, // 24: loopwire.v1.ModelInfo.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
-	25, // 25: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
-	8,  // 26: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	12, // 27: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	14, // 28: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	17, // 29: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	19, // 30: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	22, // 31: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	23, // 32: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
-	11, // 33: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	13, // 34: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	16, // 35: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	18, // 36: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	21, // 37: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	26, // 38: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	24, // 39: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	11, // 7: loopwire.v1.TokenBatch.logprobs:type_name -> loopwire.v1.TokenLogprobs
+	10, // 8: loopwire.v1.TokenLogprobs.top:type_name -> loopwire.v1.LogprobCandidate
+	31, // 9: loopwire.v1.GenerationFinished.finish_reason:type_name -> loopwire.v1.FinishReason
+	32, // 10: loopwire.v1.GenerationFinished.usage:type_name -> loopwire.v1.Usage
+	33, // 11: loopwire.v1.GenerationFinished.timings:type_name -> loopwire.v1.Timings
+	9,  // 12: loopwire.v1.GenerateResponse.tokens:type_name -> loopwire.v1.TokenBatch
+	12, // 13: loopwire.v1.GenerateResponse.finished:type_name -> loopwire.v1.GenerationFinished
+	34, // 14: loopwire.v1.GenerateResponse.error:type_name -> loopwire.v1.Error
+	35, // 15: loopwire.v1.GenerateResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	4,  // 16: loopwire.v1.PrefillRequest.params:type_name -> loopwire.v1.GenerationParams
+	33, // 17: loopwire.v1.PrefillResponse.timings:type_name -> loopwire.v1.Timings
+	17, // 18: loopwire.v1.PullKvResponse.block:type_name -> loopwire.v1.KvBlock
+	0,  // 19: loopwire.v1.GetStatusResponse.role:type_name -> loopwire.v1.EngineRole
+	36, // 20: loopwire.v1.GetStatusResponse.engine_kind:type_name -> loopwire.v1.EngineKind
+	1,  // 21: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
+	22, // 22: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
+	30, // 23: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	36, // 24: loopwire.v1.ModelInfo.engine_kind:type_name -> loopwire.v1.EngineKind
+	37, // 25: loopwire.v1.ModelInfo.tokenizer_format:type_name -> loopwire.v1.TokenizerFormat
+	38, // 26: loopwire.v1.ModelInfo.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
+	27, // 27: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	8,  // 28: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	14, // 29: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	16, // 30: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	19, // 31: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	21, // 32: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	24, // 33: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	25, // 34: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	13, // 35: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	15, // 36: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	18, // 37: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	20, // 38: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	23, // 39: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	28, // 40: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	26, // 41: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	35, // [35:42] is the sub-list for method output_type
+	28, // [28:35] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }
@@ -2642,7 +2791,7 @@ func file_loopwire_v1_inference_proto_init() {
 		(*GenerateRequest_Start)(nil),
 		(*GenerateRequest_Cancel)(nil),
 	}
-	file_loopwire_v1_inference_proto_msgTypes[9].OneofWrappers = []any{
+	file_loopwire_v1_inference_proto_msgTypes[11].OneofWrappers = []any{
 		(*GenerateResponse_Tokens)(nil),
 		(*GenerateResponse_Finished)(nil),
 		(*GenerateResponse_Error)(nil),
@@ -2654,7 +2803,7 @@ func file_loopwire_v1_inference_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_inference_proto_rawDesc), len(file_loopwire_v1_inference_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

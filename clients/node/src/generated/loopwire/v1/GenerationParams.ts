@@ -10,7 +10,9 @@ export interface GenerationParams {
   'stopTokenIds'?: (number)[];
   'speculativeDecoding'?: (boolean);
   'numDraftTokens'?: (number);
+  'topLogprobs'?: (number);
   '_speculativeDecoding'?: "speculativeDecoding";
+  '_topLogprobs'?: "topLogprobs";
 }
 
 export interface GenerationParams__Output {
@@ -21,5 +23,7 @@ export interface GenerationParams__Output {
   'stopTokenIds': (number)[];
   'speculativeDecoding'?: (boolean);
   'numDraftTokens': (number);
+  'topLogprobs'?: (number);
   '_speculativeDecoding'?: "speculativeDecoding";
+  '_topLogprobs'?: "topLogprobs";
 }

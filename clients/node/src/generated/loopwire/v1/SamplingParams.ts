@@ -10,7 +10,11 @@ export interface SamplingParams {
   'stop'?: (string)[];
   'speculativeDecoding'?: (boolean);
   'reasoningBudgetTokens'?: (number);
+  'topLogprobs'?: (number);
+  'enableThinking'?: (boolean);
   '_speculativeDecoding'?: "speculativeDecoding";
+  '_topLogprobs'?: "topLogprobs";
+  '_enableThinking'?: "enableThinking";
 }
 
 export interface SamplingParams__Output {
@@ -21,5 +25,9 @@ export interface SamplingParams__Output {
   'stop': (string)[];
   'speculativeDecoding'?: (boolean);
   'reasoningBudgetTokens': (number);
+  'topLogprobs'?: (number);
+  'enableThinking'?: (boolean);
   '_speculativeDecoding'?: "speculativeDecoding";
+  '_topLogprobs'?: "topLogprobs";
+  '_enableThinking'?: "enableThinking";
 }

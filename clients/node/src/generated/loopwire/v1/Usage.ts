@@ -8,6 +8,7 @@ export interface Usage {
   'draftTokensProposed'?: (number);
   'draftTokensAccepted'?: (number);
   'verificationSteps'?: (number);
+  'reasoningTokens'?: (number);
 }
 
 export interface Usage__Output {
@@ -17,4 +18,5 @@ export interface Usage__Output {
   'draftTokensProposed': (number);
   'draftTokensAccepted': (number);
   'verificationSteps': (number);
+  'reasoningTokens': (number);
 }

@@ -407,17 +407,80 @@ def plot(results: list[TurnResult], out: Path, short: str) -> Path:
     return provenance.save_figure(fig, out, "api", dpi=110)
 
 
+# -- reasoning sent back or dropped ------------------------------------------------------------
+
+REASONING_MODES = ("reasoning-kept", "reasoning-dropped")
+
+
+def reasoning_turns(key: str, api: str, turns: int, think_words: int) -> dict[str, list[tuple[float, int, int]]]:
+    """Per mode, per turn after the first: (ms to the first output event, cached, input tokens).
+
+    Each mode is one conversation sent in full every turn (``store: false``, Codex's way) whose
+    assistant turns open with a think block (replayed: ``<think>...</think>`` then the answer). The
+    api returns it as a reasoning item and a message; ``reasoning-kept`` sends both back as
+    returned, ``reasoning-dropped`` only the message (what clients that drop reasoning do)."""
+    out: dict[str, list[tuple[float, int, int]]] = {m: [] for m in REASONING_MODES}
+    history: dict[str, list[dict[str, Any]]] = {m: [] for m in REASONING_MODES}
+    host, port = api.split(":")
+    for turn in range(turns):
+        for mode in REASONING_MODES:
+            thought = " ".join(f"step{turn}-{i}" for i in range(think_words))
+            history[mode].append({"role": "user", "content": f"Question {turn} of {mode}: what next?"})
+            body = {"model": "loopwire", "store": False, "stream": True, "input": history[mode],
+                    "loopwire_replay": {"text": f"<think>{thought}</think>\n\nAnswer {turn}."}}
+            conn = http.client.HTTPConnection(host, int(port), timeout=600)
+            t0 = time.perf_counter()
+            conn.request("POST", "/v1/responses", json.dumps(body),
+                         {"content-type": "application/json", "authorization": f"Bearer {key}"})
+            reply, first, done = conn.getresponse(), 0.0, None
+            for line in reply:
+                if not line.startswith(b"data: "):
+                    continue
+                event = json.loads(line[6:])
+                if not first and event["type"].endswith(".delta"):
+                    first = (time.perf_counter() - t0) * 1000
+                if event["type"] == "response.completed":
+                    done = event["response"]
+            conn.close()
+            assert done is not None, f"{mode} turn {turn} did not complete"
+            kept = [i for i in done["output"] if mode == "reasoning-kept" or i["type"] != "reasoning"]
+            history[mode] += kept
+            u = done["usage"]
+            if turn:
+                out[mode].append((first, u["input_tokens_details"]["cached_tokens"], u["input_tokens"]))
+    return out
+
+
+def reasoning_table(results: dict[str, list[tuple[float, int, int]]], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("mode", "turns", "median ms to first output", "prompt tokens / turn", "cached / turn",
+                "uncached / turn"):
+        table.add_column(col, justify="left" if col == "mode" else "right")
+    for mode, rows in results.items():
+        ttft = statistics.median(r[0] for r in rows)
+        cached, prompt = mean([r[1] for r in rows]), mean([r[2] for r in rows])
+        table.add_row(mode, str(len(rows)), f"{ttft:.1f}", f"{prompt:,.0f}", f"{cached:,.0f}",
+                      f"{prompt - cached:,.0f}")
+    return table
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=6, help="recorded sessions to replay (default: %(default)s)")
     parser.add_argument("--max-turns", type=int, default=40, help="turns per session, 0 = all (default: %(default)s)")
     parser.add_argument("--data", default=str(provenance.DATA_SESSIONS), help="recorded sessions (directory or file)")
     parser.add_argument("--quick", action="store_true", help="2 sessions of 6 turns (unless given)")
+    parser.add_argument("--reasoning-turns", type=int, default=12,
+                        help="turns of the reasoning kept/dropped comparison (default: %(default)s; --quick: 5)")
+    parser.add_argument("--think-words", type=int, default=300,
+                        help="words of each replayed think block (default: %(default)s)")
     provenance.add_out_argument(parser)
     args = parser.parse_args(argv[1:])
     if args.quick:
         args.sessions = 2 if args.sessions == parser.get_default("sessions") else args.sessions
         args.max_turns = 6 if args.max_turns == parser.get_default("max_turns") else args.max_turns
+        if args.reasoning_turns == parser.get_default("reasoning_turns"):
+            args.reasoning_turns = 5
     paths = provenance.session_files(args.data)[: args.sessions]
     sessions = [load_session(p) for p in paths]
     for s in sessions:
@@ -438,6 +501,18 @@ def main(argv: list[str]) -> int:
                 results += run_session(i, session, mesh.api_key, mesh.api, mesh.gateway)
         finally:
             interrupts.stop(mesh)
+    # Reasoning kept or dropped: on the simulated engine at time scale 1, so the prefill of what
+    # the cache misses takes its modelled time, and TTFT shows it.
+    with tempfile.TemporaryDirectory(prefix="loopwire-bench-api-reasoning-") as state:
+        mesh = interrupts.start_mesh(Path(state), api=True, extra_args={
+            "inference": ["--engine", "simulated", "--time-scale", "1"]})
+        try:
+            reasoning = reasoning_turns(mesh.api_key, mesh.api, args.reasoning_turns + 1, args.think_words)
+        finally:
+            interrupts.stop(mesh)
+    reasoning_tab = reasoning_table(reasoning, f"a turn after one that reasoned ({args.think_words}-word think "
+                                    "blocks), full resends with store: false, simulated engine at time scale 1")
+    console.print(reasoning_tab)
     wall = time.perf_counter() - t0
     table = summary_table(results, f"loopwire api per turn, one gateway, one run: {short}")
     console.print(table)
@@ -456,7 +531,13 @@ def main(argv: list[str]) -> int:
             "`Timings` over gRPC; the gateway's byte count is the `CreateResponse` it got, replayed output included). "
             "Front door ÷ gRPC: per turn, the mode's time to its completed response over the "
             "same turn's time through `Converse` with the identical `CreateResponse`, median over turns.", "",
-            *provenance.table_markdown(table), "", *provenance.table_markdown(turns_table), "", "![api](api.png)"]
+            *provenance.table_markdown(table), "", *provenance.table_markdown(turns_table), "", "![api](api.png)", "",
+            "Reasoning sent back or dropped: each mode is one conversation resent in full every turn; its assistant "
+            "turns open with a replayed think block, which the api returns as a reasoning item. "
+            "`reasoning-kept` sends the reasoning items back as returned (they render into the turn as "
+            "generated), `reasoning-dropped` only the messages. Time to the first output event, measured by the "
+            "client, on the simulated engine at time scale 1 (modelled prefill time is slept), median over "
+            "the turns after the first.", "", *provenance.table_markdown(reasoning_tab)]
     md = provenance.write_markdown(args.out, "api", "The OpenAI front door on replayed sessions", header, body)
     png = plot(results, args.out, short)
     console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")

@@ -43,6 +43,8 @@ def obj(required: dict[str, Any], optional: dict[str, Any] | None = None) -> dic
 
 
 STATUS = enum("in_progress", "completed", "incomplete")
+BYTE = {"type": "integer", "minimum": 0, "maximum": 255}
+LOGPROB = {"type": "number", "maximum": 0}
 PART = one_of("InputTextContent", "OutputTextContent", "TextContent", "SummaryTextContent", "ReasoningTextContent",
               "RefusalContent")
 _INDEX = {"sequence_number": INT, "item_id": STR, "output_index": INT}
@@ -54,8 +56,9 @@ def _event(kind: str, fields: dict[str, Any], optional: dict[str, Any] | None = 
 
 DEFS: dict[str, Any] = {
     "InputTextContent": obj({"type": enum("input_text"), "text": STR}),
-    "TopLogProb": obj({"token": STR, "logprob": NUM, "bytes": array(INT)}),
-    "LogProb": obj({"token": STR, "logprob": NUM, "bytes": array(INT), "top_logprobs": array(ref("TopLogProb"))}),
+    # A token's UTF-8 bytes (one integer each) and its log-probability (never above 0).
+    "TopLogProb": obj({"token": STR, "logprob": LOGPROB, "bytes": array(BYTE)}),
+    "LogProb": obj({"token": STR, "logprob": LOGPROB, "bytes": array(BYTE), "top_logprobs": array(ref("TopLogProb"))}),
     "UrlCitationBody": obj({"type": enum("url_citation"), "url": STR, "start_index": INT, "end_index": INT,
                             "title": STR}),
     "OutputTextContent": obj({"type": enum("output_text"), "text": STR, "annotations": array(ref("UrlCitationBody"))},
@@ -68,17 +71,31 @@ DEFS: dict[str, Any] = {
                     "role": enum("user", "assistant", "system", "developer"), "content": array(PART)},
                    {"phase": enum("commentary", "final_answer")}),
     "FunctionCall": obj({"type": enum("function_call"), "id": STR, "call_id": STR, "name": STR, "arguments": STR,
-                         "status": STATUS}),
+                         "status": STATUS}, {"namespace": STR}),
+    # OpenAI's custom (free-form) tool items, which the document leaves to implementors.
+    "CustomToolCall": obj({"type": enum("custom_tool_call"), "call_id": STR, "name": STR, "input": STR},
+                          {"id": STR, "namespace": STR, "status": STATUS}),
+    "CustomToolCallOutput": obj({"type": enum("custom_tool_call_output"), "call_id": STR,
+                                 "output": {"oneOf": [STR, array(ref("InputTextContent"))]}},
+                                {"id": STR, "status": STATUS}),
     "FunctionCallOutput": obj({"type": enum("function_call_output"), "id": STR, "call_id": STR,
                                "output": {"oneOf": [STR, array(ref("InputTextContent"))]}, "status": STATUS}),
     "ReasoningBody": obj({"type": enum("reasoning"), "id": STR, "summary": array(PART)},
                          {"content": array(PART), "encrypted_content": STR}),
     "CompactionBody": obj({"type": enum("compaction"), "id": STR, "encrypted_content": STR}, {"created_by": STR}),
-    "ItemField": one_of("Message", "FunctionCall", "FunctionCallOutput", "ReasoningBody", "CompactionBody"),
+    "ItemField": one_of("Message", "FunctionCall", "FunctionCallOutput", "ReasoningBody", "CompactionBody",
+                        "CustomToolCall", "CustomToolCallOutput"),
     "Error": obj({"code": STR, "message": STR}),
     "FunctionTool": obj({"type": enum("function"), "name": STR, "description": nullable(STR),
                          "parameters": nullable({"type": "object"}), "strict": nullable(BOOL)}),
+    "CustomTool": obj({"type": enum("custom"), "name": STR},
+                      {"description": nullable(STR), "format": {"oneOf": [
+                          obj({"type": enum("text")}),
+                          obj({"type": enum("grammar"), "syntax": enum("lark", "regex"), "definition": STR})]}}),
+    "NamespaceTool": obj({"type": enum("namespace"), "name": STR, "description": STR,
+                          "tools": array(one_of("FunctionTool", "CustomTool"))}),
     "ToolChoice": {"oneOf": [obj({"type": enum("function")}, {"name": STR}), enum("none", "auto", "required"),
+                             obj({"type": enum("custom"), "name": STR}),
                              obj({"type": enum("allowed_tools"), "tools": array(obj({"type": enum("function")},
                                                                                      {"name": STR})),
                                   "mode": enum("none", "auto", "required")})]},
@@ -91,12 +108,12 @@ DEFS: dict[str, Any] = {
                       "summary": nullable(enum("concise", "detailed", "auto"))}),
     "Usage": obj({"input_tokens": INT, "output_tokens": INT, "total_tokens": INT,
                   "input_tokens_details": obj({"cached_tokens": INT}),
-                  "output_tokens_details": obj({"reasoning_tokens": INT})}),
+                  "output_tokens_details": obj({"reasoning_tokens": {"type": "integer", "minimum": 0}})}),
     "ResponseResource": obj({
         "id": STR, "object": enum("response"), "created_at": INT, "completed_at": nullable(INT), "status": STR,
         "incomplete_details": nullable(obj({"reason": STR})), "model": STR, "previous_response_id": nullable(STR),
         "instructions": nullable(STR), "output": array(ref("ItemField")), "error": nullable(ref("Error")),
-        "tools": array(ref("FunctionTool")), "tool_choice": ref("ToolChoice"),
+        "tools": array(one_of("FunctionTool", "CustomTool", "NamespaceTool")), "tool_choice": ref("ToolChoice"),
         "truncation": enum("auto", "disabled"), "parallel_tool_calls": BOOL, "text": ref("TextField"),
         "top_p": NUM, "presence_penalty": NUM, "frequency_penalty": NUM, "top_logprobs": INT, "temperature": NUM,
         "reasoning": nullable(ref("Reasoning")), "usage": nullable(ref("Usage")), "max_output_tokens": nullable(INT),
@@ -113,7 +130,10 @@ DEFS: dict[str, Any] = {
     "Deleted": obj({"id": STR, "object": enum("response"), "deleted": enum(True)}),
     "HttpError": obj({"error": obj({"message": STR, "type": STR, "param": nullable(STR), "code": nullable(STR)})}),
     "WebSocketErrorEvent": obj({"type": enum("error"), "status": INT,
-                                "error": obj({"code": STR, "message": STR}, {"type": STR, "param": nullable(STR)})}),
+                                "error": obj({"code": STR, "message": STR}, {"type": STR, "param": nullable(STR)})},
+                               {"stream_id": ref("StreamId")}),
+    # A WebSocket lane's name (OpenAI's WebSocket mode): on every event of a named lane.
+    "StreamId": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,256}$"},
 }
 
 EVENTS: dict[str, dict[str, Any]] = {
@@ -144,6 +164,8 @@ EVENTS: dict[str, dict[str, Any]] = {
                                                      {**_INDEX, "delta": STR}, {"obfuscation": STR}),
     "response.function_call_arguments.done": _event("response.function_call_arguments.done",
                                                     {**_INDEX, "arguments": STR}),
+    "response.custom_tool_call_input.delta": _event("response.custom_tool_call_input.delta", {**_INDEX, "delta": STR}),
+    "response.custom_tool_call_input.done": _event("response.custom_tool_call_input.done", {**_INDEX, "input": STR}),
     "error": _event("error", {"error": ref("ErrorPayload")}),
 }
 
@@ -157,6 +179,8 @@ def validate_event(event: Any) -> None:
     """A streaming event (SSE or WebSocket mode) as the schema of its ``type``."""
     kind = event.get("type") if isinstance(event, dict) else None
     assert kind in EVENTS, f"not a streaming event of the specification: {kind!r}"
+    if "stream_id" in event:  # WebSocket mode: the lane of the request (OpenAI's WebSocket events)
+        _check({"$defs": DEFS, **ref("StreamId")}, event["stream_id"], f"{kind}.stream_id")
     _check({"$defs": DEFS, **EVENTS[kind]}, event, kind)
 
 

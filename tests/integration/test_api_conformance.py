@@ -219,8 +219,8 @@ def test_labels_of_the_request_are_echoed(api):
     assert status == 200, r
     check_response(r)
     assert (r["safety_identifier"], r["prompt_cache_key"], r["max_tool_calls"]) == ("user-7", "session-1", 3)
-    # What was really applied: the one tier there is, no logprobs.
-    assert (r["service_tier"], r["top_logprobs"]) == ("default", 0)
+    # What was really applied: the one tier there is, and the alternatives asked for.
+    assert (r["service_tier"], r["top_logprobs"]) == ("default", 2)
 
 
 def test_incomplete_response_is_complete_in_shape(api):

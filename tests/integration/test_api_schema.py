@@ -1,5 +1,5 @@
 """Every object and streaming event of the front door against the Open Responses specification's
-schemas (``openresponses_schema``): response bodies (text, tool call, reasoning, incomplete,
+schemas (``openresponses_schema``): response bodies (text, tool call, reasoning, incomplete, logprobs,
 failed, cancelled), every kind of streaming event the api emits (SSE and WebSocket mode), the
 stored-response endpoints' bodies, ``input_tokens``, ``compact`` and the errors. Shapes the mesh
 reaches only with luck (a failure mid-response, the gateway gone) come from the api's own
@@ -41,6 +41,9 @@ KINDS = {  # one request of each kind of response
     "reasoning": {"input": "Capital of France?", "reasoning": {"effort": "low"},
                   "loopwire_replay": {"text": "<think>\nThe capital of France is Paris.\n</think>\n\nParis."}},
     "incomplete": {"input": "Write a long story.", "max_output_tokens": 3},
+    # Real log-probabilities (the reference engine's logits) on the part, its deltas and done event.
+    "logprobs": {"input": "Write a long story.", "max_output_tokens": 4, "temperature": 0,
+                 "include": ["message.output_text.logprobs"], "top_logprobs": 2},
 }
 
 
@@ -70,9 +73,12 @@ def test_response_bodies_conform(api, kind):
     status, r, _ = post(api, "/v1/responses", KINDS[kind])
     assert status == 200, r
     validate("ResponseResource", r)
-    expected = {"text": "message", "tool_call": "function_call", "reasoning": "reasoning", "incomplete": "message"}
+    expected = {"text": "message", "tool_call": "function_call", "reasoning": "reasoning", "incomplete": "message",
+                "logprobs": "message"}
     assert r["output"] and r["output"][0]["type"] == expected[kind], r["output"]
-    assert r["status"] == ("incomplete" if kind == "incomplete" else "completed")
+    assert r["status"] == ("incomplete" if kind in ("incomplete", "logprobs") else "completed")
+    if kind == "logprobs":  # the entries' schema was checked on real ones
+        assert r["output"][0]["content"][0]["logprobs"], r["output"]
 
 
 def builder(**body: Any) -> ResponseBuilder:

@@ -4,6 +4,7 @@ response_format) into CreateResponse, and the echo in the Response object: no me
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 
 import pytest
 
@@ -181,7 +182,7 @@ def test_a_held_websocket_request_takes_the_next_ones_constraint():
     conn = Connection(None, None, "")  # type: ignore[arg-type]
     held = parse_create({"model": "loopwire", "input": "hi", "tools": TOOLS, "tool_choice": "required"},
                         models=[], websocket=True)
-    conn.held = ("resp_held", held)
+    conn.held = OrderedDict(resp_held=held)
     fmt = {"type": "json_schema", "name": "a", "schema": SCHEMA}
     merged = conn._merge_held(parse_create({"model": "loopwire", "previous_response_id": "resp_held", "input": "go",
                                             "tool_choice": {"type": "function", "name": "get_time"},
@@ -190,7 +191,7 @@ def test_a_held_websocket_request_takes_the_next_ones_constraint():
     assert [t.name for t in merged.tools] == ["get_weather", "get_time"] and len(merged.input) == 2
     assert merged.tool_choice.function_name == "get_time" and merged.parallel_tool_calls is False
     assert merged.text_format.name == "a"
-    conn.held = ("resp_held", held)
+    conn.held = OrderedDict(resp_held=held)
     plain = conn._merge_held(parse_create({"model": "loopwire", "previous_response_id": "resp_held", "input": "go"},
                                           models=[], websocket=True)).create
     assert not plain.HasField("tool_choice") and not plain.HasField("parallel_tool_calls")

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from loopwire.api import items
+from loopwire.api import items, logprobs
 from loopwire.api.context import (
     SSE_KEEPALIVE,
     context,
@@ -27,7 +27,14 @@ from loopwire.api.context import (
     request_span,
     with_keepalive,
 )
-from loopwire.api.create import output_format, replay_output, request_param, tool_choice
+from loopwire.api.create import (
+    REASONING_EFFORTS,
+    THINK_BUDGETS,
+    output_format,
+    replay_output,
+    request_param,
+    tool_choice,
+)
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -37,7 +44,7 @@ ALLOWED = {
     "model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens", "max_completion_tokens",
     "temperature", "top_p", "stop", "seed", "n", "user", "parallel_tool_calls", "metadata", "store",
     "frequency_penalty", "presence_penalty", "prompt_cache_key", "safety_identifier", "service_tier",
-    "reasoning_effort", "response_format",
+    "reasoning_effort", "response_format", "logprobs", "top_logprobs",
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
 # The gateway's names of the fields parse_chat fills, as this request's.
@@ -92,6 +99,15 @@ def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.Cre
     if stop is not None:
         stops = [stop] if isinstance(stop, str) else items.want(stop, list, "stop", "a string or an array")
         create.sampling.stop.extend(items.want(s, str, f"stop[{i}]", "a string") for i, s in enumerate(stops))
+    _logprobs(body, create.sampling)
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        effort = items.want(effort, str, "reasoning_effort", "a string")
+        if effort not in REASONING_EFFORTS:
+            raise bad_request(f"Invalid value for 'reasoning_effort': {effort!r}.", "reasoning_effort", "invalid_value")
+        create.sampling.enable_thinking = effort != "none"
+        if effort in THINK_BUDGETS:
+            create.sampling.reasoning_budget_tokens = THINK_BUDGETS[effort]
     if body.get("loopwire_replay") is not None:
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
     stream = items.want(body.get("stream", False), bool, "stream", "a boolean")
@@ -100,11 +116,27 @@ def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.Cre
     return create, stream, include_usage
 
 
+def _logprobs(body: dict[str, Any], sampling: common_pb2.SamplingParams) -> None:
+    """``logprobs: true`` asks for them, ``top_logprobs`` (0-20, only with it) for alternatives."""
+    asked = body.get("logprobs")
+    asked = asked is not None and items.want(asked, bool, "logprobs", "a boolean")
+    top = body.get("top_logprobs")
+    if top is not None:
+        items.want(top, int, "top_logprobs", "an integer")
+        if not 0 <= top <= 20:
+            raise bad_request(f"Invalid 'top_logprobs': {top} is not in [0, 20].", "top_logprobs", "invalid_value")
+        if not asked:
+            raise bad_request("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs", "invalid_value")
+    if asked:
+        sampling.top_logprobs = top or 0
+
+
 class ChatBuilder:
     """Converse events -> chat.completion.chunk deltas and the final chat.completion."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, logprobs: bool = False) -> None:
         self.model = model
+        self.logprobs: list[dict[str, Any]] | None = [] if logprobs else None  # the content tokens' entries
         self.id = ""
         self.created = int(time.time())
         self.text = ""
@@ -116,9 +148,11 @@ class ChatBuilder:
         self.stats: dict[str, Any] = {}  # what the gateway did (the Responses API's `loopwire` object)
         self.done = False
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None,
+               lps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        chosen = None if lps is None else {"content": lps, "refusal": None}
         return {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": chosen}]}
 
     def feed(self, event: gateway_pb2.ConverseResponse) -> list[dict[str, Any]]:
         kind = event.WhichOneof("event")
@@ -134,7 +168,11 @@ class ChatBuilder:
             return [self._chunk({}, "content_filter")]
         if kind == "text_delta":
             self.text += event.text_delta.text
-            return [self._chunk({"content": event.text_delta.text})]
+            lps = None
+            if self.logprobs is not None:
+                lps = logprobs.entries(event.text_delta.logprobs)
+                self.logprobs += lps
+            return [self._chunk({"content": event.text_delta.text}, lps=lps)]
         if kind == "tool_call_started":
             s = event.tool_call_started
             index = self._call_index[s.call_id] = len(self.calls)
@@ -168,7 +206,9 @@ class ChatBuilder:
         if self.calls:
             message["tool_calls"] = self.calls
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}],
+                "choices": [{"index": 0, "message": message, "finish_reason": self.finish,
+                             "logprobs": None if self.logprobs is None else {"content": self.logprobs,
+                                                                              "refusal": None}}],
                 "usage": self.usage, "loopwire": self.stats}
 
 
@@ -183,7 +223,7 @@ async def chat_completions(request: Request) -> Response:
             ctx.apply_replay(create)
         except ApiError as e:
             return error_response(e)
-        builder = ChatBuilder(create.model)
+        builder = ChatBuilder(create.model, create.sampling.HasField("top_logprobs"))
         stream = ctx.gateway.open(authorization)
         try:
             events, first = await first_events(stream, create, builder.feed)

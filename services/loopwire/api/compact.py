@@ -25,7 +25,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopwire.api import items
+from loopwire.api import items, tools
 from loopwire.api.context import (
     context,
     error_response,
@@ -136,6 +136,9 @@ def check_previous(store: ResponseStore, owner: str, parsed: ParsedCreate) -> No
     previous = parsed.create.previous_response_id
     if previous and store.deleted(owner, previous):
         raise previous_not_found(previous)
+    if previous and not parsed.create.tools:
+        stored = store.get(owner, previous)
+        parsed.tool_kinds = tools.inherited(stored.response if stored else None, parsed.tool_kinds)
     expand_compacted(store, owner, parsed)
 
 

@@ -49,6 +49,9 @@ class ApiContext:
     store: ResponseStore = field(default_factory=ResponseStore)
     # The running background responses (background: true), bounded per tenant.
     background: BackgroundResponses = field(default_factory=BackgroundResponses)
+    # A WebSocket connection older than this starts no more responses and closes once its last
+    # one ends (OpenAI's websocket_connection_limit_reached, after 60 minutes); 0: no limit.
+    ws_max_age_s: float = 3600.0
 
     def apply_replay(self, create: gateway_pb2.CreateResponse) -> None:
         if self.replay and not create.HasField("replay"):

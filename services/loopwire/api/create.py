@@ -14,7 +14,7 @@ from typing import Any
 
 import jsonschema
 
-from loopwire.api import items
+from loopwire.api import items, tools
 from loopwire.api.errors import ApiError, bad_request, invalid_type, unsupported
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -23,16 +23,17 @@ IMPLEMENTED = {
     "max_output_tokens", "temperature", "top_p", "metadata", "parallel_tool_calls", "text",
     "background",  # HTTP only, with store: the api process runs it in a task of its own (background.py)
     "presence_penalty", "frequency_penalty",  # 0 only: the engine has no penalties
+    "top_logprobs",  # with include message.output_text.logprobs (logprobs_param); reasoning and include too
     "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
 }
 # Accepted so that real clients (Codex, the Agents SDK) work; they change nothing here (the
 # Response object echoes them as the specification asks).
 IGNORED = {
     "user", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier", "stream_options",
-    "include", "reasoning", "truncation", "store_options", "client_metadata", "top_logprobs",
+    "include", "reasoning", "truncation", "store_options", "client_metadata",
     "max_tool_calls",  # counts calls of hosted tools, which are dropped here
 }
-WEBSOCKET_ONLY = {"type", "generate"}
+WEBSOCKET_ONLY = {"type", "generate", "stream_id"}  # stream_id: the lane (websocket.py), read there
 
 
 @dataclass
@@ -53,6 +54,10 @@ class ParsedCreate:
     input_json: list[dict[str, Any]] = field(default_factory=list)
     # Runs in a task of the api process, polled by GET /v1/responses/{id} (background.py).
     background: bool = False
+    # Which offered tools are custom or namespaces (their calls' shapes), and the hosted tool
+    # types that were not offered (tools.py).
+    tool_kinds: tools.ToolKinds = field(default_factory=tools.ToolKinds)
+    not_offered: list[str] = field(default_factory=list)
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False) -> ParsedCreate:
@@ -76,8 +81,8 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     if body.get("instructions") is not None:
         create.instructions = items.want(body["instructions"], str, "instructions", "a string")
     create.input.extend(items.response_input(body.get("input", [])))
-    create.tools.extend(items.response_tools(body.get("tools") or []))
-    tools_json = [items.tool_json(t) for t in body.get("tools") or [] if t.get("type") == "function"]
+    offered, tools_json, not_offered = tools.parse(body.get("tools") or [])
+    create.tools.extend(offered)
     # A delta without tools inherits the conversation's: only the gateway knows them then.
     known = [t.name for t in create.tools] if create.tools or not previous else None
     choice, choice_json = tool_choice(body.get("tool_choice"), known)
@@ -87,6 +92,11 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     effort = reasoning_param(body.get("reasoning"))
     if effort in THINK_BUDGETS:
         create.sampling.reasoning_budget_tokens = THINK_BUDGETS[effort]
+    if body.get("reasoning") is not None:  # a template that takes enable_thinking thinks unless told "none"
+        create.sampling.enable_thinking = effort != "none"
+    top = logprobs_param(body)
+    if top is not None:
+        create.sampling.top_logprobs = top
     store = body.get("store", True)
     items.want(store, bool, "store", "a boolean")
     create.no_store = not store
@@ -113,7 +123,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
     return ParsedCreate(create, stream, store, generate, metadata, parallel is not False, tools_json,
                         choice_json, {**text, "format": format_json(fmt)}, echo(body),
-                        items.input_json(body.get("input", [])), background)
+                        items.input_json(body.get("input", [])), background, tools.kinds(tools_json), not_offered)
 
 
 def format_json(fmt: dict[str, Any]) -> dict[str, Any]:
@@ -139,7 +149,7 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
             if not low <= value <= high:
                 raise bad_request(f"Invalid '{name}': {value} is not in [{low}, {high}].", name, "invalid_value")
         out[name] = value
-    out["top_logprobs"] = 0  # no logprobs are produced, whatever was asked
+    out["top_logprobs"] = logprobs_param(body) or 0  # what is produced: 0 when no logprobs were asked
     # A reasoning model's think block is returned as a reasoning item (never summarized); the effort
     # becomes a thinking budget (sampling.reasoning_budget_tokens, set by parse_create).
     out["reasoning"] = {"effort": reasoning_param(body.get("reasoning")), "summary": None}
@@ -159,6 +169,21 @@ def echo(body: dict[str, Any]) -> dict[str, Any]:
             raise unsupported(name, f"a nonzero {name}")
         out[name] = 0.0
     return out
+
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def logprobs_param(body: dict[str, Any]) -> int | None:
+    """How many alternatives per output token the request asks for (None: no logprobs): asked by
+    ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs`` alternatives, 0 if not
+    given) or by a ``top_logprobs`` above 0 alone."""
+    top = body.get("top_logprobs")
+    include = body.get("include") or []
+    asked = isinstance(include, list) and LOGPROBS_INCLUDE in include
+    if isinstance(top, int) and not isinstance(top, bool) and 0 <= top <= 20 and (asked or top > 0):
+        return top
+    return 0 if asked else None
 
 
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
@@ -205,8 +230,16 @@ def tool_choice(value: Any, tools: list[str] | None) -> tuple[common_pb2.ToolCho
                               "a function).", "tool_choice", "invalid_value")
         return (common_pb2.ToolChoice(mode=_MODES[value]) if value != "auto" else None), value
     items.want(value, dict, "tool_choice", "a string or an object")
+    if value.get("type") == "custom":  # a custom tool is a function of one string to the model
+        items.check_keys(value, {"type", "name"}, "tool_choice")
+        name = items.want(value.get("name"), str, "tool_choice.name", "a string")
+        if tools is not None and name not in tools:
+            raise bad_request(f"Invalid value for 'tool_choice': custom tool {name!r} is not among the request's "
+                              "tools.", "tool_choice", "invalid_value")
+        return (common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_FUNCTION, function_name=name),
+                {"type": "custom", "name": name})
     if value.get("type") != "function":
-        raise unsupported("tool_choice.type", f"tool_choice type {value.get('type')!r} (only function)")
+        raise unsupported("tool_choice.type", f"tool_choice type {value.get('type')!r} (only function and custom)")
     if "function" in value:
         items.check_keys(value, {"type", "function"}, "tool_choice")
         fn = items.want(value["function"], dict, "tool_choice.function", "an object")

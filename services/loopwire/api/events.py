@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loopwire.api import items
+from loopwire.api import items, logprobs, tools
 from loopwire.api.create import GATEWAY_PARAMS, ParsedCreate, request_param
 from loopwire.api.errors import ApiError, from_stream_error
 from loopwire.v1 import common_pb2, gateway_pb2
@@ -28,6 +28,15 @@ def _partial_suffix(text: str, marker: str) -> int:
         if marker.startswith(text[-k:]):
             return k
     return 0
+
+
+def _after_bytes(lps: list[dict[str, Any]], tail: int) -> list[dict[str, Any]]:
+    """The entries of a delta's last ``tail`` bytes (a token straddling the cut goes with them)."""
+    got, n = 0, len(lps)
+    while n > 0 and got < tail:
+        n -= 1
+        got += len(lps[n]["bytes"])
+    return lps[n:]
 
 
 class ResponseBuilder:
@@ -46,6 +55,8 @@ class ResponseBuilder:
         self._open_reasoning: int | None = None  # output index of the reasoning item being streamed
         self._think = _UNDECIDED
         self._held = ""  # text that may still be (or end) a think marker
+        self._held_logprobs: list[dict[str, Any]] = []  # the logprobs entries of held text
+        self._message_logprobs: list[list[dict[str, Any]]] = []  # per message streamed, its tokens' entries
         self._calls: dict[str, int] = {}  # call_id -> output index
         self.usage: dict[str, Any] | None = None
         self.error: dict[str, Any] | None = None
@@ -93,7 +104,8 @@ class ResponseBuilder:
             "truncation": "disabled",
             "usage": self.usage,
             "metadata": self.parsed.metadata,
-            "loopwire": {**self.stats, **({"cache_break": self.cache_break} if self.cache_break else {})},
+            "loopwire": {**self.stats, **({"cache_break": self.cache_break} if self.cache_break else {}),
+                         **({"tools_not_offered": self.parsed.not_offered} if self.parsed.not_offered else {})},
         }
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -121,21 +133,21 @@ class ResponseBuilder:
                                     GATEWAY_PARAMS)
             return self._failed(event.failed.error)
         if kind == "text_delta":
-            return self._text(event.text_delta.text)
+            return self._text(event.text_delta.text, logprobs.entries(event.text_delta.logprobs))
         if kind == "tool_call_started":
             s = event.tool_call_started
             out = self._close_message()
             call = common_pb2.FunctionCall(call_id=s.call_id, name=s.name)
             self._calls[s.call_id] = len(self.output)
-            item = items.output_function_call(call, status="in_progress")
+            item = tools.call_item(call, self.parsed.tool_kinds, status="in_progress")
             self.output.append(item)
             out.append(self._event("response.output_item.added", output_index=self._calls[s.call_id], item=dict(item)))
             return out
         if kind == "tool_call_arguments_delta":
             d = event.tool_call_arguments_delta
             index = self._calls.get(d.call_id)
-            if index is None:
-                return []
+            if index is None or self.output[index]["type"] == "custom_tool_call":
+                return []  # a custom tool's input streams whole, once decoded, at its done
             self.output[index]["arguments"] += d.delta
             return [self._event("response.function_call_arguments.delta", item_id=self.output[index]["id"],
                                 output_index=index, delta=d.delta)]
@@ -144,31 +156,40 @@ class ResponseBuilder:
             index = self._calls.get(call.call_id)
             if index is None:
                 return []
-            item = self.output[index] = items.output_function_call(call)
+            item = self.output[index] = tools.call_item(call, self.parsed.tool_kinds)
+            if item["type"] == "custom_tool_call":
+                return [self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
+                                    delta=item["input"]),
+                        self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
+                                    input=item["input"]),
+                        self._event("response.output_item.done", output_index=index, item=item)]
             return [self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                                name=call.name, arguments=call.arguments),
+                                name=item["name"], arguments=call.arguments),
                     self._event("response.output_item.done", output_index=index, item=item)]
         if kind == "completed":
             return self._completed(event.completed)
         return []  # safety verdicts that passed: nothing to tell an OpenAI client
 
-    def _text(self, text: str) -> list[dict[str, Any]]:
-        """A text delta: reasoning while inside the opening think block, the message's text after."""
+    def _text(self, text: str, lps: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """A text delta: reasoning while inside the opening think block, the message's text after.
+        ``lps``: its tokens' logprobs entries; those of reasoning text are not reported (OpenAI
+        reports none for reasoning)."""
         if self._think == _ANSWER:
-            return self._message_text(text)
+            return self._message_text(text, lps)
         out: list[dict[str, Any]] = []
         text, self._held = self._held + text, ""
+        lps, self._held_logprobs = [*self._held_logprobs, *(lps or ())], []
         if self._think == _UNDECIDED:
             body = text.lstrip()
             if body.startswith(items.THINK_OPEN):
                 self._think, text = _THINKING, body[len(items.THINK_OPEN):]
                 out += self._open_reasoning_item()
             elif items.THINK_OPEN.startswith(body):
-                self._held = text
+                self._held, self._held_logprobs = text, lps
                 return out
             else:
                 self._think = _ANSWER
-                return self._message_text(text)
+                return self._message_text(text, lps)
         if self._think == _THINKING:
             at = text.find(items.THINK_CLOSE)
             if at < 0:
@@ -178,10 +199,11 @@ class ResponseBuilder:
             out += self._reasoning_delta(text[:at])
             out += self._close_reasoning()
             self._think, text = _GAP, text[at + len(items.THINK_CLOSE):]
+            lps = _after_bytes(lps, len(text.encode()))  # the reasoning's tokens are not the answer's
         text = text.lstrip()  # the whitespace between the closer and the answer
         if text:
             self._think = _ANSWER
-            out += self._message_text(text)
+            out += self._message_text(text, lps)
         return out
 
     def _open_reasoning_item(self) -> list[dict[str, Any]]:
@@ -219,9 +241,11 @@ class ResponseBuilder:
                             part=part),
                 self._event("response.output_item.done", output_index=index, item=item)]
 
-    def _message_text(self, text: str) -> list[dict[str, Any]]:
+    def _message_text(self, text: str, lps: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        lps = lps or []
         if self._open_message is None:
+            self._message_logprobs.append([])
             index = self._open_message = len(self.output)
             item = items.output_message(items.message_id(self.id, index), "", status="in_progress")
             self.output.append(item)
@@ -232,16 +256,18 @@ class ResponseBuilder:
         index = self._open_message
         item = self.output[index]
         item["content"][0]["text"] += text
+        item["content"][0]["logprobs"] += lps
+        self._message_logprobs[-1] += lps
         out.append(self._event("response.output_text.delta", item_id=item["id"], output_index=index,
-                               content_index=0, delta=text, logprobs=[]))
+                               content_index=0, delta=text, logprobs=lps))
         return out
 
     def _close_message(self) -> list[dict[str, Any]]:
         """Closes what is streaming (the reasoning item, the message): a call or the end comes."""
         out = self._close_reasoning()
         if self._think == _UNDECIDED and self._held:  # the start of a marker that never came
-            out += self._message_text(self._held)
-        self._held = ""
+            out += self._message_text(self._held, self._held_logprobs)
+        self._held, self._held_logprobs = "", []
         if self._think != _ANSWER:
             self._think = _ANSWER  # a think block opens only the output
         if self._open_message is None:
@@ -253,7 +279,7 @@ class ResponseBuilder:
         return [
             *out,
             self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                        text=part["text"], logprobs=[]),
+                        text=part["text"], logprobs=part["logprobs"]),
             self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
                         part=part),
             self._event("response.output_item.done", output_index=index, item=item),
@@ -263,7 +289,10 @@ class ResponseBuilder:
         out = self._close_message()
         self.done = True
         # The gateway's output is authoritative (a stop string cuts what was streamed).
-        self.output = items.output_items(self.id, list(done.output))
+        self.output = items.output_items(self.id, list(done.output), self.parsed.tool_kinds)
+        messages = (item for item in self.output if item["type"] == "message")
+        for item, lps in zip(messages, self._message_logprobs, strict=False):  # the streamed tokens' entries
+            item["content"][0]["logprobs"] = lps
         self.usage = items.usage(done.usage)
         self.stats = items.loopwire_stats(done.timings, self.replica)
         self.completed_at = int(time.time())

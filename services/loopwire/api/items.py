@@ -33,7 +33,10 @@ THINK_GAP = "\n\n"
 # An assistant message's phase (Codex labels its preambles): a label, the transcript is the same.
 PHASES = {"commentary", "final_answer"}
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
-              "compaction": "cmp"}
+              "compaction": "cmp", "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}
+# How the model names a namespace's tool (tools.py), and the one argument of a custom tool.
+SEPARATOR = "."
+CUSTOM_INPUT = "input"
 # A compaction item's ``encrypted_content`` made here: a version tag, then the summary text in
 # base64url. Opaque to clients (as the specification has it); not a secret: it holds nothing the
 # tenant could not send as a message, so it needs no key and any replica can read it.
@@ -57,6 +60,24 @@ def want(value: Any, kind: type | tuple[type, ...], path: str, expected: str) ->
 def _known(value: Any, names: Collection[str]) -> bool:
     """Whether a JSON value is one of ``names`` (an array or object never is, nor can it be hashed)."""
     return isinstance(value, str) and value in names
+
+
+def joined(namespace: str, name: str) -> str:
+    return f"{namespace}{SEPARATOR}{name}"
+
+
+def custom_arguments(text: str) -> str:
+    """A custom tool call's input as the function arguments the model writes for it."""
+    return json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
+
+
+def _call_name(raw: dict[str, Any], p: str) -> str:
+    """A call's tool name as the model wrote it: a namespaced one joined to its namespace."""
+    name = want(raw.get("name"), str, f"{p}.name", "a string")
+    namespace = raw.get("namespace")
+    if namespace is None:
+        return name
+    return joined(want(namespace, str, f"{p}.namespace", "a string"), name)
 
 
 def text_item(role: int, text: str) -> common_pb2.Item:
@@ -124,17 +145,24 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
                 think_prefix = ""
             items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[role], content=parts)))  # type: ignore[arg-type]
         elif kind == "function_call":
-            check_keys(raw, {"type", "call_id", "name", "arguments", "id", "status"}, p)
+            check_keys(raw, {"type", "call_id", "name", "namespace", "arguments", "id", "status"}, p)
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
                 call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
-                name=want(raw.get("name"), str, f"{p}.name", "a string"),
+                name=_call_name(raw, p),
                 arguments=want(raw.get("arguments", "{}"), str, f"{p}.arguments", "a string"),
+            )))
+        elif kind == "custom_tool_call":
+            check_keys(raw, {"type", "call_id", "name", "namespace", "input", "id", "status"}, p)
+            items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
+                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
+                name=_call_name(raw, p),
+                arguments=custom_arguments(want(raw.get("input", ""), str, f"{p}.input", "a string")),
             )))
         elif kind == "compaction":
             check_keys(raw, {"type", "id", "encrypted_content", "created_by"}, p)
             summary = compaction_summary(raw.get("encrypted_content"), f"{p}.encrypted_content")
             items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=summary)))
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             check_keys(raw, {"type", "call_id", "output", "id", "status"}, p)
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
                 call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
@@ -223,28 +251,9 @@ def input_json(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-# OpenAI tool types that run on OpenAI's side (or group tools): not offered to the model here,
-# and dropped rather than refused so that clients which always send them (Codex) still work.
-DROPPED_TOOL_TYPES = {
-    "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation", "computer_use_preview",
-    "computer", "mcp", "local_shell", "shell", "custom", "namespace", "apply_patch", "tool_search",
-}
-
-
-def response_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
-    """Function tools; hosted tool types are dropped (see DROPPED_TOOL_TYPES), any other type is refused."""
-    want(value, list, path, "an array of tools")
-    tools = []
-    for i, raw in enumerate(value):
-        p = f"{path}[{i}]"
-        want(raw, dict, p, "an object")
-        if _known(raw.get("type"), DROPPED_TOOL_TYPES):
-            continue
-        if raw.get("type") != "function":
-            raise unsupported(f"{p}.type", f"tool type {raw.get('type')!r} (only function tools)")
-        check_keys(raw, {"type", "name", "description", "parameters", "strict"}, p)
-        tools.append(_tool(raw, p))
-    return tools
+def function_tool(raw: dict[str, Any], p: str) -> common_pb2.Tool:
+    """A Responses function tool (its keys already checked) as the gateway's tool."""
+    return _tool(raw, p)
 
 
 def tool_json(raw: dict[str, Any]) -> dict[str, Any]:
@@ -333,14 +342,9 @@ def output_message(item_id: str, text: str, status: str = "completed") -> dict[s
             "content": [output_text(text)]}
 
 
-def output_text(text: str) -> dict[str, Any]:
-    """An output_text part; logprobs are always an empty list (none are produced here)."""
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def output_function_call(call: common_pb2.FunctionCall, status: str = "completed") -> dict[str, Any]:
-    return {"type": "function_call", "id": function_call_id(call.call_id), "call_id": call.call_id,
-            "name": call.name, "arguments": call.arguments, "status": status}
+def output_text(text: str, logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """An output_text part; ``logprobs`` is an empty list unless the request asked for them."""
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
 
 
 def reasoning_id(response_id: str, index: int) -> str:
@@ -358,9 +362,14 @@ def reasoning_text(text: str) -> dict[str, Any]:
     return {"type": "reasoning_text", "text": text}
 
 
-def output_items(response_id: str, output: list[common_pb2.Item]) -> list[dict[str, Any]]:
+def output_items(response_id: str, output: list[common_pb2.Item],
+                 tools: Any = None) -> list[dict[str, Any]]:
     """The gateway's output items (authoritative: cut at stop strings) as Responses output items;
-    a message that opens with a think block becomes a reasoning item, then the message."""
+    a message that opens with a think block becomes a reasoning item, then the message; a call
+    takes its tool's shape (``tools``: the request's ToolKinds, see tools.py)."""
+    from loopwire.api.tools import ToolKinds, call_item  # tools.py builds on this module
+
+    kinds = tools if tools is not None else ToolKinds()
     out: list[dict[str, Any]] = []
     for item in output:
         kind = item.WhichOneof("item")
@@ -375,7 +384,7 @@ def output_items(response_id: str, output: list[common_pb2.Item]) -> list[dict[s
                 text = answer
             out.append(output_message(message_id(response_id, len(out)), text))
         elif kind == "function_call":
-            out.append(output_function_call(item.function_call))
+            out.append(call_item(item.function_call, kinds))
     return out
 
 
@@ -384,7 +393,7 @@ def usage(u: common_pb2.Usage) -> dict[str, Any]:
         "input_tokens": u.input_tokens,
         "input_tokens_details": {"cached_tokens": u.cached_input_tokens},
         "output_tokens": u.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         "total_tokens": u.input_tokens + u.output_tokens,
     }
 
@@ -395,7 +404,7 @@ def chat_usage(u: common_pb2.Usage) -> dict[str, Any]:
         "completion_tokens": u.output_tokens,
         "total_tokens": u.input_tokens + u.output_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
     }
 
 

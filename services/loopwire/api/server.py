@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ws-ping-s", type=float, default=float(_env("ws_ping_s", "20")),
                         help="WebSocket mode: a protocol ping this often (a client that does not answer within the "
                              "same time is dropped); 0: never (env LOOPWIRE_WS_PING_S)")
+    parser.add_argument("--ws-max-age-s", type=float, default=float(_env("ws_max_age_s", "3600")),
+                        help="WebSocket mode: a connection older than this starts no new response (each gets the "
+                             "error websocket_connection_limit_reached), lets those in flight finish, then closes; "
+                             "0: no limit (default 3600, OpenAI's 60 minutes) (env LOOPWIRE_WS_MAX_AGE_S)")
     parser.add_argument("--header-timeout-s", type=float, default=float(_env("header_timeout_s", "10")),
                         help="seconds a connection (or a kept-alive one, from its last response) has to send a "
                              "request's line and headers; later is 408 and closed (env LOOPWIRE_HEADER_TIMEOUT_S)")
@@ -90,8 +94,8 @@ def build_context(args: argparse.Namespace) -> ApiContext:
     turns = load_replay(args.replay) if args.replay else []
     if turns:
         log.warning("replay: responses replay the %d recorded turns of %s", len(turns), args.replay)
-    if args.sse_keepalive_s < 0 or args.ws_ping_s < 0:
-        raise SystemExit("api: --sse-keepalive-s and --ws-ping-s must be 0 (off) or positive")
+    if args.sse_keepalive_s < 0 or args.ws_ping_s < 0 or args.ws_max_age_s < 0:
+        raise SystemExit("api: --sse-keepalive-s, --ws-ping-s and --ws-max-age-s must be 0 (off) or positive")
     if args.header_timeout_s <= 0 or args.body_timeout_s <= 0 or args.keep_alive_s <= 0:
         raise SystemExit("api: --header-timeout-s, --body-timeout-s and --keep-alive-s must be positive")
     if args.stored_responses < 0 or args.stored_bytes < 0 or args.stored_ttl_s <= 0:
@@ -106,7 +110,8 @@ def build_context(args: argparse.Namespace) -> ApiContext:
     background = BackgroundResponses(per_tenant=args.background_responses,
                                      total=args.background_responses * tenants)
     return ApiContext(GatewayClient(args.gateway), models, args.max_body_bytes, authenticator, turns,
-                      sse_keepalive_s=args.sse_keepalive_s, store=store, background=background)
+                      sse_keepalive_s=args.sse_keepalive_s, store=store, background=background,
+                      ws_max_age_s=args.ws_max_age_s)
 
 
 def load_replay(path: str) -> list[common_pb2.ReplayOutput]:

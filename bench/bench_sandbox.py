@@ -1,5 +1,6 @@
-"""Sandbox benchmark: a sandbox per session (each command in namespaces of its own inside it)
-vs a bubblewrap sandbox per command vs no sandbox.
+"""Sandbox benchmark: a sandbox per session (each command in namespaces of its own inside it,
+its init made ahead while the session is idle) vs the same with each init made when its command
+comes vs a bubblewrap sandbox per command vs no sandbox.
 
 1. Spawn: `true` run N times through each path, wall time per command (start to exit, output
    collected), as the shell tool sees it.
@@ -7,12 +8,18 @@ vs a bubblewrap sandbox per command vs no sandbox.
    command, through each sandboxed path and bare.
 3. The recorded sessions' real shell commands (``data/sessions``), each session's commands in
    order in a workspace of its own, through the shell tool (``tools.execute``: spawn,
-   namespaces, shell start, output capture and formatting) per command and per session. The
+   namespaces, shell start, output capture and formatting, quota check) on each path. The
    command's own runtime is measured inside its shell (``$EPOCHREALTIME`` as it starts and at its
-   EXIT trap); the harness's overhead is the rest of the tool call's wall time. Commands run in
-   an empty workspace (the sessions' repositories are not here), so many fail fast: the share
-   of overhead is an upper bound for sessions whose commands do real work. Store writes and
-   events of the loop are not included.
+   EXIT trap, no extra process); the harness's overhead is the rest of the tool call's wall time,
+   reported ÷ the commands' own runtime (summed) and as a per-command median. Twice: in an empty
+   workspace (most commands fail in milliseconds, so spawn dominates) and in a realistic one: a
+   git repository holding a Python package's source (copied from this interpreter's
+   site-packages under the session's package name), with `/testbed` read as the workspace and
+   `python` as `python3`, so `ls`, `grep -r`, `cat`, `find`, `git status`, `python3 -c` do real work.
+4. Profile: ~200 commands of the realistic workspace through the loop's real tool path
+   (``TurnTools``: journal write, events, ``tools.execute``, output item stored in SQLite), with a
+   timestamp at every stage (``sandbox.TRACE``; the supervisor's init writes its own): the median
+   time from the previous stage to each.
 
 Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--out DIR]
 Writes sandbox.md and sandbox.png into ``--out`` (default .state/bench/).
@@ -28,6 +35,7 @@ import re
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,18 +51,25 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common.recorded import load_session  # noqa: E402
-from loopwire.harness import tools  # noqa: E402
+from loopwire.harness import sandbox, tools  # noqa: E402
 from loopwire.harness.background import BackgroundTasks  # noqa: E402
+from loopwire.harness.config import HarnessConfig  # noqa: E402
+from loopwire.harness.loop import SessionRun  # noqa: E402
 from loopwire.harness.sandbox import Sandbox, command_env  # noqa: E402
 from loopwire.harness.session_sandbox import SessionSandbox  # noqa: E402
-from loopwire.v1 import common_pb2  # noqa: E402
+from loopwire.harness.store.sqlite import SqliteSessionStore  # noqa: E402
+from loopwire.harness.turn_tools import TurnTools  # noqa: E402
+from loopwire.v1 import common_pb2, harness_pb2  # noqa: E402
 
 import interrupts  # noqa: E402
 import provenance  # noqa: E402
 
 console = Console() if sys.stdout.isatty() else Console(width=150)
 STORM = "seq 1000 | xargs -I{} true"
-PER_COMMAND, PER_SESSION, BARE = "sandbox per command (before)", "sandbox per session (after)", "bare (no sandbox)"
+PER_COMMAND, ON_DEMAND = "sandbox per command (before)", "per session, init made per command"
+PER_SESSION, BARE = "per session, init made ahead (after)", "bare (no sandbox)"
+SANDBOXED = (PER_COMMAND, ON_DEMAND, PER_SESSION)
+PACKAGE = "rich"  # the package whose source the realistic workspace holds
 _MARK = re.compile(r"@@loopwire-bench (\d+\.\d+) (\d+\.\d+)\s*$")
 
 
@@ -75,43 +90,34 @@ async def sandboxed(start: object, command: str) -> float:
     return time.perf_counter() - started
 
 
-def runners(box: Sandbox, workspace: Path) -> tuple[dict[str, object], SessionSandbox]:
-    session = SessionSandbox(box, workspace)
-    return {PER_COMMAND: lambda c: box.start(workspace, c), PER_SESSION: session.start,
-            BARE: lambda c: bare(workspace, c)}, session
+def runners(boxes: dict[str, Sandbox], workspace: Path) -> tuple[dict[str, object], list[SessionSandbox]]:
+    cold, warm = SessionSandbox(boxes[ON_DEMAND], workspace), SessionSandbox(boxes[PER_SESSION], workspace)
+    box = boxes[PER_COMMAND]
+    return {PER_COMMAND: lambda c: box.start(workspace, c), ON_DEMAND: cold.start, PER_SESSION: warm.start,
+            BARE: lambda c: bare(workspace, c)}, [cold, warm]
 
 
 async def timed(mode: str, run: object, command: str) -> float:
     return await run(command) if mode == BARE else await sandboxed(run, command)  # type: ignore[operator]
 
 
-async def bench_spawn(box: Sandbox, tmp: Path, reps: int, progress: Progress) -> dict[str, list[float]]:
-    ws = tmp / "spawn"
+async def repeat(boxes: dict[str, Sandbox], ws: Path, command: str, reps: int, gap: float,
+                 progress: Progress) -> dict[str, list[float]]:
+    """``command`` ``reps`` times on each path, interleaved so load on the machine hits every path
+    alike, ``gap`` seconds apart (the model's turn between two commands, when the init is made)."""
     ws.mkdir()
-    run, session = runners(box, ws)
-    await sandboxed(session.start, "true")  # the session's sandbox starts once, before the clock
+    run, sessions = runners(boxes, ws)
+    for session in sessions:
+        await sandboxed(session.start, "true")  # the session's sandbox starts once, before the clock
     out: dict[str, list[float]] = {m: [] for m in run}
-    task = progress.add_task("spawn: `true`", total=reps * len(run))
-    for _ in range(reps):  # interleaved, so load on the machine hits every path alike
-        for mode, r in run.items():
-            out[mode].append(await timed(mode, r, "true"))
-            progress.advance(task)
-    session.close()
-    return out
-
-
-async def bench_storm(box: Sandbox, tmp: Path, reps: int, progress: Progress) -> dict[str, list[float]]:
-    ws = tmp / "storm"
-    ws.mkdir()
-    run, session = runners(box, ws)
-    await sandboxed(session.start, "true")
-    out: dict[str, list[float]] = {m: [] for m in run}
-    task = progress.add_task(f"storm: `{STORM}`", total=reps * len(run))
+    task = progress.add_task(f"`{command}`", total=reps * len(run))
     for _ in range(reps):
         for mode, r in run.items():
-            out[mode].append(await timed(mode, r, STORM))
+            await asyncio.sleep(gap)
+            out[mode].append(await timed(mode, r, command))
             progress.advance(task)
-    session.close()
+    for session in sessions:
+        session.close()
     return out
 
 
@@ -122,11 +128,13 @@ class Overhead:
     wall: float = 0.0  # seconds of the tool calls, measured ones only
     own: float = 0.0  # seconds the commands' shells ran
     first_wall: float = 0.0  # the session's first command (it starts the session's sandbox)
-    per_call: list[float] = field(default_factory=list)
+    per_call: list[float] = field(default_factory=list)  # seconds beyond the command's own runtime
+    ratios: list[float] = field(default_factory=list)  # per command: overhead ÷ own runtime
 
     @property
     def share(self) -> float:
-        return (self.wall - self.own) / self.wall if self.wall else 0.0
+        """Overhead ÷ the commands' own runtime, summed over the commands."""
+        return (self.wall - self.own) / self.own if self.own else 0.0
 
 
 def wrapped(command: str) -> str:
@@ -135,23 +143,66 @@ def wrapped(command: str) -> str:
             f"__lw_s=$EPOCHREALTIME; eval {shlex.quote(command)}")
 
 
-async def bench_sessions(box: Sandbox, tmp: Path, paths: list[Path], limit: int,
-                         progress: Progress) -> tuple[dict[str, Overhead], list[tuple[Path, int]]]:
+def package_name(path: Path) -> str:
+    """The package a recorded session worked on (``pvlib__pvlib-python-1072`` -> ``pvlib``)."""
+    stem = path.name.split(".")[0]
+    repo = stem.split("__")[-1] if "__" in stem else stem
+    return re.sub(r"-\d+$", "", repo).replace("-python", "").split("-")[0] or "pkg"
+
+
+def realistic_template(tmp: Path) -> Path:
+    """A git repository holding PACKAGE's source (from site-packages), committed once."""
+    src = Path(str(__import__(PACKAGE).__file__)).parent
+    repo = tmp / "template"
+    shutil.copytree(src, repo / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "README.md").write_text(f"# {PACKAGE}\n")
+    env = {**command_env(str(repo)), "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "source"]):
+        subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+    return repo
+
+
+def realistic(command: str, ws: Path) -> str:
+    """A recorded command as it would run in its repository here: /testbed is the workspace."""
+    command = command.replace("/testbed", str(ws))
+    return re.sub(r"(^|[;&|(]\s*|&&\s*)python(\s)", r"\1python3\2", command)
+
+
+def make_workspace(tmp: Path, name: str, template: Path | None, package: str) -> Path:
+    ws = tmp / name
+    if template is None:
+        ws.mkdir()
+    else:
+        shutil.copytree(template, ws, symlinks=True)
+        if package != PACKAGE:
+            (ws / PACKAGE).rename(ws / package)
+    return ws
+
+
+def recorded_commands(paths: list[Path], limit: int) -> list[tuple[Path, int, list[str]]]:
     sessions = []
     for path in paths:
         recorded = load_session(path)
         commands = [json.loads(c.arguments).get("command", "") for t in recorded.turns for c in t.calls
                     if c.name == "bash"]
         sessions.append((path, len(recorded.turns), [c for c in commands if c][:limit or None]))
-    out = {PER_COMMAND: Overhead(), PER_SESSION: Overhead()}
-    task = progress.add_task("recorded commands", total=2 * sum(len(c) for _, _, c in sessions))
-    for n, (_, _, commands) in enumerate(sessions):
-        for mode, overhead in out.items():
-            ws = tmp / f"session-{n}-{'s' if mode == PER_SESSION else 'c'}"
-            ws.mkdir()
-            box.per_session = mode == PER_SESSION
+    return sessions
+
+
+async def bench_sessions(boxes: dict[str, Sandbox], tmp: Path, sessions: list[tuple[Path, int, list[str]]],
+                         template: Path | None, progress: Progress) -> dict[str, Overhead]:
+    out = {m: Overhead() for m in SANDBOXED}
+    kind = "realistic" if template else "empty"
+    task = progress.add_task(f"recorded commands, {kind} workspace",
+                             total=len(out) * sum(len(c) for _, _, c in sessions))
+    for n, (path, _, commands) in enumerate(sessions):
+        for k, (mode, overhead) in enumerate(out.items()):
+            ws = make_workspace(tmp, f"{kind}-{n}-{k}", template, package_name(path))
+            box = boxes[mode]
             ctx = tools.ToolContext(ws, box, BackgroundTasks(), shell_timeout=10, background_after=60)
-            for i, command in enumerate(commands):
+            for i, recorded_command in enumerate(commands):
+                command = realistic(recorded_command, ws) if template else recorded_command
                 call = common_pb2.FunctionCall(call_id="c", name="shell",
                                                arguments=json.dumps({"command": wrapped(command), "timeout_seconds": 10}))
                 started = time.time()
@@ -161,31 +212,136 @@ async def bench_sessions(box: Sandbox, tmp: Path, paths: list[Path], limit: int,
                 if i == 0:
                     overhead.first_wall += wall
                 elif m := _MARK.search(outcome.output.rsplit("\n[exit code", 1)[0]):
+                    own = float(m.group(2)) - float(m.group(1))
                     overhead.measured += 1
                     overhead.wall += wall
-                    overhead.own += float(m.group(2)) - float(m.group(1))
-                    overhead.per_call.append(wall - (float(m.group(2)) - float(m.group(1))))
+                    overhead.own += own
+                    overhead.per_call.append(wall - own)
+                    overhead.ratios.append((wall - own) / own if own > 0 else float("inf"))
                 progress.advance(task)
             ctx.background.kill_all()
-    box.per_session = True
-    return out, [(p, turns) for p, turns, _ in sessions]
+            shutil.rmtree(ws, ignore_errors=True)
+    return out
+
+
+_TRACE_LINE = re.compile(r"^@@lw-trace (.+) (\d+)$", re.M)
+
+
+async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: Path,
+                        gap: float) -> tuple[dict[str, list[float]], list[float]]:
+    """Each command through the loop's tool path (TurnTools, the store, events), ``gap`` seconds
+    after the one before (the model's turn), with a timestamp at every stage: per stage, the
+    seconds since the stage before it; and each call's total."""
+    ws = make_workspace(tmp, "profile", template, PACKAGE)
+    store = SqliteSessionStore(tmp / "profile.db")
+    store.create("s", harness_pb2.StartTask(task="profile"), "", [], str(ws), "")
+    events: list[harness_pb2.RunResponse] = []
+
+    def emit(event: harness_pb2.RunResponse) -> None:
+        sandbox.mark(f"event {event.WhichOneof('event')} emitted")
+        events.append(event)
+
+    stored = store.load("s")
+    assert stored is not None
+    run = SessionRun(HarnessConfig(workspace_root=tmp), store, box, stored, emit)
+    for name in ("record_call_started", "append"):
+        def traced(*args: object, _f: object = getattr(store, name), _n: str = name, **kwargs: object) -> object:
+            sandbox.mark(f"store {_n} begins (a worker thread)")
+            result = _f(*args, **kwargs)  # type: ignore[operator]
+            sandbox.mark(f"store {_n} committed")
+            return result
+        setattr(store, name, traced)
+    stages: dict[str, list[float]] = {}
+    places: dict[str, list[int]] = {}
+    totals = []
+    try:
+        for n, command in enumerate(["true", *commands]):  # the first starts the session's sandbox
+            call = common_pb2.FunctionCall(call_id=f"c{n}", name="shell",
+                                           arguments=json.dumps({"command": wrapped(realistic(command, ws))}))
+            await asyncio.sleep(gap)
+            sandbox.TRACE = []
+            sandbox.mark("tool call complete in the stream")
+            turn = TurnTools(run, n + 1)
+            turn.start(call)
+            await turn.finish([call])
+            trace, sandbox.TRACE = sandbox.TRACE, None
+            text = run.items[-1].function_call_output.output
+            trace += [(m.group(1), int(m.group(2))) for m in _TRACE_LINE.finditer(text)]
+            if m := _MARK.search(text.rsplit("\n[exit code", 1)[0]):
+                trace += [("bash runs the command (EPOCHREALTIME)", int(float(m.group(1)) * 1e9)),
+                          ("command's own runtime (to its EXIT trap)", int(float(m.group(2)) * 1e9))]
+            if n == 0:
+                continue
+            trace.sort(key=lambda x: x[1])
+            totals.append((trace[-1][1] - trace[0][1]) / 1e9)
+            for k, ((_, before), (stage, at)) in enumerate(zip(trace, trace[1:], strict=False)):
+                stages.setdefault(stage, []).append((at - before) / 1e9)
+                places.setdefault(stage, []).append(k)
+    finally:
+        sandbox.TRACE = None
+        run.background.kill_all()
+        store.close()
+    order = sorted(stages, key=lambda st: statistics.median(places[st]))
+    return {st: stages[st] for st in order}, totals
+
+
+def realistic_mix(sessions: list[tuple[Path, int, list[str]]], count: int) -> list[str]:
+    """``count`` recorded commands, taken evenly across the sessions."""
+    flat = [c for _, _, commands in sessions for c in commands]
+    step = max(1, len(flat) // count)
+    return flat[::step][:count]
 
 
 def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:.2f}"
 
 
-def report(spawn: dict[str, list[float]], storm: dict[str, list[float]], overhead: dict[str, Overhead],
-           short: str) -> tuple[list[Table], plt.Figure]:
-    t1 = Table(title=f"1. spawn: `true` per command ({len(spawn[BARE])} runs each, interleaved)")
+def spawn_table(title: str, data: dict[str, list[float]]) -> Table:
+    t = Table(title=title)
     for name in ("path", "median ms", "mean ms", "p90 ms", "vs per command", "beyond bare (median ms)"):
-        t1.add_column(name, justify="left" if name == "path" else "right")
-    base, floor = statistics.median(spawn[PER_COMMAND]), statistics.median(spawn[BARE])
-    for mode, values in spawn.items():
+        t.add_column(name, justify="left" if name == "path" else "right")
+    base, floor = statistics.median(data[PER_COMMAND]), statistics.median(data[BARE])
+    for mode, values in data.items():
         med = statistics.median(values)
-        t1.add_row(mode, ms(values), f"{statistics.mean(values) * 1000:.2f}",
-                   f"{statistics.quantiles(values, n=10)[-1] * 1000:.2f}", f"{med / base:.2f}×",
-                   f"{(med - floor) * 1000:.2f}")
+        t.add_row(mode, ms(values), f"{statistics.mean(values) * 1000:.2f}",
+                  f"{statistics.quantiles(values, n=10)[-1] * 1000:.2f}", f"{med / base:.2f}×",
+                  f"{(med - floor) * 1000:.2f}")
+    return t
+
+
+def overhead_table(title: str, overhead: dict[str, Overhead]) -> Table:
+    t = Table(title=title)
+    for name in ("path", "commands", "measured", "tool wall s", "own runtime s", "overhead s",
+                 "overhead ÷ own runtime", "median overhead ms/call", "median overhead ÷ own, per call",
+                 "first commands wall s"):
+        t.add_column(name, justify="left" if name == "path" else "right")
+    for mode, o in overhead.items():
+        t.add_row(mode, str(o.commands), str(o.measured), f"{o.wall:.2f}", f"{o.own:.2f}", f"{o.wall - o.own:.2f}",
+                  f"{o.share:.1%}", ms(o.per_call) if o.per_call else "-",
+                  f"{statistics.median(o.ratios):.1%}" if o.ratios else "-", f"{o.first_wall:.2f}")
+    return t
+
+
+def profile_table(stages: dict[str, list[float]], totals: list[float]) -> Table:
+    t = Table(title=f"4. where a command's time goes: {len(totals)} recorded commands in the realistic workspace "
+                    f"through the loop's tool path, per session, init made ahead (median per call "
+                    f"{statistics.median(totals) * 1000:.2f} ms)")
+    for name in ("stage reached", "calls", "median ms since the stage before", "mean ms", "share of the mean total"):
+        t.add_column(name, justify="left" if name == "stage reached" else "right")
+    total = statistics.mean(totals)
+    for stage, values in stages.items():
+        t.add_row(stage, str(len(values)), ms(values), f"{statistics.mean(values) * 1000:.3f}",
+                  f"{sum(values) / len(totals) / total:.1%}")
+    return t
+
+
+def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], storm: dict[str, list[float]],
+           overheads: dict[str, dict[str, Overhead]], profile: tuple[dict[str, list[float]], list[float]],
+           gap: float) -> tuple[list[Table], plt.Figure]:
+    t1 = spawn_table(f"1a. spawn: `true` per command, {gap * 1000:g} ms apart (a model turn's least), "
+                     f"{len(spawn[BARE])} runs each, interleaved", spawn)
+    t1b = spawn_table(f"1b. spawn: `true` per command, back to back (no idle time to make the next init), "
+                      f"{len(spawn_b2b[BARE])} runs each, interleaved", spawn_b2b)
     t2 = Table(title=f"2. process storm: `{STORM}` as one command ({len(storm[BARE])} runs each)")
     for name in ("path", "median ms", "vs per command", "vs bare"):
         t2.add_column(name, justify="left" if name == "path" else "right")
@@ -193,68 +349,87 @@ def report(spawn: dict[str, list[float]], storm: dict[str, list[float]], overhea
     for mode, values in storm.items():
         med = statistics.median(values)
         t2.add_row(mode, ms(values), f"{med / sbase:.2f}×", f"{med / sfloor:.2f}×")
-    t3 = Table(title="3. recorded sessions' commands through the shell tool: harness overhead beyond the commands' "
-                     "own runtime (each session's first command, which starts the session's sandbox, counted apart)")
-    for name in ("path", "commands", "measured", "tool wall s", "own runtime s", "overhead s", "overhead share",
-                 "median overhead ms/call", "first commands wall s"):
-        t3.add_column(name, justify="left" if name == "path" else "right")
-    for mode, o in overhead.items():
-        t3.add_row(mode, str(o.commands), str(o.measured), f"{o.wall:.2f}", f"{o.own:.2f}", f"{o.wall - o.own:.2f}",
-                   f"{o.share:.1%}", ms(o.per_call) if o.per_call else "-", f"{o.first_wall:.2f}")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6))
-    colors = {PER_COMMAND: "tab:gray", PER_SESSION: "tab:green", BARE: "tab:blue"}
-    for ax, data, title, unit in ((axes[0], spawn, "1. `true`: wall per command", "ms (median)"),
-                                  (axes[1], storm, f"2. `{STORM}`", "ms (median)")):
+    tables = [t1, t1b, t2]
+    for kind, overhead in overheads.items():
+        tables.append(overhead_table(f"3. recorded sessions' commands through the shell tool, {kind} workspace: "
+                                     "harness overhead beyond the commands' own runtime (each session's first "
+                                     "command, which starts the session's sandbox, counted apart)", overhead))
+    tables.append(profile_table(*profile))
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
+    colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", PER_SESSION: "tab:green", BARE: "tab:blue"}
+    for ax, data, title in ((axes[0], spawn, "1a. `true`: wall per command"), (axes[1], storm, f"2. `{STORM}`")):
         medians = {m: statistics.median(v) * 1000 for m, v in data.items()}
         bars = ax.barh(list(medians), list(medians.values()), color=[colors[m] for m in medians])
         ax.bar_label(bars, labels=[f"{v:.1f} ms" for v in medians.values()], fontsize=8, padding=2)
-        ax.set_xlim(0, max(medians.values()) * 1.3)
+        ax.set_xlim(0, max(medians.values()) * 1.35)
         ax.invert_yaxis()
-        ax.set(title=title, xlabel=unit)
-        ax.tick_params(axis="y", labelsize=8)
-    shares = {m: o.share * 100 for m, o in overhead.items()}
-    bars = axes[2].bar([m.split(" (")[0].replace("sandbox ", "") for m in shares], list(shares.values()),
-                       color=[colors[m] for m in shares])
-    axes[2].bar_label(bars, labels=[f"{v:.1f}%" for v in shares.values()], fontsize=8)
+        ax.set(title=title, xlabel="ms (median)")
+        ax.tick_params(axis="y", labelsize=7)
+    width = 0.38
+    for i, (kind, overhead) in enumerate(overheads.items()):
+        shares = [overhead[m].share * 100 for m in SANDBOXED]
+        xs = [x + (i - 0.5) * width for x in range(len(SANDBOXED))]
+        bars = axes[2].bar(xs, shares, width, label=f"{kind} workspace", alpha=0.55 + 0.45 * i,
+                           color=[colors[m] for m in SANDBOXED])
+        axes[2].bar_label(bars, labels=[f"{v:.0f}%" for v in shares], fontsize=7)
+    axes[2].set_xticks(range(len(SANDBOXED)), [m.split(" (")[0].replace("sandbox ", "") for m in SANDBOXED],
+                       fontsize=7)
     axes[2].axhline(5, color="tab:red", linestyle="--", linewidth=1, label="goal: 5%")
-    axes[2].legend(fontsize=8)
-    axes[2].set(title="3. harness overhead on recorded commands", ylabel="% of tool-call wall time")
-    fig.suptitle("Shell sandbox: one per session vs one per command", fontsize=11)
+    axes[2].legend(fontsize=7)
+    axes[2].set(title="3. harness overhead ÷ commands' own runtime", ylabel="%")
+    fig.suptitle("Shell sandbox: one per session (init made ahead) vs per command", fontsize=11)
     fig.tight_layout()
-    return [t1, t2, t3], fig
+    return tables, fig
+
+
+def probed(tmp: Path, name: str, per_session: bool, warm: bool) -> Sandbox:
+    box = Sandbox(output_limit=16384, per_session=per_session)
+    box.warm_spare = warm
+    if reason := box.probe(tmp / f"probe-{name}"):
+        raise SystemExit(f"the sandbox cannot run here: {reason}")
+    return box
 
 
 async def main_async(args: argparse.Namespace) -> int:
     paths = provenance.session_files(args.traces)[:args.sessions or None]
     reps = 30 if args.quick else args.reps
     storm_reps = 3 if args.quick else 10
-    limit = 20 if args.quick else 0
+    limit = 20 if args.quick else args.limit
     tmp = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
-    box = Sandbox(output_limit=16384)
-    if reason := box.probe(tmp / "probe"):
-        console.print(f"[red]the sandbox cannot run here: {reason}")
-        return 1
-    if not box.per_session:
+    boxes = {PER_COMMAND: probed(tmp, "c", False, False), ON_DEMAND: probed(tmp, "d", True, False),
+             PER_SESSION: probed(tmp, "s", True, True)}
+    if not boxes[PER_SESSION].per_session:
         console.print("[red]no system python3 for a session's supervisor: nothing to compare")
         return 1
+    sessions = recorded_commands(paths, limit)
     try:
+        template = realistic_template(tmp)
         with Progress(console=console, transient=True) as progress:
-            spawn = await bench_spawn(box, tmp, reps, progress)
-            storm = await bench_storm(box, tmp, storm_reps, progress)
-            overhead, used = await bench_sessions(box, tmp, paths, limit, progress)
+            spawn = await repeat(boxes, tmp / "spawn", "true", reps, args.gap, progress)
+            spawn_b2b = await repeat(boxes, tmp / "spawn-b2b", "true", reps, 0.0, progress)
+            storm = await repeat(boxes, tmp / "storm", STORM, storm_reps, args.gap, progress)
+            overheads = {"empty": await bench_sessions(boxes, tmp, sessions, None, progress),
+                         "realistic": await bench_sessions(boxes, tmp, sessions, template, progress)}
+            profile = await bench_profile(boxes[PER_SESSION], tmp, realistic_mix(sessions, args.profile), template,
+                                          args.gap)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    note = f"their `bash` calls{f', the first {limit} of each' if limit else ''}, in an empty workspace"
+    used = [(p, turns) for p, turns, _ in sessions]
+    note = (f"their `bash` calls{f', the first {limit} of each' if limit else ''}, in an empty workspace and in a "
+            f"git repository of `{PACKAGE}`'s source named as the session's package")
     short = provenance.short_data(used, note)
-    tables, fig = report(spawn, storm, overhead, short)
+    tables, fig = report(spawn, spawn_b2b, storm, overheads, profile, args.gap)
     for t in tables:
         console.print(t)
     provenance.stamp(fig, short)
     png = provenance.save_figure(fig, args.out, "sandbox")
     header = provenance.provenance(
-        [f"part 1: `true` × {reps} per path", f"part 2: `{STORM}` × {storm_reps} per path",
-         f"part 3: {provenance.describe_sessions(used, note=note)}"],
-        notes=["the machine's cores are shared: compare paths within one run (they are interleaved), not across runs"])
+        [f"part 1: `true` × {reps} per path, {args.gap * 1000:g} ms apart and back to back",
+         f"part 2: `{STORM}` × {storm_reps} per path", f"part 3: {provenance.describe_sessions(used, note=note)}",
+         f"part 4: {len(profile[1])} of those commands, taken evenly, in the realistic workspace"],
+        notes=["the machine's cores are shared: compare paths within one run (they are interleaved), not across runs",
+               "own runtime: measured inside the sandbox by the command's shell ($EPOCHREALTIME when it starts, and in "
+               "its EXIT trap); overhead = tool-call wall time (tools.execute) minus that"])
     body = []
     for t in tables:
         body += [*provenance.table_markdown(t), ""]
@@ -271,6 +446,10 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=0, help="only the first N sessions (0: all)")
     parser.add_argument("--reps", type=int, default=200, help="runs of `true` per path")
     parser.add_argument("--quick", action="store_true", help="fewer runs, 20 commands per session")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N commands of each session (0: all)")
+    parser.add_argument("--gap", type=float, default=0.05,
+                        help="seconds between two commands in part 1a and 2 (the model's turn; 0.05: a fast one)")
+    parser.add_argument("--profile", type=int, default=200, help="commands profiled in part 4")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)

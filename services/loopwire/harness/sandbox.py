@@ -52,6 +52,7 @@ from loopwire.harness import egress, seccomp, tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
 from loopwire.harness.tenant_limits import Cgroups, QuotaWatch, megabytes, resolve
 from loopwire.harness.workspace_files import check_workspace_path, open_workspace, set_file_owner
+from loopwire.harness.workspace_quota import CommandQuota
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 _PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
@@ -131,6 +132,16 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+# Where a command's time goes (``bench_sandbox --profile``): None, or a list each stage of the
+# command path appends (stage, time.time_ns()) to. Off, a mark costs one global lookup.
+TRACE: list[tuple[str, int]] | None = None
+
+
+def mark(stage: str, at: int = 0) -> None:
+    if TRACE is not None:
+        TRACE.append((stage, at or time.time_ns()))
+
+
 def command_env(home: str) -> dict[str, str]:
     """The whole environment of a sandboxed command: nothing of the harness's."""
     return {"PATH": _PATH, "HOME": home, "LANG": "C.UTF-8", "USER": SANDBOX_USER, "LOGNAME": SANDBOX_USER,
@@ -186,6 +197,9 @@ class Sandbox:
         # One sandbox per session, each command in namespaces of its own inside it (``session_sandbox``);
         # off: every command starts a sandbox of its own.
         self.per_session = per_session and bool(self.python)
+        # A session's supervisor keeps the next command's init made and confined while the session is idle,
+        # so a command waits for no clone, mounts or seccomp; off: each is made when its command comes.
+        self.warm_spare = True
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""
@@ -408,8 +422,9 @@ class Sandbox:
                                   stdin=stdin, buffer=buffer)
 
     async def _launch(self, spawn: _Spawn, *, network: bool, stdin: bool,
-                      buffer: HeadTailBuffer | None) -> SandboxedProcess:
-        """Run a prepared bwrap: its pid known, its pidfd held, then "go"."""
+                      buffer: HeadTailBuffer | None, quota: bool = True) -> SandboxedProcess:
+        """Run a prepared bwrap: its pid known, its pidfd held, then "go". ``quota``: watch the
+        workspace's size for it (not for a session's supervisor: its commands are watched)."""
         try:
             # The descriptors are closed once the spawn is over, never before: a number closed
             # early could be reused by another thread and passed into the sandbox instead.
@@ -446,7 +461,8 @@ class Sandbox:
             if network:
                 process.proxy = await self._connect(pid, process)
             os.write(spawn.block_w, b"go")
-            self.watch_quota(process, spawn.workspace)
+            if quota:
+                self.watch_quota(process, spawn.workspace)
         except BaseException:
             process.kill()
             raise
@@ -582,7 +598,7 @@ class SandboxedProcess:
         self.timed_out = False
         self.largest_file = largest_file
         self.proxy: egress.Proxy | None = None
-        self.quota: QuotaWatch | None = None
+        self.quota: QuotaWatch | CommandQuota | None = None
         self._init = -1  # pidfd of the sandbox's init, once bwrap told its pid
         self._noted = False
 
@@ -597,6 +613,7 @@ class SandboxedProcess:
         assert self.proc.stdout is not None
         while chunk := await self.proc.stdout.read(65536):
             self.buffer.feed(chunk)
+        mark("output closed")
 
     async def wait(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds for the command to exit; True when it did."""
@@ -609,9 +626,11 @@ class SandboxedProcess:
     async def _finish(self) -> None:
         await self._reader
         await self.proc.wait()
+        mark("exit seen")
         self._release()
         if self.quota is not None:
             await self.quota.done  # its last check of the workspace
+            mark("quota checked")
 
     def _release(self) -> None:
         if self._init >= 0:

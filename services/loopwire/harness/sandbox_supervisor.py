@@ -1,18 +1,21 @@
-"""The supervisor inside a session's sandbox: starts each command in namespaces of its own.
+"""The supervisor inside a session's sandbox: makes each command's init ahead of time.
 
 It runs as the sandbox's command (``python3 -I -S -c`` this file's text, so it imports nothing
 but the standard library of the system's interpreter, which the sandbox binds read-only) with
 two capabilities in the sandbox's user namespace and no seccomp filter, which it needs to make
 each command's namespaces; the command itself gets neither.
 
-For each request from the harness (a JSON line and descriptors over the control socket) it
-forks the command's init into a new pid namespace (clone), whose pid 1 it is. The init makes a
-mount and an IPC namespace, mounts a fresh /tmp, /dev/shm and /dev/pts (as bubblewrap does for a sandbox of its
-own), drops every capability, loads the seccomp filter and waits for "go" from
-the harness, which by then holds a pidfd of it. Only then does it spawn ``bash -c`` (vfork and
-exec: pid 2, a session of its own). When bash exits, the init exits with its status and the kernel kills every
-process left in the namespace: setsid and double forks cannot leave it, and a SIGKILL through
-the harness's pidfd ends the whole tree the same way.
+On each request from the harness it forks a spare: the init of a future command, in a new pid
+namespace (clone) whose pid 1 it is. The spare makes a mount and an IPC namespace, mounts a
+fresh /tmp, /dev/shm and /dev/pts (as bubblewrap does for a sandbox of its own), drops every
+capability and loads the seccomp filter, all before any command exists; then it waits on a
+socket of its own. The supervisor hands the harness a pidfd of the spare and the other end of
+that socket, so the harness holds the kill of a command's namespace before it sends the
+command, straight to its spare. The spare then spawns ``bash -c`` (vfork and exec: pid 2, a
+session of its own); when bash exits it kills whatever is left in its namespace (setsid and
+double forks cannot leave it), reaps it all, and only then tells the harness bash's status, so
+nothing of a command runs once the harness sees it end. A SIGKILL through the harness's pidfd
+ends the whole tree the same way, and the harness then reads no status.
 """
 
 import ctypes
@@ -24,6 +27,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 0x1000, 0x4000, 1 << 18
@@ -34,6 +38,12 @@ CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
+
+
+def mark(request, fd, stage):
+    """A profiling mark in the command's output (``bench_sandbox --profile`` asks for them)."""
+    if request.get("trace"):
+        os.write(fd, f"@@lw-trace {stage} {time.time_ns()}\n".encode())
 
 
 def check(rc, what):
@@ -93,35 +103,73 @@ def close_all_but(keep):
         os.set_inheritable(fd, False)
 
 
-def command_init(request, fds, program, tmp_size):
-    """pid 1 of the command's namespace: confine, wait for go, run bash, exit with its status."""
-    out, go = fds[0], fds[1]
-    stdin = fds[2] if request.get("stdin") else -1
+def receive(sock):
+    """A JSON message and the descriptors passed with it (at most MAX_FDS)."""
+    data, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+    fds = [n for level, kind, raw in ancdata if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+           for n in struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])]
+    return (json.loads(data) if data else None), fds
+
+
+def end_namespace():
+    """As pid 1: kill every process left in the namespace and reap them all (orphans are ours)."""
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of the namespace but its init
+        except ProcessLookupError:
+            pass
+        try:
+            os.wait()
+        except ChildProcessError:
+            return
+
+
+def spare_init(sock, program, tmp_size, workspace):
+    """pid 1 of a future command's namespace: confine, wait for the command, run bash, end it all, report."""
     try:
-        close_all_but([fd for fd in (out, go, stdin) if fd >= 0])
-        confine(program, tmp_size, request["cwd"])
-        if os.read(go, 2) != b"go":
-            os._exit(125)  # the harness gave up on this command before it ran
-        os.close(go)
+        close_all_but([sock.fileno()])
+        confine(program, tmp_size, workspace)
+    except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
+        try:
+            sock.send(f"cannot confine the command's init: {e!r}".encode())
+        finally:
+            os._exit(126)
+    sock.send(b"ready")
+    status = -1
+    try:
+        request, fds = receive(sock)
+        if request is None:
+            os._exit(125)  # the harness dropped this spare before it ran anything
+        out, status = fds[0], fds[1]
+        stdin = fds[2] if request.get("stdin") else -1
+        mark(request, out, "init got command")
+        sock.close()
         # vfork and exec (no copy of this process), as bwrap would start it: a session of its own,
         # default signal dispositions (Python ignores SIGPIPE and SIGXFSZ, which exec would keep;
         # posix_spawn would leave libc's internal signals ignored).
         bash = subprocess.Popen(request["argv"], cwd=request["cwd"], env=request["env"],
                                 stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=out, stderr=out,
                                 start_new_session=True, restore_signals=True)
+        mark(request, out, "init spawned bash")
     except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
         try:
-            os.write(out, f"sandbox: cannot start the command: {e!r}\n".encode())
+            if status >= 0:
+                os.write(fds[0], f"sandbox: cannot start the command: {e!r}\n".encode())
+                os.write(status, b"126")
         finally:
             os._exit(126)
-    os.closerange(0, 1 << 20)
+    close_all_but([status])
     while True:
         try:
-            child, status = os.wait()
+            child, waited = os.wait()
         except ChildProcessError:
             os._exit(126)
         if child == bash.pid:  # (held until now: a Popen dropped earlier would reap bash itself)
-            os._exit(status_code(status))
+            break
+    code = status_code(waited)
+    end_namespace()
+    os.write(status, str(code).encode())
+    os._exit(code)
 
 
 def clone_pid_namespace():
@@ -136,12 +184,25 @@ def clone_pid_namespace():
     return pid
 
 
-def spawn(request, fds, program, tmp_size):
-    """The command's init, as our child, in a new pid namespace; its pid."""
-    pid = clone_pid_namespace()
-    if pid == 0:
-        command_init(request, fds, program, tmp_size)
-    return pid
+def spawn(program, tmp_size, workspace):
+    """A spare, as our child in a new pid namespace, once it is confined: (its pid, our end of its socket)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        pid = clone_pid_namespace()
+        if pid == 0:
+            ours.close()
+            spare_init(theirs, program, tmp_size, workspace)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        if pid != 0:
+            theirs.close()
+    said = ours.recv(4096)
+    if said != b"ready":  # it could not confine itself: it said why, and exits
+        ours.close()
+        raise OSError(said.decode(errors="replace") or "the command's init ended before it was confined")
+    return pid, ours
 
 
 def send(ctl, message, fds=()):
@@ -155,34 +216,33 @@ def main(ctl_fd, filter_fd, tmp_size):
     ctl = socket.socket(fileno=ctl_fd)
     poll = select.poll()
     poll.register(ctl_fd, select.POLLIN)
-    running = {}  # pidfd -> (request id, pid)
+    children = {}  # pidfd -> pid of a spare (or the command it became), to reap
     while True:
         for fd, _ in poll.poll():
             if fd == ctl_fd:
-                data, ancdata, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
-                if not data:
+                request, fds = receive(ctl)
+                for n in fds:
+                    os.close(n)
+                if request is None:
                     return  # the harness is gone: so is the sandbox
-                fds = [n for level, kind, raw in ancdata if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-                       for n in struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])]
-                request = json.loads(data)
+                sock = None
                 try:
-                    pid = spawn(request, fds, program, tmp_size)
+                    pid, sock = spawn(program, tmp_size, request["cwd"])
                     pidfd = os.pidfd_open(pid)
                 except OSError as e:
-                    send(ctl, {"id": request["id"], "error": str(e)})
+                    send(ctl, {"spare": request["spare"], "error": str(e)})
                 else:
-                    running[pidfd] = (request["id"], pid)
+                    children[pidfd] = pid
                     poll.register(pidfd, select.POLLIN)
-                    send(ctl, {"id": request["id"], "pid": pid}, [pidfd])
+                    send(ctl, {"spare": request["spare"]}, [pidfd, sock.fileno()])
                 finally:
-                    for n in fds:
-                        os.close(n)
+                    if sock is not None:
+                        sock.close()
             else:
-                ident, pid = running.pop(fd)
+                pid = children.pop(fd)
                 poll.unregister(fd)
                 os.close(fd)
-                _, status = os.waitpid(pid, 0)
-                send(ctl, {"id": ident, "exit": os.waitstatus_to_exitcode(status)})
+                os.waitpid(pid, 0)
 
 
 if __name__ == "__main__":

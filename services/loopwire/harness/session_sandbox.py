@@ -2,16 +2,17 @@
 
 The session's first command starts bwrap exactly as ``Sandbox`` would for a command (same
 uid drop, cgroup, rlimits, mounts, namespaces, workspace bind), except that it runs a small
-supervisor (``sandbox_supervisor``) instead of ``bash -c``. Each later command is a request
-on the supervisor's control socket, with the command's output pipe (and stdin pipe) passed as
-descriptors.
+supervisor (``sandbox_supervisor``) instead of ``bash -c``. While the session is idle the
+supervisor makes the next command's init (a spare) and hands the harness a pidfd of it and a
+socket to it; a command is sent straight to its spare, with its output, status (and stdin)
+pipes as descriptors, so it waits for no clone, mount or seccomp load.
 
 The kill guarantee holds by construction, as for a sandbox of its own: every command runs in
-a pid namespace of its own whose init the supervisor forks; the harness gets a pidfd of that
-init before the command may run (the init waits for "go" on a pipe the harness holds, as bwrap
-waits on its block pipe), and a SIGKILL through it makes the kernel kill every process of the
-namespace, whatever sessions or double forks they made, while the session's sandbox lives on.
-When bash exits its init exits too and takes what bash left behind with it, as bwrap's does.
+a pid namespace of its own whose init is its spare; the harness holds a pidfd of that init
+before it sends the command, and a SIGKILL through it makes the kernel kill every process of
+the namespace, whatever sessions or double forks they made, while the session's sandbox lives
+on. When bash exits its init kills and reaps what bash left behind, then writes bash's status:
+nothing of a command runs once the harness sees its end.
 Each command also gets its own mount and IPC namespaces with a fresh /tmp, /dev/shm and
 /dev/pts, so nothing a command leaves there is seen by the next; it then runs with no
 capability and the seccomp filter, as uid 1000. Commands of one session share its network
@@ -29,7 +30,9 @@ command's own, never the session's.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -39,14 +42,17 @@ import socket
 import struct
 from pathlib import Path
 
+from loopwire.harness import sandbox as sandbox_module
 from loopwire.harness.output import HeadTailBuffer
-from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env
+from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
+from loopwire.harness.workspace_files import open_workspace
+from loopwire.harness.workspace_quota import SessionQuota
 
 log = logging.getLogger("loopwire.harness")
 
 
 class _Command:
-    """A command run by a session's supervisor, with the process interface bwrap's has."""
+    """A command run in a spare of a session's supervisor, with the process interface bwrap's has."""
 
     def __init__(self, stdout: asyncio.StreamReader, stdin: asyncio.StreamWriter | None,
                  exited: asyncio.Future[int]) -> None:
@@ -60,18 +66,32 @@ class _Command:
         return await asyncio.shield(self._exited)
 
 
+class _Spare:
+    """A command's init made ahead of time: confined, waiting on ``sock`` for its command."""
+
+    def __init__(self, pidfd: int, sock: socket.socket) -> None:
+        self.pidfd, self.sock = pidfd, sock
+
+    def drop(self) -> None:
+        _kill(self.pidfd)
+        self.sock.close()
+
+
 class _Supervisor:
-    """One running session sandbox and the control socket to its supervisor."""
+    """One running session sandbox, the control socket to its supervisor, and its spares."""
 
     def __init__(self, sandbox: Sandbox, workspace: Path) -> None:
         self.sandbox, self.workspace = sandbox, workspace
         self.ctl: socket.socket | None = None
         self.process: SandboxedProcess | None = None  # bwrap running the supervisor
         self._ids = itertools.count(1)
-        self._started: dict[int, asyncio.Future[int]] = {}  # request id -> pidfd of its init
-        self._exits: dict[int, asyncio.Future[int]] = {}
+        self._ready: collections.deque[_Spare] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[_Spare]] = collections.deque()
+        self._asked = 0  # spares asked for and not come yet
+        self._running = 0  # commands started here that have not ended
         self.alive = False
         self.bound = ""
+        self.quota: SessionQuota | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -80,7 +100,7 @@ class _Supervisor:
             spawn = self.sandbox._prepare(self.workspace, "", network=False, control=theirs.fileno())
             self.bound = spawn.workspace  # the workspace's real path: where it is in the sandbox
             theirs.detach()  # the spawn passes it to the supervisor and closes it
-            self.process = await self.sandbox._launch(spawn, network=False, stdin=False,
+            self.process = await self.sandbox._launch(spawn, network=False, stdin=False, quota=False,
                                                       buffer=HeadTailBuffer(self.sandbox.output_limit))
         except BaseException:
             ours.close()
@@ -91,11 +111,28 @@ class _Supervisor:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(ours.fileno(), self._receive)
         self.alive = True
+        self._top_up()
+        lim = self.sandbox.limits
+        if lim.workspace_quota > 0:
+            usage = self.sandbox._usage
+            self.quota = SessionQuota(open_workspace(self.bound)[0], lim.workspace_quota, lim.quota_interval,
+                                      usage.get(self.bound), functools.partial(usage.__setitem__, self.bound))
+
+    def _top_up(self) -> None:
+        """Ask for spares: one per command waiting, and one ahead while no command runs
+        (``Sandbox.warm_spare``), so making it never competes with a command for the CPU."""
+        ahead = self.sandbox.warm_spare and not self._running
+        wanted = len(self._waiting) + int(ahead) - len(self._ready) - self._asked
+        for _ in range(max(0, wanted)):
+            if self.ctl is None:
+                return
+            self.ctl.sendmsg([json.dumps({"spare": next(self._ids), "cwd": self.bound}).encode()])
+            self._asked += 1
 
     def _receive(self) -> None:
         assert self.ctl is not None
         try:
-            data, ancdata, _, _ = self.ctl.recvmsg(65536, socket.CMSG_SPACE(4))
+            data, ancdata, _, _ = self.ctl.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
         except BlockingIOError:
             return
         except OSError:
@@ -106,21 +143,29 @@ class _Supervisor:
         fds = [n for level, kind, raw in ancdata if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
                for n in struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])]
         message = json.loads(data)
-        ident = message["id"]
-        if "exit" in message:
-            if (exited := self._exits.pop(ident, None)) is not None and not exited.done():
-                exited.set_result(int(message["exit"]))
+        self._asked -= 1
+        if "error" in message or len(fds) != 2:
+            for fd in fds:
+                _kill(fd) if fd == fds[0] else _close(fd)
+            why = SandboxUnavailable(f"the session's sandbox cannot start a command: {message.get('error', 'no pidfd')}")
+            while self._waiting:
+                if not (waiter := self._waiting.popleft()).done():
+                    waiter.set_exception(why)
             return
-        started = self._started.pop(ident, None)
-        if "error" in message or not fds or started is None or started.done():
-            for fd in fds:  # a start given up on: its command never got "go"; kill its init
-                _kill(fd)
-            if started is not None and not started.done():
-                started.set_exception(SandboxUnavailable(f"the session's sandbox cannot start a command: "
-                                                         f"{message.get('error', 'no pidfd')}"))
-            self._exits.pop(ident, None)
-            return
-        started.set_result(fds[0])
+        spare = _Spare(fds[0], socket.socket(fileno=fds[1]))
+        mark("spare made")
+        while self._waiting:
+            if not (waiter := self._waiting.popleft()).done():
+                waiter.set_result(spare)
+                break
+        else:
+            self._ready.append(spare)
+        self._top_up()
+
+    def _ended(self, _: object) -> None:
+        self._running -= 1
+        if self.alive:
+            self._top_up()
 
     def _lost(self) -> None:
         """The supervisor is gone, and with it every command of the sandbox (its pid namespace ended)."""
@@ -140,50 +185,62 @@ class _Supervisor:
             self.ctl = None
         if self.process is not None:
             self.process.kill()
-        for started in self._started.values():
-            if not started.done():
-                started.set_exception(SandboxUnavailable("the session's sandbox ended while a command started"
-                                                         + (f": {said[-500:]}" if said else "")))
-        for exited in self._exits.values():
-            if not exited.done():
-                exited.set_result(-9)
-        self._started.clear()
-        self._exits.clear()
+        if self.quota is not None:
+            self.quota.close()
+            self.quota = None
+        while self._ready:
+            self._ready.popleft().drop()
+        while self._waiting:
+            if not (waiter := self._waiting.popleft()).done():
+                waiter.set_exception(SandboxUnavailable("the session's sandbox ended while a command started"
+                                                        + (f": {said[-500:]}" if said else "")))
+
+    async def _spare(self) -> _Spare:
+        """A spare for the next command: a ready one, else the next one made."""
+        if self._ready:
+            spare = self._ready.popleft()
+        else:
+            waiter: asyncio.Future[_Spare] = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            self._top_up()
+            try:
+                spare = await asyncio.shield(waiter)
+            except asyncio.CancelledError:
+                waiter.cancel()
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    waiter.result().drop()  # it came as we were cancelled
+                raise
+        self._top_up()
+        return spare
 
     async def run(self, command: str, *, stdin: bool, buffer: HeadTailBuffer | None) -> SandboxedProcess:
         assert self.ctl is not None
+        mark("request")
+        self._running += 1  # from now on no spare is made ahead
+        try:
+            spare = await self._spare()
+        except BaseException:
+            self._ended(None)
+            raise
+        mark("spare taken")
         loop = asyncio.get_running_loop()
-        ident = next(self._ids)
-        out_r, out_w = os.pipe()
-        go_r, go_w = os.pipe()
-        in_r, in_w = os.pipe() if stdin else (-1, -1)
         ws = self.bound
-        request = {"id": ident, "argv": ["bash", "-c", command], "cwd": ws, "env": command_env(ws), "stdin": stdin}
-        started: asyncio.Future[int] = loop.create_future()
+        request = {"argv": ["bash", "-c", command], "cwd": ws, "env": command_env(ws), "stdin": stdin,
+                   "trace": sandbox_module.TRACE is not None}
+        out_r, out_w = os.pipe()
+        status_r, status_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin else (-1, -1)
+        pidfd = spare.pidfd
         exited: asyncio.Future[int] = loop.create_future()
-        self._started[ident], self._exits[ident] = started, exited
+        exited.add_done_callback(self._ended)
         try:
-            fds = [out_w, go_r, *([in_r] if stdin else [])]
-            self.ctl.sendmsg([json.dumps(request).encode()],
-                             [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
-        except BaseException:
-            for fd in (out_r, in_w, go_w):
-                _close(fd)
-            self._started.pop(ident, None)
-            self._exits.pop(ident, None)
-            raise
-        finally:
-            for fd in (out_w, go_r, in_r):
-                _close(fd)
-        try:
-            pidfd = await asyncio.shield(started)
-        except BaseException:
-            _close(go_w)  # "go" never comes: its init exits without running the command
-            started.add_done_callback(_kill_started)
-            for fd in (out_r, in_w):
-                _close(fd)
-            raise
-        try:
+            fds = [out_w, status_w, *([in_r] if stdin else [])]
+            # The spare waits in recvmsg on an empty socket: this never blocks.
+            spare.sock.sendmsg([json.dumps(request).encode()],
+                               [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+            mark("command sent")
+            loop.add_reader(status_r, _read_status, loop, status_r, exited)
+            status_r = -1
             reader = asyncio.StreamReader(limit=1 << 20)
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", 0))
             out_r = -1
@@ -198,18 +255,36 @@ class _Supervisor:
                                        self.sandbox.limits.largest_file)
             process.adopt_pidfd(pidfd)
             pidfd = -1
-            with contextlib.suppress(BrokenPipeError):  # its init failed and said why in the output
-                os.write(go_w, b"go")
-            self.sandbox.watch_quota(process, ws)
+            mark("pipes connected")
+            if self.quota is not None:
+                process.quota = self.quota.watch(process.kill)
+            mark("quota watch started")
         except BaseException:
-            _kill(pidfd)
-            for fd in (out_r, in_w):
+            _kill(pidfd)  # the command may have started: its namespace ends with its init
+            if not exited.done():
+                exited.set_result(-signal.SIGKILL)
+            for fd in (out_r, status_r, in_w):
                 _close(fd)
             raise
         finally:
-            _close(go_w)
+            spare.sock.close()
+            for fd in (out_w, status_w, in_r):
+                _close(fd)
         return process
 
+
+def _read_status(loop: asyncio.AbstractEventLoop, fd: int, exited: asyncio.Future[int]) -> None:
+    """bash's status, which the init writes once nothing of the command runs; none: it was killed."""
+    loop.remove_reader(fd)
+    try:
+        data = os.read(fd, 16)
+    except OSError:
+        data = b""
+    finally:
+        os.close(fd)
+    mark("status received")
+    if not exited.done():
+        exited.set_result(int(data) if data.strip().lstrip(b"-").isdigit() else -signal.SIGKILL)
 
 
 def _close(fd: int) -> None:
@@ -223,11 +298,6 @@ def _kill(pidfd: int) -> None:
         with contextlib.suppress(OSError):
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         _close(pidfd)
-
-
-def _kill_started(started: asyncio.Future[int]) -> None:
-    if not started.cancelled() and started.exception() is None:
-        _kill(started.result())
 
 
 class SessionSandbox:

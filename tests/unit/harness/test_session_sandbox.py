@@ -264,3 +264,121 @@ async def test_a_commands_processes_are_out_of_reach_of_the_next_one(sandbox, wo
     assert first.running, second.output.text  # a command signals only its own pid namespace
     first.kill()
     assert await processes.ended(f"987.95{tag}")
+
+
+# --- the next command's init, made ahead; the end of a command ---------------------------------
+
+
+def host_pid(pidfd: int) -> int:
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Pid:"))
+
+
+def proc_status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+async def test_the_next_commands_init_waits_confined_and_runs_the_next_command(sandbox, workspace):
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: bool(supervisor._ready), "a spare made while the session is idle")
+    spare = host_pid(supervisor._ready[0].pidfd)
+    status = proc_status(spare)  # confined before any command exists: no capability, seccomp on
+    assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0000000000000000", status
+    assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1", status
+    assert status["NSpid"].split()[-1] == "1", status  # pid 1 of a namespace of its own
+    with open(f"/proc/{spare}/mountinfo") as f:
+        assert any(" /tmp " in line and "tmpfs" in line for line in f)
+    process = await session.start("echo $$; sleep 30")
+    assert host_pid(process._init) == spare  # the command runs in that spare
+    process.kill()
+    assert (await process.result(10)).exit_code == -signal.SIGKILL
+
+
+def hogs(marker: str) -> list[int]:
+    """The python3 processes (not the shells whose command line names them) running ``marker``."""
+    found = []
+    for pid in processes.running(marker):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().startswith(b"python3\0"):
+                found.append(pid)
+    return found
+
+
+async def test_nothing_of_a_command_runs_once_its_end_is_reported(sandbox, workspace):
+    """bash exits while what it left runs on (setsid, double fork; its output closed), holding memory so that dying
+    takes a while: all of it has ended by the time the command's end is reported."""
+    import select
+
+    session = sandbox.session(workspace)
+    for n in range(3):
+        tag = uuid.uuid4().int % 1000
+        marker = f"987.4{n}{tag}"
+        hog = f"python3 -c 'x = bytearray(256 << 20); import time; time.sleep({marker})' >/dev/null 2>&1"
+        process = await session.start(f"(setsid {hog} &); ({hog} &); until [ -e go{n} ]; do sleep 0.01; done")
+        await until(lambda marker=marker: len(hogs(marker)) == 2, "what the command leaves behind to run")
+        left = [os.pidfd_open(pid) for pid in hogs(marker)]
+        (workspace / f"go{n}").touch()
+        r = await process.result(30)
+        assert r.exit_code == 0, r.output.text
+        ended, _, _ = select.select(left, [], [], 0)  # a pidfd is readable once its process has exited
+        assert len(ended) == len(left), f"{len(left) - len(ended)} of the command's processes still ran"
+        for fd in left:
+            os.close(fd)
+
+
+# --- the workspace quota of a session ---------------------------------------------------------
+
+
+async def test_a_sessions_quota_walks_only_after_changes_and_sees_every_kind(tmp_path, monkeypatch):
+    from loopwire.harness.sandbox import SandboxLimits
+    from loopwire.harness.workspace_quota import SessionQuota
+
+    walks = []
+    measure = SessionQuota.measure
+    monkeypatch.setattr(SessionQuota, "measure", lambda self: walks.append(1) or measure(self))
+    box = probed(tmp_path, limits=SandboxLimits(workspace_quota=8 << 20, quota_interval=60))
+    ws = tmp_path / "quota"
+    ws.mkdir()
+    session = SessionSandbox(box, ws)
+
+    async def run(command: str) -> str:
+        r = await (await session.start(command)).result(60)
+        return r.output.text
+
+    try:
+        assert "quota" not in await run("mkdir -p src && echo one > src/a")
+        walked = len(walks)
+        for command in ("cat src/a", "ls -la src", "grep -r one .", "true"):  # nothing changes: no walk
+            assert "quota" not in await run(command)
+        assert len(walks) == walked, "a command that changed nothing walked the workspace"
+        # Growth in a new directory, in an existing file, and a delete are each seen at the command's end.
+        assert "over its quota" in await run("mkdir -p d/e && for i in 1 2 3 4 5 6 7 8 9; do "
+                                             "head -c 1000000 /dev/zero > d/e/f$i; done")
+        assert "over its quota" in await run("true")  # still over: said again, without a walk
+        assert "quota" not in await run("rm -r d")
+        assert "quota" not in await run("head -c 7000000 /dev/zero > src/big")
+        assert "over its quota" in await run("head -c 2000000 /dev/zero >> src/big")
+        assert "quota" not in await run("truncate -s 0 src/big")
+    finally:
+        await end(session)
+
+
+async def test_a_sessions_quota_kills_a_command_growing_past_it(tmp_path):
+    from loopwire.harness.sandbox import SandboxLimits
+
+    box = probed(tmp_path, limits=SandboxLimits(workspace_quota=8 << 20, quota_interval=0.1))
+    ws = tmp_path / "quota"
+    ws.mkdir()
+    session = SessionSandbox(box, ws)
+    try:
+        many = await (await session.start("for i in $(seq 500); do head -c 1000000 /dev/zero > f$i; sleep 0.02; "
+                                          "done; echo finished")).result(120)
+        assert many.exit_code != 0 and "finished" not in many.output.text, (many, sorted(os.listdir(ws)))
+        assert "[killed: the workspace grew to" in many.output.text and "past its quota of 8.00 MiB" in many.output.text
+        assert not (ws / "f500").exists()
+    finally:
+        await end(session)

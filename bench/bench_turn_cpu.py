@@ -38,6 +38,7 @@ BUCKETS = (2_000, 8_000, 16_000, 32_000, 64_000)
 QUICK_BUCKETS = (2_000, 16_000, 64_000)
 MODEL = "dummy:0"  # cl100k + ChatML, a 131k window: the default SmolLM2 window (8k) stops short of 64k
 WARM_TURNS = 3
+SPECULATION = {False: "off", True: "on (the replica's default drafter, suffix decoding)"}
 
 
 # -- the child: one server answering CPU probes ----------------------------------------------------
@@ -77,7 +78,19 @@ def serve(role: str, replica: str) -> None:
                 allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
             port, close = gateway.port, gateway.close
         print(port, flush=True)
-        while await loop.run_in_executor(None, sys.stdin.readline) == "cpu\n":
+        profiler = None
+        while (line := await loop.run_in_executor(None, sys.stdin.readline)).startswith(("cpu", "profile")):
+            if line.startswith("profile on"):
+                import cProfile
+
+                # The event loop's thread, where both servers do a turn's work, timed by its CPU (not
+                # the wall clock: waits in epoll and for the GIL are not work).
+                profiler = cProfile.Profile(time.thread_time)
+                profiler.enable()
+            elif line.startswith("profile dump ") and profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(line.removeprefix("profile dump ").strip())
+                profiler = None
             print(time.process_time_ns(), flush=True)
         await close()
 
@@ -97,9 +110,9 @@ class Server:
             raise RuntimeError(f"the {role} process did not start (exit {self.proc.poll()})")
         self.address = f"127.0.0.1:{line.strip()}"
 
-    def cpu_ns(self) -> int:
+    def cpu_ns(self, command: str = "cpu") -> int:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write("cpu\n")
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         return int(self.proc.stdout.readline())
 
@@ -133,11 +146,12 @@ class Run:
 class Session:
     """One session on one Converse stream; every request asks for one replayed output token."""
 
-    def __init__(self, stub, lines: list[str], offset: int) -> None:
+    def __init__(self, stub, lines: list[str], offset: int, speculative: bool = False) -> None:
         self.call = stub.Converse()
         self.lines = lines
         self.line = offset
         self.previous = ""
+        self.speculative = speculative
 
     def text(self, n: int) -> str:
         out = "".join(self.lines[(self.line + i) % len(self.lines)] for i in range(n))
@@ -149,7 +163,8 @@ class Session:
 
         request.safety_mode = gateway_pb2.SAFETY_MODE_OFF
         request.replay.CopyFrom(common_pb2.ReplayOutput(text="ok"))
-        request.sampling.CopyFrom(common_pb2.SamplingParams(max_output_tokens=1, speculative_decoding=False))
+        request.sampling.CopyFrom(common_pb2.SamplingParams(max_output_tokens=1,
+                                                                   speculative_decoding=self.speculative))
         await self.call.write(gateway_pb2.ConverseRequest(create_response=request))
         while True:
             event = await self.call.read()
@@ -160,7 +175,10 @@ class Session:
                 return event.completed
 
 
-async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: int, progress, task) -> Run:
+async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: int, progress, task,
+                  speculative: bool = False, profile: Path | None = None) -> Run:
+    """``profile``: a directory for one cProfile dump per process and bucket of the measured turns
+    (``{tree}-{role}-{bucket}.prof``); profiling inflates the CPU figures, so read them only as shares."""
     import grpc
 
     from loopwire.common.model_def import load_definition
@@ -178,7 +196,7 @@ async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: i
         async with grpc.aio.insecure_channel(gateway.address) as channel:
             stub = gateway_pb2_grpc.GatewayServiceStub(channel)
             for k, bucket in enumerate(buckets):
-                session = Session(stub, lines, 991 * (k + 1))
+                session = Session(stub, lines, 991 * (k + 1), speculative)
                 items, tokens = [user_item("Fix the failing test in this repository.")], 0
                 while tokens < bucket - 200:
                     chunk = session.text(40)
@@ -187,6 +205,8 @@ async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: i
                 await session.send(gateway_pb2.CreateResponse(instructions="You are a careful engineer.", input=items))
                 got: list[Turn] = []
                 for n in range(WARM_TURNS + turns):
+                    if profile is not None and n == WARM_TURNS:
+                        gateway.cpu_ns("profile on"), inference.cpu_ns("profile on")
                     request = gateway_pb2.CreateResponse(previous_response_id=session.previous,
                                                          input=[user_item(session.text(2))])
                     g0, i0 = gateway.cpu_ns(), inference.cpu_ns()
@@ -196,6 +216,11 @@ async def measure(label: str, services: Path, buckets: tuple[int, ...], turns: i
                         got.append(Turn(done.usage.input_tokens, done.timings.tokens_tokenized,
                                         (g1 - g0) // 1000, (i1 - i0) // 1000))
                 run.turns[bucket] = got
+                if profile is not None:
+                    profile.mkdir(parents=True, exist_ok=True)
+                    tree = label.split(" ")[0]
+                    for role, server in (("gateway", gateway), ("inference", inference)):
+                        server.cpu_ns(f"profile dump {(profile / f'{tree}-{role}-{bucket}.prof').resolve()}")
                 await session.call.done_writing()
                 progress.advance(task)
     finally:
@@ -221,6 +246,40 @@ def export(ref: str, root: Path) -> tuple[Path, str]:
             t.extractall(target, filter="data")
         tar.unlink()
     return target / "services", commit
+
+
+def profile_growth(directory: Path, trees: list[str], buckets: tuple[int, ...], turns: int, top: int = 12) -> None:
+    """Per process: the functions whose own time per turn grows most from the smallest bucket to the
+    largest (ms per turn in each, and calls per turn), from the dumps ``measure`` wrote."""
+    import pstats
+
+    from rich.console import Console
+    from rich.table import Table
+
+    def per_function(path: Path) -> dict[tuple, tuple[float, float, float]]:
+        stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+        return {f: (nc / turns, tt * 1000 / turns, ct * 1000 / turns) for f, (_, nc, tt, ct, _) in stats.items()}
+
+    console = Console(width=170)
+    for tree in trees:
+        for role in ("gateway", "inference"):
+            small = per_function(directory / f"{tree}-{role}-{buckets[0]}.prof")
+            large = per_function(directory / f"{tree}-{role}-{buckets[-1]}.prof")
+            grown = sorted(large, key=lambda f: large[f][1] - small.get(f, (0, 0, 0))[1], reverse=True)[:top]
+            table = Table(title=f"{tree}: {role} functions by growth of own time per turn, bucket {buckets[0]:,} → "
+                                f"{buckets[-1]:,} (profiled)")
+            for col in ("function", "calls/turn small", "calls/turn large", "own ms small", "own ms large",
+                        "cum ms small", "cum ms large"):
+                table.add_column(col, justify="right")
+            for f in grown:
+                s, g = small.get(f, (0.0, 0.0, 0.0)), large[f]
+                name = f"{Path(f[0]).name}:{f[1]} {f[2]}"
+                table.add_row(name, f"{s[0]:.1f}", f"{g[0]:.1f}", f"{s[1]:.3f}", f"{g[1]:.3f}", f"{s[2]:.3f}",
+                              f"{g[2]:.3f}")
+            total_s = sum(v[1] for v in small.values())
+            total_l = sum(v[1] for v in large.values())
+            table.caption = f"all profiled own time per turn: {total_s:.2f} ms → {total_l:.2f} ms"
+            console.print(table)
 
 
 def med(turns: list[Turn], attr: str) -> float:
@@ -289,7 +348,9 @@ def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse
         f"{data}: per bucket one session (a full first request of about that many tokens, 1 unmeasured turn, "
         f"{WARM_TURNS} warm-up turns, then {turns} measured stateful turns of two new lines each)",
         engine=f"simulated, time scale 0 (the real inference service, scheduler and KV block manager; no model "
-               f"compute), model {MODEL}, speculation off, safety off",
+               f"compute), model {MODEL}, speculation {SPECULATION[args.speculation]}, "
+               "safety off" + (" (cProfile on in both processes during the measured turns: CPU inflated)"
+                               if args.profile else ""),
         notes=[f"services: {', '.join(r.label for r in runs)}; gateway and inference each in a process of its own "
                "(`--serve`), the client in this one; CPU = the process's time.process_time_ns between a probe "
                "before the turn and one after its completed event (nothing subtracted)"])
@@ -321,6 +382,11 @@ def main() -> int:
 
     import provenance
 
+    parser.add_argument("--speculation", action="store_true",
+                        help="ask for speculative decoding (the replica's default drafter) on every turn")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="cProfile both processes over each bucket's measured turns; dumps in DIR and a table "
+                             "of the functions whose time per turn grows most from the smallest to the largest bucket")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     if args.turns < 1:
@@ -337,9 +403,13 @@ def main() -> int:
     async def all_runs() -> list[Run]:
         with Progress(transient=True) as progress:
             task = progress.add_task("turns by context length", total=len(trees) * len(buckets))
-            return [await measure(label, services, buckets, turns, progress, task) for label, services in trees]
+            return [await measure(label, services, buckets, turns, progress, task, args.speculation, args.profile)
+                    for label, services in trees]
 
-    return report(asyncio.run(all_runs()), buckets, turns, args)
+    runs = asyncio.run(all_runs())
+    if args.profile:
+        profile_growth(args.profile, [label.split(" ")[0] for label, _ in trees], buckets, turns)
+    return report(runs, buckets, turns, args)
 
 
 if __name__ == "__main__":

@@ -64,3 +64,24 @@ def start_extra_api(mesh: ApiMesh, replay: list[dict], name: str) -> tuple[subpr
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     wait_http_healthy(address, proc=proc)
     return proc, address
+
+
+# The events that end a response on a stream (SSE or WebSocket mode).
+ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
+
+
+def sdk(api: ApiMesh, tenant: str = "alpha"):
+    """The official openai client of ``tenant`` against the api, without retries."""
+    from openai import OpenAI
+
+    return OpenAI(base_url=api.base_url, api_key=KEYS[tenant], max_retries=0)
+
+
+def until_end(conn) -> list:
+    """An SDK WebSocket connection's events up to the one that ends the response."""
+    events = []
+    for event in conn:
+        events.append(event)
+        if event.type in ENDS:
+            return events
+    raise AssertionError("connection closed before the response ended")

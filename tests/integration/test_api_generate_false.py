@@ -8,14 +8,12 @@ import json
 import secrets
 
 import pytest
-from api_mesh import KEYS, start_api_mesh
-from openai import OpenAI
+from api_mesh import sdk, start_api_mesh, until_end
 from test_api_conformance import request
 
 pytestmark = [pytest.mark.e2e]
 
 BLOCK = 16  # the replica's KV block: the prefix cache hits whole blocks
-ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 @pytest.fixture(scope="module")
@@ -23,19 +21,6 @@ def api(tmp_path_factory):
     m = start_api_mesh(tmp_path_factory.mktemp("api-generate-false"))
     yield m
     m.mesh.stop()
-
-
-def sdk(api) -> OpenAI:
-    return OpenAI(base_url=api.base_url, api_key=KEYS["alpha"], max_retries=0)
-
-
-def until_end(conn) -> list:
-    events = []
-    for event in conn:
-        events.append(event)
-        if event.type in ENDS:
-            return events
-    raise AssertionError("connection closed before the response ended")
 
 
 def context_text() -> str:

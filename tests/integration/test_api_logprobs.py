@@ -17,14 +17,13 @@ import math
 from typing import Any
 
 import pytest
-from api_mesh import KEYS, start_api_mesh
+from api_mesh import ENDS, KEYS, start_api_mesh
 from openai import OpenAI
 from websockets.sync.client import connect
 
 pytestmark = [pytest.mark.e2e]
 
 INCLUDE = ["message.output_text.logprobs"]
-ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 @pytest.fixture(scope="module")

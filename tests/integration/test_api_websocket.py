@@ -6,14 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from api_mesh import KEYS, start_api_mesh
-from openai import OpenAI
+from api_mesh import ENDS, KEYS, sdk, start_api_mesh, until_end
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 pytestmark = [pytest.mark.e2e]
 
-ENDS = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 @pytest.fixture(scope="module")
@@ -21,19 +19,6 @@ def api(tmp_path_factory):
     m = start_api_mesh(tmp_path_factory.mktemp("api-ws"))
     yield m
     m.mesh.stop()
-
-
-def sdk(api) -> OpenAI:
-    return OpenAI(base_url=api.base_url, api_key=KEYS["alpha"], max_retries=0)
-
-
-def until_end(conn) -> list:
-    events = []
-    for event in conn:
-        events.append(event)
-        if event.type in ENDS:
-            return events
-    raise AssertionError("connection closed before the response ended")
 
 
 def create(text: str, reply: str, **fields) -> dict:

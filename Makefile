@@ -50,6 +50,10 @@ check-protos: $(VENV)/.installed  ## fail when the committed generated code is s
 	git diff --exit-code --stat -- services/loopwire/v1 || (echo "generated code is stale: run 'make protos' and commit" && exit 1)
 	$(BUF) lint
 
+.PHONY: image
+image:  ## build the image (Containerfile) with buildah, offline: a locked wheelhouse and, when no base image can be pulled, a Debian base from this machine's mirror (root; apt-get install buildah debootstrap)
+	./scripts/build_image.sh
+
 .PHONY: docs
 docs: $(VENV)/.installed  ## regenerate docs/configuration.md, docs/metrics.md and docs/protocol.md from the code (committed; a test fails when one is stale)
 	$(PY) scripts/gen_docs.py
@@ -65,8 +69,13 @@ test: $(VENV)/.installed $(TOOLS_STAMP)  ## the whole suite (installs its tools 
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests
 
 .PHONY: test-fast
-test-fast: $(VENV)/.installed  ## the unit and integration tiers only (no e2e, no gpu): the quick check while working (`make tools` first for all they use)
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/integration
+test-fast: $(VENV)/.installed  ## the quick check while working: the unit and integration tiers without the tests marked slow (tests/slow_tests.txt; `make tools` first for all they use)
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not slow and not gpu" tests/unit tests/integration
+
+.PHONY: slow-list
+slow-list: $(VENV)/.installed  ## re-measure which unit and integration tests are slow (tests/slow_tests.txt, what test-fast leaves out)
+	mkdir -p .state && $(VENV)/bin/pytest -q -p no:cacheprovider tests/unit tests/integration --durations=0 | tee .state/durations.txt
+	$(PY) scripts/slow_tests.py .state/durations.txt
 
 test-gpu: $(VENV)/.installed  ## tests marked gpu: TensorRT-LLM on an NVIDIA GPU
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \

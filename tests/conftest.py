@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+
+# Test functions measured slow (scripts/slow_tests.py writes the list): marked `slow`, so
+# `make test-fast` (-m "not slow") leaves them out; `make test` runs them with the rest.
+SLOW = frozenset(line for line in (Path(__file__).parent / "slow_tests.txt").read_text().splitlines()
+                 if line and not line.startswith("#"))
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +30,9 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that need Jaeger run last: on a cold machine its binary is still compiling in the
-    background (scripts/install_tools.sh) while the rest of the suite runs."""
+    """Mark the listed slow tests; and tests that need Jaeger run last: on a cold machine its binary
+    is still compiling in the background (scripts/install_tools.sh) while the rest of the suite runs."""
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in SLOW:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: "jaeger" in getattr(item, "fixturenames", ()))

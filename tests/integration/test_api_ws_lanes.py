@@ -213,7 +213,10 @@ def test_at_the_age_limit_responses_in_flight_finish_and_later_ones_are_refused(
             elif event["type"] in ENDS:
                 ended.append(event)
                 if not refused:
-                    conn.send(story)  # keep one queued behind the story now running
+                    try:
+                        conn.send(story)  # keep one queued behind the story now running
+                    except ConnectionClosed:
+                        pass  # the limit closed it first: its events are still buffered, read on
         with pytest.raises(ConnectionClosed) as closed:
             conn.recv(timeout=30)
     assert ended, "the limit came before any story ended"

@@ -51,13 +51,16 @@ console = Console() if sys.stdout.isatty() else Console(width=150)
 
 @dataclass
 class Run:
-    engine: str
+    engine: str  # "numpy (<matmul mode>)" or "llama.cpp"
     output: str  # "greedy" (the model's own) or "recorded" (the agent's turn, forced by the oracle)
     batch: int
     speculative: bool
     prefill_tps: float
     decode_tps: float
     acceptance: float
+    # Tokens per second of this process's CPU time (one thread each): steadier than wall time
+    # on a machine whose cores other work shares.
+    decode_cpu_tps: float = 0.0
 
 
 @dataclass
@@ -98,9 +101,9 @@ def prompt_items(turn) -> list:
     return items + [common_pb2.Item(function_call=c) for c in turn.calls]
 
 
-def numpy_core(kv_blocks: int) -> EngineCore:
+def numpy_core(kv_blocks: int, matmul: str) -> EngineCore:
     engine = build_engine(EngineOptions(engine="reference", model="default", kv_blocks=kv_blocks,
-                                        max_batch_tokens=512))
+                                        max_batch_tokens=512, matmul=matmul))
     return engine.core  # type: ignore[attr-defined]
 
 
@@ -114,8 +117,8 @@ def prefill(core: EngineCore, turns: list[AgentTurn], tag: str) -> float:
     return sum(len(t.prompt) for t in turns) / (time.perf_counter() - t0)
 
 
-def run_numpy(core: EngineCore, turns: list[AgentTurn], out_tokens: int, speculative: bool, recorded: bool,
-              tag: str) -> Run:
+def run_numpy(core: EngineCore, matmul: str, turns: list[AgentTurn], out_tokens: int, speculative: bool,
+              recorded: bool, tag: str) -> Run:
     """Decode ``out_tokens`` per sequence from cached prompts, timed from when all have their first token."""
     t0 = time.perf_counter()
     for i, t in enumerate(turns):
@@ -132,11 +135,12 @@ def run_numpy(core: EngineCore, turns: list[AgentTurn], out_tokens: int, specula
             if out.finished is not None:
                 steps[i] = out.finished.usage.verification_steps
         if started is None and all(produced.values()):
-            started, first = time.perf_counter(), sum(produced.values())
+            started, cpu0, first = time.perf_counter(), time.process_time(), sum(produced.values())
     decode_s = time.perf_counter() - (started or t0)
+    decode_cpu_s = time.process_time() - cpu0
     total = sum(produced.values())
-    return Run("numpy", "recorded" if recorded else "greedy", len(turns), speculative, 0.0,
-               (total - first) / decode_s, total / max(1, sum(steps.values())))
+    return Run(f"numpy ({matmul})", "recorded" if recorded else "greedy", len(turns), speculative, 0.0,
+               (total - first) / decode_s, total / max(1, sum(steps.values())), (total - first) / decode_cpu_s)
 
 
 def run_llama_cpp(gguf: str, turns: list[AgentTurn], out_tokens: int, threads: int) -> list[Run] | str:
@@ -158,7 +162,7 @@ def run_llama_cpp(gguf: str, turns: list[AgentTurn], out_tokens: int, threads: i
     llm = llama_cpp.Llama(model_path=gguf, n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_batch=512,
                 verbose=False)
     prefill_tokens = decode_tokens = 0
-    prefill_s = decode_s = 0.0
+    prefill_s = decode_s = decode_cpu_s = 0.0
     for turn in turns:
         p = turn.prompt
         llm.reset()
@@ -166,13 +170,23 @@ def run_llama_cpp(gguf: str, turns: list[AgentTurn], out_tokens: int, threads: i
         llm.eval(p)
         prefill_s += time.perf_counter() - t0
         prefill_tokens += len(p)
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for _ in range(out_tokens):
             logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
             llm.eval([int(np.argmax(logits))])
         decode_s += time.perf_counter() - t0
+        decode_cpu_s += time.process_time() - cpu0
         decode_tokens += out_tokens
-    return [Run("llama.cpp", "greedy", 1, False, prefill_tokens / prefill_s, decode_tokens / decode_s, 1.0)]
+    return [Run("llama.cpp", "greedy", 1, False, prefill_tokens / prefill_s, decode_tokens / decode_s, 1.0,
+                decode_tokens / decode_cpu_s)]
+
+
+def _matmul_modes(value: str) -> list[str]:
+    modes = [m for m in value.split(",") if m]
+    bad = [m for m in modes if m not in ("numba", "numba-f32", "blas")]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of numba, numba-f32, blas")
+    return modes
 
 
 def main(argv: list[str]) -> int:
@@ -181,6 +195,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--prompt-tokens", type=int, default=512, help="longest prompt (default: %(default)s)")
     parser.add_argument("--out-tokens", type=int, default=48, help="tokens decoded per sequence (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=1, help="BLAS / llama.cpp threads (default: %(default)s)")
+    parser.add_argument("--matmul", default="numba,blas", type=_matmul_modes,
+                        help="the reference engine's matmul modes to run, comma-separated, side by side "
+                             "(numba, numba-f32, blas; default: %(default)s)")
     provenance.add_out_argument(parser)
     args = parser.parse_args(argv[1:])
     batches = [1, 4] if args.quick else [1, 4, 16]
@@ -188,21 +205,23 @@ def main(argv: list[str]) -> int:
     turns = agent_turns(max(batches), args.prompt_tokens)
     runs: list[Run] = []
     with threadpool_limits(args.threads), Progress(console=console) as progress:
-        task = progress.add_task("numpy engine, then llama.cpp", total=5 * len(batches) + 1)
-        for b in batches:
-            # A fresh engine per batch size: its prefill is measured cold, every decode after it
-            # starts from the cached prompts.
-            core = numpy_core(kv_blocks=b * (args.prompt_tokens + 2 * out_tokens + 64) // 16 * 2 + 64)
-            prefill_tps = prefill(core, turns[:b], f"b{b}")
-            progress.advance(task)
-            for recorded in (False, True):
-                for spec in (False, True):
-                    run = run_numpy(core, turns[:b], out_tokens, spec, recorded, f"b{b}{recorded:d}{spec:d}")
-                    run.prefill_tps = prefill_tps if not (recorded or spec) else 0.0
-                    runs.append(run)
-                    progress.advance(task)
+        task = progress.add_task("llama.cpp, then the numpy engine", total=5 * len(batches) * len(args.matmul) + 1)
         llama = run_llama_cpp(load_definition("default").source, turns[:1], out_tokens, args.threads)
         progress.advance(task)
+        for b in batches:
+            for matmul in args.matmul:
+                # A fresh engine per batch size: its prefill is measured cold, every decode after it
+                # starts from the cached prompts.
+                core = numpy_core(b * (args.prompt_tokens + 2 * out_tokens + 64) // 16 * 2 + 64, matmul)
+                prefill_tps = prefill(core, turns[:b], f"b{b}")
+                progress.advance(task)
+                for recorded in (False, True):
+                    for spec in (False, True):
+                        run = run_numpy(core, matmul, turns[:b], out_tokens, spec, recorded,
+                                        f"b{b}{recorded:d}{spec:d}")
+                        run.prefill_tps = prefill_tps if not (recorded or spec) else 0.0
+                        runs.append(run)
+                        progress.advance(task)
     note = llama if isinstance(llama, str) else ""
     if not isinstance(llama, str):
         runs += llama
@@ -210,14 +229,15 @@ def main(argv: list[str]) -> int:
     table = Table(title=f"SmolLM2-135M-Instruct Q4_1 on CPU, {args.threads} thread(s); agent prompts of "
                         f"{args.prompt_tokens // 2}..{args.prompt_tokens} tokens, {out_tokens} tokens decoded each")
     for col in ("engine", "output", "batch", "speculation", "prefill tok/s", "decode tok/s", "accept len",
-                "decode × llama.cpp b1"):
+                "decode × llama.cpp b1", "decode tok/CPU-s", "CPU-s × llama.cpp b1"):
         table.add_column(col, justify="right" if col not in ("engine", "output", "speculation") else "left")
     rows = []
     for r in runs:
         ratio = f"{r.decode_tps / ref.decode_tps:.2f}×" if ref else "-"
+        cpu_ratio = f"{r.decode_cpu_tps / ref.decode_cpu_tps:.2f}×" if ref else "-"
         row = [r.engine, r.output, str(r.batch), "prompt lookup" if r.speculative else "off",
                f"{r.prefill_tps:.1f}" if r.prefill_tps else "(cached)",
-               f"{r.decode_tps:.2f}", f"{r.acceptance:.2f}", ratio]
+               f"{r.decode_tps:.2f}", f"{r.acceptance:.2f}", ratio, f"{r.decode_cpu_tps:.2f}", cpu_ratio]
         rows.append(row)
         table.add_row(*row)
     console.print(table)
@@ -233,7 +253,8 @@ def main(argv: list[str]) -> int:
             f"the prompt before each of these turns, sampled evenly over the sessions' turns whose conversation "
             f"(SmolLM2 chat template) has a message boundary {args.prompt_tokens // 2}..{args.prompt_tokens} tokens "
             f"from its end, cut there; {out_tokens} tokens decoded each; batch b uses the first b")),
-        engine=f"numpy reference engine (`--engine reference --model default`) vs llama.cpp "
+        engine=f"numpy reference engine (`--engine reference --model default --matmul "
+               f"{'|'.join(args.matmul)}`) vs llama.cpp "
                f"(`llama_cpp` {getattr(sys.modules.get('llama_cpp'), '__version__', 'not installed')}), "
                f"{args.threads} thread(s) each; model SmolLM2-135M-Instruct Q4_1 GGUF "
                f"(`{provenance.rel(load_definition('default').source)}`); times are wall time on this machine",
@@ -251,14 +272,15 @@ def main(argv: list[str]) -> int:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     styles = {(False, False): "tab:blue", (False, True): "tab:green", (True, False): "tab:purple",
               (True, True): "tab:olive"}
-    for (recorded, spec), colour in styles.items():
-        pts = [(r.batch, r.decode_tps) for r in runs
-               if r.engine == "numpy" and r.speculative == spec and (r.output == "recorded") == recorded]
-        ax.plot(*zip(*pts, strict=True), marker="o", color=colour,
-                label=f"numpy, {'recorded agent turns' if recorded else 'greedy'}, "
-                      f"speculation {'on' if spec else 'off'}")
+    for matmul, line in zip(args.matmul, ("-", "--", ":"), strict=False):
+        for (recorded, spec), colour in styles.items():
+            pts = [(r.batch, r.decode_tps) for r in runs
+                   if r.engine == f"numpy ({matmul})" and r.speculative == spec and (r.output == "recorded") == recorded]
+            ax.plot(*zip(*pts, strict=True), marker="o", color=colour, linestyle=line,
+                    label=f"numpy {matmul}, {'recorded agent turns' if recorded else 'greedy'}, "
+                          f"speculation {'on' if spec else 'off'}")
     if ref:
-        ax.axhline(ref.decode_tps, color="tab:red", linestyle="--", label="llama.cpp, batch 1")
+        ax.axhline(ref.decode_tps, color="tab:red", linestyle="-.", label="llama.cpp, batch 1")
     ax.set_xscale("log", base=2)
     ax.set_xticks(batches, [str(b) for b in batches])
     ax.minorticks_off()

@@ -26,6 +26,9 @@ import numpy as np
 
 from loopwire.common.model_def import open_gguf
 from loopwire.inference.config import ModelConfig
+from loopwire.inference.quantized import KINDS, QuantizedWeight
+
+Weight = np.ndarray | QuantizedWeight
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 # Architectures whose GGUF Q/K rows llama.cpp's converter permuted (its "normal" RoPE).
@@ -130,8 +133,9 @@ def _hf_name(gguf_name: str) -> str | None:
     return None
 
 
-def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """Read a GGUF file: its shape and every tensor as float32 under the HF name."""
+def load_gguf(path: str | Path, quantized: bool = False) -> tuple[ModelConfig, dict[str, Weight]]:
+    """Read a GGUF file: its shape and every tensor under the HF name, as float32 or, with
+    ``quantized``, its matrices of a type the kernels multiply (Q4_1, Q8_0) as their codes."""
     import gguf
 
     from loopwire.inference.weights import tensor_names, tensor_shape
@@ -140,11 +144,15 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     reader = open_gguf(path)
     config = read_gguf_config(reader, name=path.stem)
     config.validate()
-    weights: dict[str, np.ndarray] = {}
+    weights: dict[str, Weight] = {}
     for t in reader.tensors:
         name = _hf_name(t.name)
         if name is None:
             raise ValueError(f"{path}: unexpected tensor {t.name!r} for a plain {config.architecture} model")
+        kind = KINDS.get(t.tensor_type.name)
+        if quantized and kind and len(t.shape) == 2:
+            weights[name] = _quantized(t, kind, name, config, path)
+            continue
         try:
             w = gguf.quants.dequantize(t.data, t.tensor_type)
         except Exception as e:
@@ -165,7 +173,22 @@ def load_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     for name in tensor_names(config):
         if name not in weights:
             raise ValueError(f"{path}: GGUF file lacks the tensor of {name}")
-        if weights[name].shape != tensor_shape(config, name):
-            raise ValueError(f"{path}: {name} has shape {weights[name].shape}, "
-                             f"metadata implies {tensor_shape(config, name)}")
+        got = weights[name]
+        shape = got.shape[::-1] if isinstance(got, QuantizedWeight) else got.shape
+        if shape != tensor_shape(config, name):
+            raise ValueError(f"{path}: {name} has shape {shape}, metadata implies {tensor_shape(config, name)}")
     return config, weights
+
+
+def _quantized(t: Any, kind: str, name: str, config: ModelConfig, path: Path) -> QuantizedWeight:
+    """A tensor's codes as ``[in, out]``, with llama.cpp's Q/K row permutation undone on the outputs."""
+    n_in, n_out = (int(n) for n in t.shape)  # ne: the input (fastest) dimension first
+    try:
+        w = QuantizedWeight.from_blocks(kind, t.data, n_out, n_in)
+    except ValueError as e:
+        raise ValueError(f"{path}: cannot read tensor {t.name!r} ({t.tensor_type.name}): {e}") from e
+    heads = {"q_proj.weight": config.num_attention_heads, "k_proj.weight": config.num_key_value_heads}
+    for suffix, n_head in heads.items():
+        if config.architecture in _PERMUTED_QK and name.endswith(suffix):
+            return w.columns(unpermute_qk(np.arange(n_out)[:, None], n_head)[:, 0])
+    return w

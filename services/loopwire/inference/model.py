@@ -6,10 +6,12 @@ before RoPE, as llama.cpp and transformers do) when the config asks for them. On
 of many sequences in one pass; the linear layers see all rows at once.
 
 It is *batch invariant*: a row's result does not depend on which other rows share the pass or
-on how a prompt was chunked. The linear layers multiply the way ``row_invariance`` measured at
-load to keep a row's bits apart from the row count on this machine's BLAS (one product, or
-fixed blocks of rows), and attention, whose BLAS rounding does depend on the shapes, runs in
-float64 so those differences vanish when rounded back to float32.
+on how a prompt was chunked. The linear layers multiply by the numba kernels of ``kernels``
+(``matmul`` ``numba``: a GGUF file's quantized codes; ``numba-f32``: float32), whose order of
+operations is fixed per row by construction, or, without numba (``blas``), the way
+``row_invariance`` measured at load to keep a row's bits apart from the row count on this
+machine's BLAS (one product, or fixed blocks of rows). Attention, whose BLAS rounding does depend
+on the shapes, runs in float64 so those differences vanish when rounded back to float32.
 So greedy output with speculation equals greedy output without it token for token, and a
 cached prefix gives the logits of a full recompute.
 """
@@ -17,13 +19,21 @@ cached prefix gives the logits of a full recompute.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from loopwire.inference.config import ModelConfig
 from loopwire.inference.kv_cache import KvStore
+from loopwire.inference.quantized import QuantizedWeight
 from loopwire.inference.row_invariance import choose_row_block, matmul
+
+MATMUL_MODES = ("auto", "numba", "numba-f32", "blas")
+# A weight as the model holds it: float32 in Hugging Face's [out, in] orientation, or GGUF codes
+# (already [in, out]; see ``quantized``).
+Weight = np.ndarray | QuantizedWeight
+Linear = Callable[[np.ndarray], np.ndarray]
 
 log = logging.getLogger(__name__)
 
@@ -42,51 +52,101 @@ class Chunk:
     num_logits: int
 
 
+def resolve_matmul(mode: str) -> str:
+    """``auto``: the numba kernels when numba is installed, else BLAS."""
+    if mode not in MATMUL_MODES:
+        raise ValueError(f"matmul {mode!r}: choose one of {', '.join(MATMUL_MODES)}")
+    if mode != "auto":
+        return mode
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "blas"
+    return "numba"
+
+
+def _transposed(w: Weight) -> Weight:
+    """[in, out], as ``x @ w`` wants it."""
+    return w if isinstance(w, QuantizedWeight) else np.ascontiguousarray(w.T)
+
+
+def _fuse(parts: list[Weight]) -> Weight:
+    """Projections sharing an input as one [in, sum of outs] weight (quantized only if all are)."""
+    if all(isinstance(p, QuantizedWeight) for p in parts):
+        return QuantizedWeight.concat([p for p in parts if isinstance(p, QuantizedWeight)])
+    return np.concatenate([_dense(_transposed(p)) for p in parts], axis=1)
+
+
+def _dense(w: Weight) -> np.ndarray:
+    return w.dequantize() if isinstance(w, QuantizedWeight) else w
+
+
 def _rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     var = np.mean(x * x, axis=-1, keepdims=True)
     return x / np.sqrt(var + np.float32(eps)) * weight
 
 
 class LlamaModel:
-    def __init__(self, config: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+    def __init__(self, config: ModelConfig, weights: dict[str, Weight], matmul_mode: str = "auto") -> None:
         config.validate()
         self.config = config
-        self.embed = weights["model.embed_tokens.weight"]
-        head = weights["model.embed_tokens.weight"] if config.tie_word_embeddings else weights["lm_head.weight"]
-        self.lm_head_t = np.ascontiguousarray(head.T)
-        self.final_norm = weights["model.norm.weight"]
+        self.matmul = resolve_matmul(matmul_mode)
+        embed = weights["model.embed_tokens.weight"]
+        # Quantized embeddings stay codes: a lookup dequantizes only the rows it reads.
+        self.embed = embed
+        head = embed if config.tie_word_embeddings else weights["lm_head.weight"]
+        self.final_norm = _dense(weights["model.norm.weight"])
+        linear: dict[str, Weight] = {"lm_head": _transposed(head)}
         self.layers = []
         for i in range(config.num_hidden_layers):
             p = f"model.layers.{i}."
-            w = {n: weights[p + n] for n in (
-                "input_layernorm.weight", "post_attention_layernorm.weight",
-                "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")}
-            extra = {}
+            layer: dict[str, np.ndarray] = {
+                "attn_norm": _dense(weights[p + "input_layernorm.weight"]),
+                "mlp_norm": _dense(weights[p + "post_attention_layernorm.weight"]),
+            }
             if config.attention_bias:
-                extra["qkv_bias"] = np.concatenate([weights[p + f"self_attn.{n}_proj.bias"] for n in "qkv"])
+                layer["qkv_bias"] = np.concatenate([_dense(weights[p + f"self_attn.{n}_proj.bias"]) for n in "qkv"])
             if config.qk_norm:
-                extra["q_norm"] = weights[p + "self_attn.q_norm.weight"]
-                extra["k_norm"] = weights[p + "self_attn.k_norm.weight"]
-            self.layers.append({
-                **extra,
-                "attn_norm": w["input_layernorm.weight"],
-                "mlp_norm": w["post_attention_layernorm.weight"],
-                "qkv": np.ascontiguousarray(np.concatenate(
-                    [w["self_attn.q_proj.weight"], w["self_attn.k_proj.weight"], w["self_attn.v_proj.weight"]]).T),
-                "o": np.ascontiguousarray(w["self_attn.o_proj.weight"].T),
-                "gate_up": np.ascontiguousarray(
-                    np.concatenate([w["mlp.gate_proj.weight"], w["mlp.up_proj.weight"]]).T),
-                "down": np.ascontiguousarray(w["mlp.down_proj.weight"].T),
-            })
-        linear = [self.lm_head_t] + [w[n] for w in self.layers for n in ("qkv", "o", "gate_up", "down")]
-        # Rows per product that keep a row's bits independent of the batch on this BLAS (0: any).
-        self.row_block = choose_row_block(linear)
-        if self.row_block:
-            log.info("this BLAS rounds a row differently with the row count: linear layers multiply in blocks "
-                     "of %d rows (batch invariance kept; long prefills are slower)", self.row_block)
+                layer["q_norm"] = _dense(weights[p + "self_attn.q_norm.weight"])
+                layer["k_norm"] = _dense(weights[p + "self_attn.k_norm.weight"])
+            self.layers.append(layer)
+            linear[f"{i}.qkv"] = _fuse([weights[p + f"self_attn.{n}_proj.weight"] for n in "qkv"])
+            linear[f"{i}.o"] = _transposed(weights[p + "self_attn.o_proj.weight"])
+            linear[f"{i}.gate_up"] = _fuse([weights[p + "mlp.gate_proj.weight"], weights[p + "mlp.up_proj.weight"]])
+            linear[f"{i}.down"] = _transposed(weights[p + "mlp.down_proj.weight"])
+        self.row_block = 0
+        self.linear = self._build_linear(linear)
+        self.lm_head = self.linear["lm_head"]
+        self._layer_linear = [tuple(self.linear[f"{i}.{n}"] for n in ("qkv", "o", "gate_up", "down"))
+                              for i in range(config.num_hidden_layers)]
         self._cos = np.zeros((0, config.head_dim), np.float32)
         self._sin = np.zeros((0, config.head_dim), np.float32)
+
+    def _build_linear(self, weights: dict[str, Weight]) -> dict[str, Linear]:
+        """One callable per linear layer, by the matmul mode (see the module docstring)."""
+        if self.matmul == "blas":
+            dense = {name: _dense(w) for name, w in weights.items()}
+            # Rows per product that keep a row's bits independent of the batch on this BLAS (0: any).
+            self.row_block = choose_row_block(list(dense.values()))
+            if self.row_block:
+                log.info("this BLAS rounds a row differently with the row count: linear layers multiply in "
+                         "blocks of %d rows (batch invariance kept; long prefills are slower)", self.row_block)
+            return {name: _blas_linear(w, self.row_block) for name, w in dense.items()}
+        from loopwire.inference.kernels import KernelLinear
+
+        if self.matmul == "numba-f32":
+            return {name: KernelLinear(_dense(w)) for name, w in weights.items()}
+        return {name: KernelLinear(w) for name, w in weights.items()}
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes the linear layers hold (codes and scales, or float32)."""
+        return sum(int(getattr(f, "nbytes", 0)) for f in self.linear.values())
+
+    def _embed(self, tokens: np.ndarray) -> np.ndarray:
+        if isinstance(self.embed, QuantizedWeight):
+            return np.ascontiguousarray(self.embed.columns(tokens).dequantize().T)
+        return self.embed[tokens]
 
     def new_kv_store(self, num_blocks: int, block_size: int) -> KvStore:
         c = self.config
@@ -127,10 +187,11 @@ class LlamaModel:
         bounds = np.cumsum([0] + [len(ch.token_ids) for ch in chunks])
         slots = [self._slots(ch, store.block_size) for ch in chunks]
         nh, kvh, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        x = self.embed[tokens]
+        x = self._embed(tokens)
         for layer, w in enumerate(self.layers):
+            linear = self._layer_linear[layer]
             h = _rms_norm(x, w["attn_norm"], c.rms_norm_eps)
-            qkv = matmul(h, w["qkv"], self.row_block)
+            qkv = linear[0](h)
             if "qkv_bias" in w:
                 qkv = qkv + w["qkv_bias"]
             q = qkv[:, : nh * hd].reshape(-1, nh, hd)
@@ -149,17 +210,17 @@ class LlamaModel:
                 flat_k[:, slots[i]] = k[lo:hi].transpose(1, 0, 2)
                 flat_v[:, slots[i]] = v[lo:hi].transpose(1, 0, 2)
                 attn[lo:hi] = self._attend(q[lo:hi], ch, keys, values)
-            x = x + matmul(attn, w["o"], self.row_block)
+            x = x + linear[1](attn)
             h = _rms_norm(x, w["mlp_norm"], c.rms_norm_eps)
-            gate_up = matmul(h, w["gate_up"], self.row_block)
+            gate_up = linear[2](h)
             gate, up = gate_up[:, : c.intermediate_size], gate_up[:, c.intermediate_size :]
-            x = x + matmul(gate / (1.0 + np.exp(-gate)) * up, w["down"], self.row_block)
+            x = x + linear[3](gate / (1.0 + np.exp(-gate)) * up)
         # One output-head product for the whole step: the head is the largest matrix.
         rows = [np.arange(bounds[i + 1] - ch.num_logits, bounds[i + 1]) for i, ch in enumerate(chunks)]
         picked = np.concatenate(rows)
         logits = np.zeros((0, c.vocab_size), np.float32)
         if len(picked):
-            logits = matmul(_rms_norm(x[picked], self.final_norm, c.rms_norm_eps), self.lm_head_t, self.row_block)
+            logits = self.lm_head(_rms_norm(x[picked], self.final_norm, c.rms_norm_eps))
         splits = np.cumsum([len(r) for r in rows])[:-1]
         return list(np.split(logits, splits))
 
@@ -195,3 +256,10 @@ class LlamaModel:
             np.exp(scores, out=scores)
             out[:, lo:hi] = (scores @ v) / scores.sum(axis=-1, keepdims=True)
         return out.reshape(kvh, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nh * hd).astype(np.float32)
+
+
+def _blas_linear(w: np.ndarray, block: int) -> Linear:
+    def apply(x: np.ndarray) -> np.ndarray:
+        return matmul(x, w, block)
+
+    return apply

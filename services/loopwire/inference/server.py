@@ -56,6 +56,8 @@ class EngineOptions:
     eviction_policy: str = "priority"
     prefill_policy: str = "fair"
     prefill_chunk_tokens: int = 128
+    # reference engine: how linear layers multiply (model.MATMUL_MODES; auto: numba when installed)
+    matmul: str = "auto"
     role: str = "both"
     gpu: str = "h200"
     model_params: str = "8b"
@@ -95,15 +97,18 @@ def build_engine(options: EngineOptions) -> Engine:
         prefill_chunk_tokens=options.prefill_chunk_tokens,
     )
     if options.engine == "reference":
-        from loopwire.inference.model import LlamaModel
+        from loopwire.inference.model import LlamaModel, resolve_matmul
         from loopwire.inference.reference_engine import reference_core
         from loopwire.inference.weights import load_weights
 
-        model_config, weights = load_weights(definition.source, model_preset(options.model_size))
+        matmul = resolve_matmul(options.matmul)
+        model_config, weights = load_weights(definition.source, model_preset(options.model_size),
+                                             quantized=matmul == "numba")
         check_vocabulary(model_config.vocab_size, definition)
         config = base.with_(model=model_config, num_kv_blocks=options.kv_blocks or kv_blocks_for(model_config, options.block_size),
                             max_batch_tokens=options.max_batch_tokens or 1024)
-        core = reference_core(config, LlamaModel(model_config, weights))
+        core = reference_core(config, LlamaModel(model_config, weights, matmul))
+        del weights  # the model holds what it multiplies by
         return AsyncEngine(core, "reference", f"{definition.name} ({definition.source})", definition, offload=True)
     if options.engine == "simulated":
         from loopwire.inference.simulated_engine import simulated_core
@@ -220,6 +225,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coalesce-max-tokens", type=_positive, metavar="N",
                         default=int(_env("coalesce_max_tokens", str(COALESCE_MAX_TOKENS))),
                         help="a waiting batch of this many tokens is sent without waiting out the window")
+    parser.add_argument("--matmul", choices=["auto", "numba", "numba-f32", "blas"], default=_env("matmul", d.matmul),
+                        help="reference engine: how linear layers multiply. numba: kernels over a GGUF file's "
+                             "Q4_1/Q8_0 codes (float32 for other types); numba-f32: the same kernels over "
+                             "dequantized float32 (same bits, 4x the memory); blas: numpy's BLAS, row invariant "
+                             "by a measured block size; auto: numba when installed, else blas")
     parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
     parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
     parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -129,9 +130,9 @@ def load_checkpoint(directory: str | Path) -> tuple[ModelConfig, dict[str, np.nd
     return config, weights
 
 
-def load_weights(spec: str, config: ModelConfig) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+def load_weights(spec: str, config: ModelConfig, quantized: bool = False) -> tuple[ModelConfig, dict[str, Any]]:
     """``dummy:<seed>`` with ``config``'s shape, or a GGUF file / checkpoint directory (its
-    own shape)."""
+    own shape). ``quantized``: a GGUF file's Q4_1/Q8_0 matrices stay codes (``QuantizedWeight``)."""
     if spec.startswith("dummy"):
         _, _, seed = spec.partition(":")
         try:
@@ -141,5 +142,5 @@ def load_weights(spec: str, config: ModelConfig) -> tuple[ModelConfig, dict[str,
     if spec.endswith(".gguf") or Path(spec).is_file():
         from loopwire.inference.gguf_weights import load_gguf
 
-        return load_gguf(spec)
+        return load_gguf(spec, quantized=quantized)
     return load_checkpoint(spec)

@@ -19,6 +19,7 @@ from loopwire.inference import gguf_weights
 from loopwire.inference.config import ModelConfig
 from loopwire.inference.gguf_weights import load_gguf, unpermute_qk
 from loopwire.inference.model import Chunk, LlamaModel
+from loopwire.inference.quantized import QuantizedWeight
 from loopwire.inference.weights import (
     dummy_weights,
     load_checkpoint,
@@ -46,8 +47,10 @@ def llama_cpp_permute(w: np.ndarray, n_head: int, n_head_kv: int | None) -> np.n
 
 
 def write_gguf(path: Path, config: ModelConfig, weights: dict[str, np.ndarray], *, arch: str = "llama",
-               quantize_matrices: bool = False) -> None:
-    """A GGUF file as llama.cpp's converter writes it: GGUF names, permuted Q/K rows."""
+               quantize_matrices: bool = False,
+               quant_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.Q8_0) -> None:
+    """A GGUF file as llama.cpp's converter writes it: GGUF names, permuted Q/K rows; matrices in
+    ``quant_type`` with ``quantize_matrices``."""
     w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(config.num_hidden_layers)
     w.add_context_length(256)
@@ -71,8 +74,7 @@ def write_gguf(path: Path, config: ModelConfig, weights: dict[str, np.ndarray], 
         elif name.endswith("k_proj.weight"):
             t = llama_cpp_permute(t, config.num_attention_heads, config.num_key_value_heads)
         if quantize_matrices and t.ndim == 2:
-            w.add_tensor(gname, gguf.quants.quantize(t, gguf.GGMLQuantizationType.Q8_0),
-                         raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+            w.add_tensor(gname, gguf.quants.quantize(t, quant_type), raw_dtype=quant_type)
         else:
             w.add_tensor(gname, np.ascontiguousarray(t, dtype=np.float32))
     w.write_header_to_file()
@@ -140,6 +142,31 @@ def test_crafted_gguf_round_trips_to_hf_weights(tmp_path: Path) -> None:
     a = ref.forward([Chunk(ids, 0, [0, 1, 2], 11)], ref.new_kv_store(3, 4))[0]
     b = got.forward([Chunk(ids, 0, [0, 1, 2], 11)], got.new_kv_store(3, 4))[0]
     assert np.abs(a - b).max() < 0.5 and (a.argmax(-1) == b.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize("quant", [gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_1])
+@pytest.mark.parametrize("tied", [False, True])
+def test_codes_kept_quantized_give_the_bits_of_the_dequantized_file(tmp_path: Path, quant, tied: bool) -> None:
+    """Loaded as codes (the numba kernels) or dequantized by gguf (the float32 kernels), one file
+    gives the same logits bit for bit: the Q/K un-permutation acts on quantized outputs, the
+    embedding lookup dequantizes the rows it reads, a tied head multiplies by the embedding."""
+    config = ModelConfig(**{**TINY.__dict__, "tie_word_embeddings": tied})
+    write_gguf(tmp_path / "q.gguf", config, dummy_weights(config, 5), quantize_matrices=True, quant_type=quant)
+    _, codes = load_gguf(tmp_path / "q.gguf", quantized=True)
+    _, dense = load_gguf(tmp_path / "q.gguf")
+    assert isinstance(codes["model.layers.0.self_attn.q_proj.weight"], QuantizedWeight)
+    for name, w in codes.items():
+        if isinstance(w, QuantizedWeight):
+            np.testing.assert_array_equal(w.dequantize().T, dense[name], err_msg=name)
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5])
+    quantized, f32 = LlamaModel(config, codes, "numba"), LlamaModel(config, dense, "numba-f32")
+    assert quantized.weight_bytes < f32.weight_bytes / 2.5
+    a = quantized.forward([Chunk(ids, 0, [0, 1, 2], 11)], quantized.new_kv_store(3, 4))[0]
+    b = f32.forward([Chunk(ids, 0, [0, 1, 2], 11)], f32.new_kv_store(3, 4))[0]
+    np.testing.assert_array_equal(a, b)
+    blas = LlamaModel(config, dense, "blas")
+    c = blas.forward([Chunk(ids, 0, [0, 1, 2], 11)], blas.new_kv_store(3, 4))[0]
+    np.testing.assert_allclose(a, c, rtol=1e-4, atol=1e-4)
 
 
 def test_tied_gguf_has_no_lm_head(tmp_path: Path) -> None:

@@ -1,0 +1,138 @@
+"""Linear layers as numba kernels: quantized weights multiplied without dequantizing the matrix
+first, in an order of operations that is the same for every row.
+
+Why not BLAS: batch invariance (a row's logits never depend on the rows beside it) is what makes
+speculation lossless and a cached prefix equal to a recompute. OpenBLAS picks kernels by the row
+count, so ``row_invariance`` pads a single row to two or multiplies in fixed blocks, and at batch
+1 reads the whole float32 model (513 MB) per token. These kernels give invariance by construction:
+output ``n`` of a row is ``((x[0] w[0,n] + x[1] w[1,n]) + x[2] w[2,n]) + ...``, accumulated in
+``k`` order, with SIMD across outputs, never across ``k``. That sequence of IEEE operations is
+fixed by ``k`` alone, so neither the batch, nor the row's position in it, nor how rows are grouped
+to share a weight load changes a bit (numba emits no fast-math flags, so LLVM neither
+reassociates nor contracts into FMAs).
+
+Why quantized: a GGUF file's Q4_1 or Q8_0 codes are about 0.75 or 1.125 bytes per weight against
+4 as float32, and batch-1 decode reads every weight once per token. Each weight is rebuilt with
+exactly the float32 operations ``gguf.quants`` dequantizes with (``d * q + m``; ``q * d``), so the
+quantized kernel gives the bits of the float32 kernel over the dequantized matrix (``numba-f32``),
+which is what the tests compare against.
+
+numba (LLVM through llvmlite; ``cache=True`` compiles once per machine into ``__pycache__``) was
+chosen over hand-written C for a wheel on every platform and no compiler at install time.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from loopwire.inference.quantized import QBLOCK, QuantizedWeight
+
+# Outputs per tile: a tile's dequantized weights and its slice of a row's outputs stay in L1.
+TILE = 256
+# Inputs per pass over a tile: each output is loaded and stored once per STEP inputs, not per input.
+STEP = 8
+
+_jit = numba.njit(cache=True, nogil=True, boundscheck=False, error_model="numpy")
+
+
+@_jit
+def _accumulate(x: np.ndarray, k: int, w: np.ndarray, out: np.ndarray, n0: int, t: int) -> None:
+    """``out[r, n0 + j] += x[r, k + i] * w[i, j]`` for ``i = 0 .. STEP-1`` in that order, every row."""
+    for r in range(x.shape[0]):
+        a0, a1, a2, a3 = x[r, k], x[r, k + 1], x[r, k + 2], x[r, k + 3]
+        a4, a5, a6, a7 = x[r, k + 4], x[r, k + 5], x[r, k + 6], x[r, k + 7]
+        o = out[r, n0 : n0 + t]
+        w0, w1, w2, w3, w4, w5, w6, w7 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
+        for j in range(t):
+            o[j] = (((((((o[j] + a0 * w0[j]) + a1 * w1[j]) + a2 * w2[j]) + a3 * w3[j])
+                     + a4 * w4[j]) + a5 * w5[j]) + a6 * w6[j]) + a7 * w7[j]
+
+
+@_jit
+def _matmul_q4_1(x: np.ndarray, d: np.ndarray, m: np.ndarray, qs: np.ndarray, out: np.ndarray) -> None:
+    """``qs[k // 2, n]``: weight ``(k, n)``'s code in the low nibble for even ``k``, high for odd;
+    ``d``, ``m``: ``[k // 32, n]``."""
+    n_out = d.shape[1]
+    w = np.empty((STEP, TILE), np.float32)
+    out[:] = 0
+    for n0 in range(0, n_out, TILE):
+        t = min(TILE, n_out - n0)
+        for k in range(0, x.shape[1], STEP):
+            b = k // QBLOCK
+            db, mb = d[b, n0 : n0 + t], m[b, n0 : n0 + t]
+            for i in range(STEP // 2):
+                q = qs[k // 2 + i, n0 : n0 + t]
+                lo, hi = w[2 * i], w[2 * i + 1]
+                for j in range(t):
+                    lo[j] = db[j] * np.float32(q[j] & 15) + mb[j]
+                    hi[j] = db[j] * np.float32(q[j] >> 4) + mb[j]
+            _accumulate(x, k, w, out, n0, t)
+
+
+@_jit
+def _matmul_q8_0(x: np.ndarray, d: np.ndarray, qs: np.ndarray, out: np.ndarray) -> None:
+    """``qs[k, n]`` int8 codes, ``d[k // 32, n]`` scales."""
+    n_out = d.shape[1]
+    w = np.empty((STEP, TILE), np.float32)
+    out[:] = 0
+    for n0 in range(0, n_out, TILE):
+        t = min(TILE, n_out - n0)
+        for k in range(0, x.shape[1], STEP):
+            db = d[k // QBLOCK, n0 : n0 + t]
+            for i in range(STEP):
+                q, wi = qs[k + i, n0 : n0 + t], w[i]
+                for j in range(t):
+                    wi[j] = np.float32(q[j]) * db[j]
+            _accumulate(x, k, w, out, n0, t)
+
+
+@_jit
+def _matmul_f32(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
+    """``wt[k, n]`` float32; a ``k`` that is not a multiple of ``STEP`` ends one input at a time."""
+    k_in, n_out = wt.shape
+    whole = k_in - k_in % STEP
+    w = np.empty((STEP, TILE), np.float32)
+    out[:] = 0
+    for n0 in range(0, n_out, TILE):
+        t = min(TILE, n_out - n0)
+        for k in range(0, whole, STEP):
+            w[:, :t] = wt[k : k + STEP, n0 : n0 + t]
+            _accumulate(x, k, w, out, n0, t)
+        for k in range(whole, k_in):
+            row = wt[k, n0 : n0 + t]
+            for r in range(x.shape[0]):
+                a, o = x[r, k], out[r, n0 : n0 + t]
+                for j in range(t):
+                    o[j] = o[j] + a * row[j]
+
+
+class KernelLinear:
+    """``x @ w`` for a ``[k, n_out]`` weight (the model's orientation), quantized or float32."""
+
+    def __init__(self, weight: QuantizedWeight | np.ndarray) -> None:
+        if isinstance(weight, np.ndarray):
+            if weight.dtype != np.float32 or weight.ndim != 2:
+                raise ValueError("a float32 kernel weight is a 2-D float32 [k, n_out] array")
+            weight = np.ascontiguousarray(weight)
+        self.weight = weight
+        self.k, self.n_out = weight.shape
+        self.kind = weight.kind if isinstance(weight, QuantizedWeight) else "f32"
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.weight.nbytes)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.empty((x.shape[0], self.n_out), np.float32)
+        if x.shape[0] == 0:
+            return out
+        w = self.weight
+        if isinstance(w, np.ndarray):
+            _matmul_f32(x, w, out)
+        elif w.m is not None:  # q4_1
+            _matmul_q4_1(x, w.d, w.m, w.qs, out)
+        else:
+            _matmul_q8_0(x, w.d, w.qs, out)
+        return out

@@ -23,6 +23,8 @@ chosen over hand-written C for a wheel on every platform and no compiler at inst
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -105,6 +107,68 @@ def _matmul_f32(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
                 a, o = x[r, k], out[r, n0 : n0 + t]
                 for j in range(t):
                     o[j] = o[j] + a * row[j]
+
+
+@_jit
+def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarray, start: int,
+           out: np.ndarray) -> None:
+    """Causal attention of a chunk's queries ``q [n, heads, hd]`` (float32, at positions ``start``
+    on) over its sequence's cached keys and values (``[kv_heads, blocks, block_size, hd]``
+    float64, read through the block ``table``) into ``out [n, heads * hd]``.
+
+    Like the linear kernels, batch invariant by construction: a query's scores, softmax and
+    weighted sum run in key order with fixed partial sums, whatever the chunk around it, so a
+    cached prefix gives the bits of a recompute and verification rows the bits of decode rows.
+    The heads sharing a kv head read each key once."""
+    n, nh, hd = q.shape
+    kvh, _, bs, _ = keys.shape
+    group = nh // kvh
+    scale = 1.0 / math.sqrt(hd)
+    scores = np.empty((group, start + n), np.float64)
+    qd = np.empty((group, hd), np.float64)
+    o = np.empty((group, hd), np.float64)
+    mx = np.empty(group, np.float64)
+    total = np.empty(group, np.float64)
+    for i in range(n):
+        ctx = start + i + 1
+        for g in range(kvh):
+            for hh in range(group):
+                for d in range(hd):
+                    qd[hh, d] = np.float64(q[i, g * group + hh, d]) * scale
+                mx[hh] = -np.inf
+            for j in range(ctx):
+                kv = keys[g, table[j // bs], j % bs]
+                for hh in range(group):
+                    qh = qd[hh]
+                    l0 = l1 = l2 = l3 = 0.0
+                    for d in range(0, hd, 4):
+                        l0 += qh[d] * kv[d]
+                        l1 += qh[d + 1] * kv[d + 1]
+                        l2 += qh[d + 2] * kv[d + 2]
+                        l3 += qh[d + 3] * kv[d + 3]
+                    s = (l0 + l1) + (l2 + l3)
+                    scores[hh, j] = s
+                    if s > mx[hh]:
+                        mx[hh] = s
+            for hh in range(group):
+                t = 0.0
+                for j in range(ctx):
+                    p = math.exp(scores[hh, j] - mx[hh])
+                    scores[hh, j] = p
+                    t += p
+                total[hh] = t
+            o[:] = 0.0
+            for j in range(ctx):
+                vv = values[g, table[j // bs], j % bs]
+                for hh in range(group):
+                    p = scores[hh, j]
+                    oh = o[hh]
+                    for d in range(hd):
+                        oh[d] += p * vv[d]
+            for hh in range(group):
+                h = g * group + hh
+                for d in range(hd):
+                    out[i, h * hd + d] = np.float32(o[hh, d] / total[hh])
 
 
 class KernelLinear:

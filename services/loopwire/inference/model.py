@@ -209,7 +209,7 @@ class LlamaModel:
                 lo, hi = bounds[i], bounds[i + 1]
                 flat_k[:, slots[i]] = k[lo:hi].transpose(1, 0, 2)
                 flat_v[:, slots[i]] = v[lo:hi].transpose(1, 0, 2)
-                attn[lo:hi] = self._attend(q[lo:hi], ch, keys, values)
+                self._attend(q[lo:hi], ch, keys, values, attn[lo:hi])
             x = x + linear[1](attn)
             h = _rms_norm(x, w["mlp_norm"], c.rms_norm_eps)
             gate_up = linear[2](h)
@@ -230,8 +230,15 @@ class LlamaModel:
         table = np.asarray(ch.block_table, dtype=np.int64)
         return table[pos // block_size] * block_size + pos % block_size
 
-    def _attend(self, q: np.ndarray, ch: Chunk, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Causal attention of the chunk's queries over the sequence's cached keys (float64)."""
+    def _attend(self, q: np.ndarray, ch: Chunk, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
+        """Causal attention of the chunk's queries over the sequence's cached keys (float64) into
+        ``out``: the numba kernel, or without numba BLAS products whose shape-dependent rounding
+        float64 hides."""
+        if self.matmul != "blas":
+            from loopwire.inference.kernels import attend
+
+            attend(np.ascontiguousarray(q), keys, values, np.asarray(ch.block_table, dtype=np.int64), ch.start, out)
+            return
         c = self.config
         nh, kvh, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         group = nh // kvh
@@ -246,7 +253,7 @@ class LlamaModel:
         qg *= 1.0 / np.sqrt(hd)
         # -inf above the diagonal of the chunk's own keys (keys before the chunk are all visible).
         causal = np.triu(np.full((n, n), -np.inf), 1).repeat(group, axis=0)
-        out = np.empty((kvh, n * group, hd), np.float64)
+        res = np.empty((kvh, n * group, hd), np.float64)
         step = max(group, (_MAX_SCORE_ELEMENTS // max(1, ctx * kvh)) // group * group)
         for lo in range(0, n * group, step):
             hi = min(n * group, lo + step)
@@ -254,8 +261,8 @@ class LlamaModel:
             scores[:, :, ch.start :] += causal[lo:hi]
             scores -= scores.max(axis=-1, keepdims=True)
             np.exp(scores, out=scores)
-            out[:, lo:hi] = (scores @ v) / scores.sum(axis=-1, keepdims=True)
-        return out.reshape(kvh, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nh * hd).astype(np.float32)
+            res[:, lo:hi] = (scores @ v) / scores.sum(axis=-1, keepdims=True)
+        out[:] = res.reshape(kvh, n, group, hd).transpose(1, 0, 2, 3).reshape(n, nh * hd)
 
 
 def _blas_linear(w: np.ndarray, block: int) -> Linear:

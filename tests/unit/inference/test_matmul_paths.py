@@ -106,3 +106,45 @@ def test_matmul_modes_resolve(monkeypatch) -> None:
 
     monkeypatch.setitem(sys.modules, "numba", None)  # an install without numba
     assert resolve_matmul("auto") == "blas"
+
+
+def _reference_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarray,
+                         start: int) -> np.ndarray:
+    """Causal softmax attention written from its definition, one query and head at a time."""
+    n, heads, hd = q.shape
+    kv_heads, _, block, _ = keys.shape
+    out = np.empty((n, heads * hd))
+    for i in range(n):
+        ctx = start + i + 1
+        slots = [(table[j // block], j % block) for j in range(ctx)]
+        for h in range(heads):
+            g = h // (heads // kv_heads)
+            k = np.array([keys[g, b, o] for b, o in slots])
+            v = np.array([values[g, b, o] for b, o in slots])
+            s = k @ q[i, h].astype(np.float64) / np.sqrt(hd)
+            p = np.exp(s - s.max())
+            out[i, h * hd : (h + 1) * hd] = p @ v / p.sum()
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(kv_heads=st.sampled_from([1, 2, 3]), group=st.sampled_from([1, 3]), hd=st.sampled_from([8, 64]),
+       block=st.sampled_from([4, 16]), start=st.integers(0, 40), n=st.integers(1, 9), seed=st.integers(0, 2**16),
+       data=st.data())
+def test_attention_kernel_is_softmax_attention_and_a_query_gets_the_same_bits_in_any_chunk(
+        kv_heads, group, hd, block, start, n, seed, data) -> None:
+    from loopwire.inference.kernels import attend
+
+    rng = np.random.default_rng(seed)
+    heads, blocks = kv_heads * group, -(-(start + n) // block) + 2
+    keys = rng.standard_normal((kv_heads, blocks, block, hd))
+    values = rng.standard_normal((kv_heads, blocks, block, hd))
+    table = rng.permutation(blocks).astype(np.int64)
+    q = rng.standard_normal((n, heads, hd), dtype=np.float32)
+    out = np.empty((n, heads * hd), np.float32)
+    attend(q, keys, values, table, start, out)
+    np.testing.assert_allclose(out, _reference_attention(q, keys, values, table, start), rtol=1e-5, atol=1e-5)
+    i = data.draw(st.integers(0, n - 1))  # the same query decoded alone at its position
+    alone = np.empty((1, heads * hd), np.float32)
+    attend(q[i : i + 1].copy(), keys, values, table, start + i, alone)
+    np.testing.assert_array_equal(alone[0], out[i])

@@ -1,6 +1,6 @@
 """Sandbox benchmark: a sandbox per session (each command in namespaces of its own inside it,
-its init made ahead while the session is idle) vs the same with each init made when its command
-comes vs a bubblewrap sandbox per command vs no sandbox.
+two inits made ahead while the session is idle) vs the same with one init made ahead, or each init
+made when its command comes, vs a bubblewrap sandbox per command vs no sandbox (``--paths`` picks).
 
 1. Spawn: `true` run N times through each path, wall time per command (start to exit, output
    collected), as the shell tool sees it.
@@ -16,13 +16,17 @@ comes vs a bubblewrap sandbox per command vs no sandbox.
    git repository holding a Python package's source (copied from this interpreter's
    site-packages under the session's package name), with `/testbed` read as the workspace and
    `python` as `python3`, so `ls`, `grep -r`, `cat`, `find`, `git status`, `python3 -c` do real work.
+   Back to back by default; ``--session-gap MS`` idles that long before each command (the model's
+   think time, in which a session's sandbox makes its next inits ahead).
 4. Profile: ~200 commands of the realistic workspace through the loop's real tool path
    (``TurnTools``: journal write, events, ``tools.execute``, output item stored in SQLite), with a
    timestamp at every stage (``sandbox.TRACE``; the supervisor's init writes its own): the median
    time from the previous stage to each.
 
-Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--out DIR]
-Writes sandbox.md and sandbox.png into ``--out`` (default .state/bench/).
+Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--paths command,session,bare]
+     [--session-gap MS] [--out DIR]
+Writes sandbox.md and sandbox.png into ``--out`` (default .state/bench/); never overwrite the committed
+results in bench/results while working: give a directory of your own (``--out /tmp/sb``).
 """
 
 from __future__ import annotations
@@ -67,8 +71,13 @@ import provenance  # noqa: E402
 console = Console() if sys.stdout.isatty() else Console(width=150)
 STORM = "seq 1000 | xargs -I{} true"
 PER_COMMAND, ON_DEMAND = "sandbox per command (before)", "per session, init made per command"
-PER_SESSION, BARE = "per session, init made ahead (after)", "bare (no sandbox)"
-SANDBOXED = (PER_COMMAND, ON_DEMAND, PER_SESSION)
+PER_SESSION, BARE = "per session, two inits made ahead (spares_ahead=2)", "bare (no sandbox)"
+ONE_AHEAD = "per session, one init made ahead (spares_ahead=1)"
+SANDBOXED = (PER_COMMAND, ON_DEMAND, ONE_AHEAD, PER_SESSION)
+# --paths names: "session" is the per-session sandbox as it runs (inits made ahead), "on-demand" the same
+# with each init made when its command comes.
+PATHS = {"command": PER_COMMAND, "on-demand": ON_DEMAND, "one-ahead": ONE_AHEAD, "session": PER_SESSION,
+         "bare": BARE}
 PACKAGE = "rich"  # the package whose source the realistic workspace holds
 _MARK = re.compile(r"@@loopwire-bench (\d+\.\d+) (\d+\.\d+)\s*$")
 
@@ -90,11 +99,21 @@ async def sandboxed(start: object, command: str) -> float:
     return time.perf_counter() - started
 
 
-def runners(boxes: dict[str, Sandbox], workspace: Path) -> tuple[dict[str, object], list[SessionSandbox]]:
-    cold, warm = SessionSandbox(boxes[ON_DEMAND], workspace), SessionSandbox(boxes[PER_SESSION], workspace)
-    box = boxes[PER_COMMAND]
-    return {PER_COMMAND: lambda c: box.start(workspace, c), ON_DEMAND: cold.start, PER_SESSION: warm.start,
-            BARE: lambda c: bare(workspace, c)}, [cold, warm]
+def runners(boxes: dict[str, Sandbox], workspace: Path,
+            paths: tuple[str, ...]) -> tuple[dict[str, object], list[SessionSandbox]]:
+    """The chosen paths' ways to run a command in ``workspace`` (and the session sandboxes they hold)."""
+    out: dict[str, object] = {}
+    sessions = []
+    for mode in paths:
+        if mode == PER_COMMAND:
+            out[mode] = lambda c, box=boxes[mode]: box.start(workspace, c)
+        elif mode == BARE:
+            out[mode] = lambda c: bare(workspace, c)
+        else:
+            session = SessionSandbox(boxes[mode], workspace)
+            sessions.append(session)
+            out[mode] = session.start
+    return out, sessions
 
 
 async def timed(mode: str, run: object, command: str) -> float:
@@ -102,11 +121,11 @@ async def timed(mode: str, run: object, command: str) -> float:
 
 
 async def repeat(boxes: dict[str, Sandbox], ws: Path, command: str, reps: int, gap: float,
-                 progress: Progress) -> dict[str, list[float]]:
+                 progress: Progress, paths: tuple[str, ...]) -> dict[str, list[float]]:
     """``command`` ``reps`` times on each path, interleaved so load on the machine hits every path
     alike, ``gap`` seconds apart (the model's turn between two commands, when the init is made)."""
     ws.mkdir()
-    run, sessions = runners(boxes, ws)
+    run, sessions = runners(boxes, ws, paths)
     for session in sessions:
         await sandboxed(session.start, "true")  # the session's sandbox starts once, before the clock
     out: dict[str, list[float]] = {m: [] for m in run}
@@ -191,8 +210,11 @@ def recorded_commands(paths: list[Path], limit: int) -> list[tuple[Path, int, li
 
 
 async def bench_sessions(boxes: dict[str, Sandbox], tmp: Path, sessions: list[tuple[Path, int, list[str]]],
-                         template: Path | None, progress: Progress) -> dict[str, Overhead]:
-    out = {m: Overhead() for m in SANDBOXED}
+                         template: Path | None, progress: Progress, paths: tuple[str, ...],
+                         session_gap: float) -> dict[str, Overhead]:
+    """Each session's commands in order on each sandboxed path, ``session_gap`` seconds of idle time
+    before each (the model's think time, in which a session's sandbox makes its next inits)."""
+    out = {m: Overhead() for m in SANDBOXED if m in paths}
     kind = "realistic" if template else "empty"
     task = progress.add_task(f"recorded commands, {kind} workspace",
                              total=len(out) * sum(len(c) for _, _, c in sessions))
@@ -205,6 +227,8 @@ async def bench_sessions(boxes: dict[str, Sandbox], tmp: Path, sessions: list[tu
                 command = realistic(recorded_command, ws) if template else recorded_command
                 call = common_pb2.FunctionCall(call_id="c", name="shell",
                                                arguments=json.dumps({"command": wrapped(command), "timeout_seconds": 10}))
+                if session_gap > 0:
+                    await asyncio.sleep(session_gap)
                 started = time.time()
                 outcome = await tools.execute(call, ctx)
                 wall = time.time() - started
@@ -244,9 +268,9 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
     stored = store.load("s")
     assert stored is not None
     run = SessionRun(HarnessConfig(workspace_root=tmp), store, box, stored, emit)
-    for name in ("record_call_started", "append"):
+    for name in ("try_record_call_started", "record_call_started", "append"):
         def traced(*args: object, _f: object = getattr(store, name), _n: str = name, **kwargs: object) -> object:
-            sandbox.mark(f"store {_n} begins (a worker thread)")
+            sandbox.mark(f"store {_n} begins")
             result = _f(*args, **kwargs)  # type: ignore[operator]
             sandbox.mark(f"store {_n} committed")
             return result
@@ -259,12 +283,15 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
             call = common_pb2.FunctionCall(call_id=f"c{n}", name="shell",
                                            arguments=json.dumps({"command": wrapped(realistic(command, ws))}))
             await asyncio.sleep(gap)
-            sandbox.TRACE = []
-            sandbox.mark("tool call complete in the stream")
-            turn = TurnTools(run, n + 1)
-            turn.start(call)
-            await turn.finish([call])
-            trace, sandbox.TRACE = sandbox.TRACE, None
+            trace: list[tuple[str, int]] = []
+            token = sandbox.TRACE.set(trace)
+            try:
+                sandbox.mark("tool call complete in the stream")
+                turn = TurnTools(run, n + 1)
+                turn.start(call)
+                await turn.finish([call])
+            finally:
+                sandbox.TRACE.reset(token)
             text = run.items[-1].function_call_output.output
             trace += [(m.group(1), int(m.group(2))) for m in _TRACE_LINE.finditer(text)]
             if m := _MARK.search(text.rsplit("\n[exit code", 1)[0]):
@@ -278,7 +305,6 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
                 stages.setdefault(stage, []).append((at - before) / 1e9)
                 places.setdefault(stage, []).append(k)
     finally:
-        sandbox.TRACE = None
         run.background.kill_all()
         store.close()
     order = sorted(stages, key=lambda st: statistics.median(places[st]))
@@ -300,12 +326,13 @@ def spawn_table(title: str, data: dict[str, list[float]]) -> Table:
     t = Table(title=title)
     for name in ("path", "median ms", "mean ms", "p90 ms", "vs per command", "beyond bare (median ms)"):
         t.add_column(name, justify="left" if name == "path" else "right")
-    base, floor = statistics.median(data[PER_COMMAND]), statistics.median(data[BARE])
+    base = statistics.median(data[PER_COMMAND]) if PER_COMMAND in data else None
+    floor = statistics.median(data[BARE]) if BARE in data else None
     for mode, values in data.items():
         med = statistics.median(values)
         t.add_row(mode, ms(values), f"{statistics.mean(values) * 1000:.2f}",
-                  f"{statistics.quantiles(values, n=10)[-1] * 1000:.2f}", f"{med / base:.2f}×",
-                  f"{(med - floor) * 1000:.2f}")
+                  f"{statistics.quantiles(values, n=10)[-1] * 1000:.2f}" if len(values) > 1 else ms(values),
+                  f"{med / base:.2f}×" if base else "-", f"{(med - floor) * 1000:.2f}" if floor is not None else "-")
     return t
 
 
@@ -324,7 +351,7 @@ def overhead_table(title: str, overhead: dict[str, Overhead]) -> Table:
 
 def profile_table(stages: dict[str, list[float]], totals: list[float]) -> Table:
     t = Table(title=f"4. where a command's time goes: {len(totals)} recorded commands in the realistic workspace "
-                    f"through the loop's tool path, per session, init made ahead (median per call "
+                    f"through the loop's tool path, per session, two inits made ahead (median per call "
                     f"{statistics.median(totals) * 1000:.2f} ms)")
     for name in ("stage reached", "calls", "median ms since the stage before", "mean ms", "share of the mean total"):
         t.add_column(name, justify="left" if name == "stage reached" else "right")
@@ -345,18 +372,21 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
     t2 = Table(title=f"2. process storm: `{STORM}` as one command ({len(storm[BARE])} runs each)")
     for name in ("path", "median ms", "vs per command", "vs bare"):
         t2.add_column(name, justify="left" if name == "path" else "right")
-    sbase, sfloor = statistics.median(storm[PER_COMMAND]), statistics.median(storm[BARE])
+    sbase = statistics.median(storm[PER_COMMAND]) if PER_COMMAND in storm else None
+    sfloor = statistics.median(storm[BARE]) if BARE in storm else None
     for mode, values in storm.items():
         med = statistics.median(values)
-        t2.add_row(mode, ms(values), f"{med / sbase:.2f}×", f"{med / sfloor:.2f}×")
+        t2.add_row(mode, ms(values), f"{med / sbase:.2f}×" if sbase else "-", f"{med / sfloor:.2f}×" if sfloor else "-")
     tables = [t1, t1b, t2]
     for kind, overhead in overheads.items():
         tables.append(overhead_table(f"3. recorded sessions' commands through the shell tool, {kind} workspace: "
                                      "harness overhead beyond the commands' own runtime (each session's first "
                                      "command, which starts the session's sandbox, counted apart)", overhead))
-    tables.append(profile_table(*profile))
+    if profile[1]:
+        tables.append(profile_table(*profile))
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", PER_SESSION: "tab:green", BARE: "tab:blue"}
+    colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", ONE_AHEAD: "tab:cyan", PER_SESSION: "tab:green",
+              BARE: "tab:blue"}
     for ax, data, title in ((axes[0], spawn, "1a. `true`: wall per command"), (axes[1], storm, f"2. `{STORM}`")):
         medians = {m: statistics.median(v) * 1000 for m, v in data.items()}
         bars = ax.barh(list(medians), list(medians.values()), color=[colors[m] for m in medians])
@@ -366,25 +396,25 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
         ax.set(title=title, xlabel="ms (median)")
         ax.tick_params(axis="y", labelsize=7)
     width = 0.38
+    shown = [m for m in SANDBOXED if all(m in o for o in overheads.values())]
     for i, (kind, overhead) in enumerate(overheads.items()):
-        shares = [overhead[m].share * 100 for m in SANDBOXED]
-        xs = [x + (i - 0.5) * width for x in range(len(SANDBOXED))]
+        shares = [overhead[m].share * 100 for m in shown]
+        xs = [x + (i - 0.5) * width for x in range(len(shown))]
         bars = axes[2].bar(xs, shares, width, label=f"{kind} workspace", alpha=0.55 + 0.45 * i,
-                           color=[colors[m] for m in SANDBOXED])
+                           color=[colors[m] for m in shown])
         axes[2].bar_label(bars, labels=[f"{v:.0f}%" for v in shares], fontsize=7)
-    axes[2].set_xticks(range(len(SANDBOXED)), [m.split(" (")[0].replace("sandbox ", "") for m in SANDBOXED],
-                       fontsize=7)
+    axes[2].set_xticks(range(len(shown)), [m.split(" (")[0].replace("sandbox ", "") for m in shown], fontsize=7)
     axes[2].axhline(5, color="tab:red", linestyle="--", linewidth=1, label="goal: 5%")
     axes[2].legend(fontsize=7)
     axes[2].set(title="3. harness overhead ÷ commands' own runtime", ylabel="%")
-    fig.suptitle("Shell sandbox: one per session (init made ahead) vs per command", fontsize=11)
+    fig.suptitle("Shell sandbox: one per session (inits made ahead) vs per command", fontsize=11)
     fig.tight_layout()
     return tables, fig
 
 
-def probed(tmp: Path, name: str, per_session: bool, warm: bool) -> Sandbox:
+def probed(tmp: Path, name: str, per_session: bool, spares: int) -> Sandbox:
     box = Sandbox(output_limit=16384, per_session=per_session)
-    box.warm_spare = warm
+    box.spares_ahead = spares
     if reason := box.probe(tmp / f"probe-{name}"):
         raise SystemExit(f"the sandbox cannot run here: {reason}")
     return box
@@ -396,22 +426,26 @@ async def main_async(args: argparse.Namespace) -> int:
     storm_reps = 3 if args.quick else 10
     limit = 20 if args.quick else args.limit
     tmp = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
-    boxes = {PER_COMMAND: probed(tmp, "c", False, False), ON_DEMAND: probed(tmp, "d", True, False),
-             PER_SESSION: probed(tmp, "s", True, True)}
+    boxes = {PER_COMMAND: probed(tmp, "c", False, 0), ON_DEMAND: probed(tmp, "d", True, 0),
+             ONE_AHEAD: probed(tmp, "o", True, 1), PER_SESSION: probed(tmp, "s", True, 2)}
     if not boxes[PER_SESSION].per_session:
         console.print("[red]no system python3 for a session's supervisor: nothing to compare")
         return 1
+    chosen = tuple(dict.fromkeys(args.paths))  # in the order given (part 1 and 2 interleave them in it)
+    gap_s = args.session_gap / 1000
     sessions = recorded_commands(paths, limit)
     try:
         template = realistic_template(tmp)
         with Progress(console=console, transient=True) as progress:
-            spawn = await repeat(boxes, tmp / "spawn", "true", reps, args.gap, progress)
-            spawn_b2b = await repeat(boxes, tmp / "spawn-b2b", "true", reps, 0.0, progress)
-            storm = await repeat(boxes, tmp / "storm", STORM, storm_reps, args.gap, progress)
-            overheads = {"empty": await bench_sessions(boxes, tmp, sessions, None, progress),
-                         "realistic": await bench_sessions(boxes, tmp, sessions, template, progress)}
-            profile = await bench_profile(boxes[PER_SESSION], tmp, realistic_mix(sessions, args.profile), template,
-                                          args.gap)
+            spawn = await repeat(boxes, tmp / "spawn", "true", reps, args.gap, progress, chosen)
+            spawn_b2b = await repeat(boxes, tmp / "spawn-b2b", "true", reps, 0.0, progress, chosen)
+            storm = await repeat(boxes, tmp / "storm", STORM, storm_reps, args.gap, progress, chosen)
+            overheads = {"empty": await bench_sessions(boxes, tmp, sessions, None, progress, chosen, gap_s),
+                         "realistic": await bench_sessions(boxes, tmp, sessions, template, progress, chosen, gap_s)}
+            profile: tuple[dict[str, list[float]], list[float]] = ({}, [])
+            if PER_SESSION in chosen and args.profile > 0:
+                profile = await bench_profile(boxes[PER_SESSION], tmp, realistic_mix(sessions, args.profile), template,
+                                              args.gap)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     used = [(p, turns) for p, turns, _ in sessions]
@@ -424,8 +458,10 @@ async def main_async(args: argparse.Namespace) -> int:
     provenance.stamp(fig, short)
     png = provenance.save_figure(fig, args.out, "sandbox")
     header = provenance.provenance(
-        [f"part 1: `true` × {reps} per path, {args.gap * 1000:g} ms apart and back to back",
-         f"part 2: `{STORM}` × {storm_reps} per path", f"part 3: {provenance.describe_sessions(used, note=note)}",
+        [f"paths: {', '.join(chosen)}",
+         f"part 1: `true` × {reps} per path, {args.gap * 1000:g} ms apart and back to back",
+         f"part 2: `{STORM}` × {storm_reps} per path", f"part 3: {provenance.describe_sessions(used, note=note)}; "
+         f"{args.session_gap:g} ms idle before each command",
          f"part 4: {len(profile[1])} of those commands, taken evenly, in the realistic workspace"],
         notes=["the machine's cores are shared: compare paths within one run (they are interleaved), not across runs",
                "own runtime: measured inside the sandbox by the command's shell ($EPOCHREALTIME when it starts, and in "
@@ -439,6 +475,14 @@ async def main_async(args: argparse.Namespace) -> int:
     return 0
 
 
+def _paths(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PATHS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown path {', '.join(unknown) or '(none)'}; choose of {', '.join(PATHS)}")
+    return tuple(PATHS[n] for n in names)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(provenance.DATA_SESSIONS),
@@ -449,7 +493,18 @@ def main() -> int:
     parser.add_argument("--limit", type=int, default=0, help="only the first N commands of each session (0: all)")
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds between two commands in part 1a and 2 (the model's turn; 0.05: a fast one)")
-    parser.add_argument("--profile", type=int, default=200, help="commands profiled in part 4")
+    parser.add_argument("--profile", type=int, default=200,
+                        help="commands profiled in part 4 (stage times through sandbox.TRACE; 0: no part 4)")
+    parser.add_argument("--paths", type=_paths, default=tuple(PATHS.values()), metavar="LIST",
+                        help="comma-separated paths to measure, of: command (a bubblewrap sandbox per command), "
+                             "session (a sandbox per session, inits made ahead), on-demand (per session, each init "
+                             "made when its command comes), one-ahead (per session, one init made ahead, as "
+                             "before spares_ahead=2), bare (no sandbox; parts 1 and 2 only: recorded commands "
+                             "never run on the host); parts 1 and 2 run them interleaved in this order (a path that makes "
+                             "its next inits right after a command slows the path after it); default: all")
+    parser.add_argument("--session-gap", type=float, default=0.0, metavar="MS",
+                        help="milliseconds of idle time before each recorded command in part 3 (the model's think "
+                             "time, in which a session's sandbox makes its next inits); default 0: back to back")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)

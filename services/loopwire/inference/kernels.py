@@ -171,6 +171,19 @@ def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarra
                     out[i, h * hd + d] = np.float32(o[hh, d] / total[hh])
 
 
+def compile_all() -> None:
+    """Compile (or load from numba's cache) every kernel for the argument types the model passes,
+    so the first request a server takes never waits for LLVM (tens of seconds on a loaded machine)."""
+    f32 = np.float32
+    x, out = np.zeros((1, QBLOCK), f32), np.zeros((1, 8), f32)
+    d = np.zeros((1, 8), f32)
+    _matmul_q4_1(x, d, d, np.zeros((QBLOCK // 2, 8), np.uint8), out)
+    _matmul_q8_0(x, d, np.zeros((QBLOCK, 8), np.int8), out)
+    _matmul_f32(x, np.zeros((QBLOCK, 8), f32), out)
+    kv = np.zeros((1, 1, 4, 8), np.float64)
+    attend(np.zeros((1, 1, 8), f32), kv, kv, np.zeros(1, np.int64), 0, np.zeros((1, 8), f32))
+
+
 class KernelLinear:
     """``x @ w`` for a ``[k, n_out]`` weight (the model's orientation), quantized or float32."""
 

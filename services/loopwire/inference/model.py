@@ -132,8 +132,9 @@ class LlamaModel:
                 log.info("this BLAS rounds a row differently with the row count: linear layers multiply in "
                          "blocks of %d rows (batch invariance kept; long prefills are slower)", self.row_block)
             return {name: _blas_linear(w, self.row_block) for name, w in dense.items()}
-        from loopwire.inference.kernels import KernelLinear
+        from loopwire.inference.kernels import KernelLinear, compile_all
 
+        compile_all()
         if self.matmul == "numba-f32":
             return {name: KernelLinear(_dense(w)) for name, w in weights.items()}
         return {name: KernelLinear(w) for name, w in weights.items()}

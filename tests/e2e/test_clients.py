@@ -121,12 +121,19 @@ def _strip(value: object) -> object:
     return value
 
 
+# Events whose presence follows how long a step took, not what the client asked: a prefill that
+# outlasts the progress interval reports its progress (a loaded machine, a cold engine).
+_TIMING_EVENTS = {"prefillProgress"}
+
+
 def _comparable(events: list[dict]) -> list[dict]:
-    """The events with run-specific fields set aside and consecutive text deltas of a turn joined
-    (how the streamed text is cut into deltas follows decode steps, not the client)."""
+    """The events with run-specific fields and timing events set aside and consecutive text deltas
+    of a turn joined (how the streamed text is cut into deltas follows decode steps, not the client)."""
     out: list[dict] = []
     for event in map(_strip, events):
         assert isinstance(event, dict)
+        if _TIMING_EVENTS & event.keys():
+            continue
         delta, last = event.get("textDelta"), out[-1].get("textDelta") if out else None
         if delta is not None and last is not None and last.get("turn") == delta.get("turn"):
             out[-1] = {"textDelta": {**last, "text": last.get("text", "") + delta.get("text", "")}}

@@ -10,8 +10,9 @@ on how a prompt was chunked. The linear layers multiply by the numba kernels of 
 (``matmul`` ``numba``: a GGUF file's quantized codes; ``numba-f32``: float32), whose order of
 operations is fixed per row by construction, or, without numba (``blas``), the way
 ``row_invariance`` measured at load to keep a row's bits apart from the row count on this
-machine's BLAS (one product, or fixed blocks of rows). Attention, whose BLAS rounding does depend
-on the shapes, runs in float64 so those differences vanish when rounded back to float32.
+machine's BLAS (one product, or fixed blocks of rows). Attention is a numba kernel in key order
+too; without numba it runs as BLAS products in float64, whose shape-dependent rounding vanishes
+when rounded back to float32.
 So greedy output with speculation equals greedy output without it token for token, and a
 cached prefix gives the logits of a full recompute.
 """

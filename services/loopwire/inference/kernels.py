@@ -1,5 +1,5 @@
-"""Linear layers as numba kernels: quantized weights multiplied without dequantizing the matrix
-first, in an order of operations that is the same for every row.
+"""Linear layers and attention as numba kernels: quantized weights multiplied without
+dequantizing the matrix first, in an order of operations that is the same for every row.
 
 Why not BLAS: batch invariance (a row's logits never depend on the rows beside it) is what makes
 speculation lossless and a cached prefix equal to a recompute. OpenBLAS picks kernels by the row
@@ -202,6 +202,8 @@ class KernelLinear:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.k:  # the kernels do not check bounds
+            raise ValueError(f"input of shape {x.shape} for a weight of {self.k} inputs")
         out = np.empty((x.shape[0], self.n_out), np.float32)
         if x.shape[0] == 0:
             return out

@@ -88,6 +88,8 @@ def test_float32_kernel_takes_any_input_width(k, n, rows, seed) -> None:
 def test_an_empty_batch_and_bad_weights() -> None:
     codes, _ = _random_quantized("q4_1", 64, 8, 0)
     assert KernelLinear(codes)(np.zeros((0, 64), np.float32)).shape == (0, 8)
+    with pytest.raises(ValueError, match=r"input of shape \(1, 32\) for a weight of 64 inputs"):
+        KernelLinear(codes)(np.zeros((1, 32), np.float32))
     with pytest.raises(ValueError, match="2-D float32"):
         KernelLinear(np.zeros((4, 4), np.float64))
     with pytest.raises(ValueError, match="whole blocks"):

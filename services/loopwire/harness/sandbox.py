@@ -226,15 +226,6 @@ class Sandbox:
             self.host_uid = self.uids = None
         self._set_file_owner()
 
-    @property
-    def warm_spare(self) -> bool:
-        """Whether inits are made ahead at all (``spares_ahead`` > 0)."""
-        return self.spares_ahead > 0
-
-    @warm_spare.setter
-    def warm_spare(self, on: bool) -> None:
-        self.spares_ahead = 2 if on else 0
-
     def _set_file_owner(self) -> None:
         """What the file tools create belongs to the uid of the tenant they work for (set by
         ``file_pool`` in its threads), or to the default tenant's in any other thread."""

@@ -39,6 +39,7 @@ from loopwire.common.model_def import load_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
 from loopwire.common.recorded import load_session, user_item  # noqa: E402
 from loopwire.inference.engine_core import EngineCore  # noqa: E402
+from loopwire.inference.model import MATMUL_MODES  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest  # noqa: E402
 from loopwire.inference.server import EngineOptions, build_engine  # noqa: E402
 
@@ -183,9 +184,10 @@ def run_llama_cpp(gguf: str, turns: list[AgentTurn], out_tokens: int, threads: i
 
 def _matmul_modes(value: str) -> list[str]:
     modes = [m for m in value.split(",") if m]
-    bad = [m for m in modes if m not in ("numba", "numba-f32", "blas")]
+    choices = [m for m in MATMUL_MODES if m != "auto"]
+    bad = [m for m in modes if m not in choices]
     if bad or not modes:
-        raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of numba, numba-f32, blas")
+        raise argparse.ArgumentTypeError(f"{value!r}: a comma-separated list of {', '.join(choices)}")
     return modes
 
 

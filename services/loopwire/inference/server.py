@@ -21,6 +21,7 @@ from loopwire.common.service_flags import add_service_token_arguments, service_t
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
+from loopwire.inference.model import MATMUL_MODES
 from loopwire.inference.service import (
     COALESCE_MAX_TOKENS,
     COALESCE_WINDOW_S,
@@ -225,7 +226,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coalesce-max-tokens", type=_positive, metavar="N",
                         default=int(_env("coalesce_max_tokens", str(COALESCE_MAX_TOKENS))),
                         help="a waiting batch of this many tokens is sent without waiting out the window")
-    parser.add_argument("--matmul", choices=["auto", "numba", "numba-f32", "blas"], default=_env("matmul", d.matmul),
+    parser.add_argument("--matmul", choices=MATMUL_MODES, default=_env("matmul", d.matmul),
                         help="reference engine: how linear layers multiply. numba: kernels over a GGUF file's "
                              "Q4_1/Q8_0 codes (float32 for other types); numba-f32: the same kernels over "
                              "dequantized float32 (same bits, 4x the memory); blas: numpy's BLAS, row invariant "

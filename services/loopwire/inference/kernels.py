@@ -53,18 +53,17 @@ def _accumulate(x: np.ndarray, k: int, w: np.ndarray, out: np.ndarray, n0: int, 
 
 @_jit
 def _matmul_q4_1(x: np.ndarray, d: np.ndarray, m: np.ndarray, qs: np.ndarray, out: np.ndarray) -> None:
-    """``qs[k // 2, n]``: weight ``(k, n)``'s code in the low nibble for even ``k``, high for odd;
-    ``d``, ``m``: ``[k // 32, n]``."""
-    n_out = d.shape[1]
+    """Tiled (see ``tiled``): ``qs[tile, k // 2, j]``: weight ``(k, tile * TILE + j)``'s code in the
+    low nibble for even ``k``, high for odd; ``d``, ``m``: ``[tile, k // 32, j]``."""
+    n_out = out.shape[1]
     w = np.empty((STEP, TILE), np.float32)
     out[:] = 0
     for n0 in range(0, n_out, TILE):
-        t = min(TILE, n_out - n0)
+        t, dt, mt, qt = min(TILE, n_out - n0), d[n0 // TILE], m[n0 // TILE], qs[n0 // TILE]
         for k in range(0, x.shape[1], STEP):
-            b = k // QBLOCK
-            db, mb = d[b, n0 : n0 + t], m[b, n0 : n0 + t]
+            db, mb = dt[k // QBLOCK], mt[k // QBLOCK]
             for i in range(STEP // 2):
-                q = qs[k // 2 + i, n0 : n0 + t]
+                q = qt[k // 2 + i]
                 lo, hi = w[2 * i], w[2 * i + 1]
                 for j in range(t):
                     lo[j] = db[j] * np.float32(q[j] & 15) + mb[j]
@@ -74,16 +73,16 @@ def _matmul_q4_1(x: np.ndarray, d: np.ndarray, m: np.ndarray, qs: np.ndarray, ou
 
 @_jit
 def _matmul_q8_0(x: np.ndarray, d: np.ndarray, qs: np.ndarray, out: np.ndarray) -> None:
-    """``qs[k, n]`` int8 codes, ``d[k // 32, n]`` scales."""
-    n_out = d.shape[1]
+    """Tiled: ``qs[tile, k, j]`` int8 codes, ``d[tile, k // 32, j]`` scales."""
+    n_out = out.shape[1]
     w = np.empty((STEP, TILE), np.float32)
     out[:] = 0
     for n0 in range(0, n_out, TILE):
-        t = min(TILE, n_out - n0)
+        t, dt, qt = min(TILE, n_out - n0), d[n0 // TILE], qs[n0 // TILE]
         for k in range(0, x.shape[1], STEP):
-            db = d[k // QBLOCK, n0 : n0 + t]
+            db = dt[k // QBLOCK]
             for i in range(STEP):
-                q, wi = qs[k + i, n0 : n0 + t], w[i]
+                q, wi = qt[k + i], w[i]
                 for j in range(t):
                     wi[j] = np.float32(q[j]) * db[j]
             _accumulate(x, k, w, out, n0, t)
@@ -91,84 +90,135 @@ def _matmul_q8_0(x: np.ndarray, d: np.ndarray, qs: np.ndarray, out: np.ndarray) 
 
 @_jit
 def _matmul_f32(x: np.ndarray, wt: np.ndarray, out: np.ndarray) -> None:
-    """``wt[k, n]`` float32; a ``k`` that is not a multiple of ``STEP`` ends one input at a time."""
-    k_in, n_out = wt.shape
+    """Tiled ``wt[tile, k, j]`` float32; a ``k`` that is not a multiple of ``STEP`` ends one input at
+    a time."""
+    k_in, n_out = x.shape[1], out.shape[1]
     whole = k_in - k_in % STEP
-    w = np.empty((STEP, TILE), np.float32)
     out[:] = 0
     for n0 in range(0, n_out, TILE):
-        t = min(TILE, n_out - n0)
+        t, wtile = min(TILE, n_out - n0), wt[n0 // TILE]
         for k in range(0, whole, STEP):
-            w[:, :t] = wt[k : k + STEP, n0 : n0 + t]
-            _accumulate(x, k, w, out, n0, t)
+            _accumulate(x, k, wtile[k : k + STEP], out, n0, t)
         for k in range(whole, k_in):
-            row = wt[k, n0 : n0 + t]
+            row = wtile[k]
             for r in range(x.shape[0]):
                 a, o = x[r, k], out[r, n0 : n0 + t]
                 for j in range(t):
                     o[j] = o[j] + a * row[j]
 
 
+def tiled(a: np.ndarray) -> np.ndarray:
+    """``[rows, n]`` as ``[ceil(n / TILE), rows, TILE]`` (the last tile zero-padded): a tile's codes
+    and scales lie in one contiguous run, so a pass over the weight streams memory in order
+    instead of taking ``TILE``-wide pieces ``n`` apart (at batch 1, 1.3 to 2.2x faster from DRAM).
+    Only where bytes sit changes, never the arithmetic."""
+    rows, n = a.shape
+    tiles = -(-n // TILE)
+    out = np.zeros((tiles, rows, TILE), a.dtype)
+    for i in range(tiles):
+        part = a[:, i * TILE : (i + 1) * TILE]
+        out[i, :, : part.shape[1]] = part
+    return out
+
+
+# Queries of one sequence that share each key and value load (a verification step, a prefill chunk).
+QUERIES = 16
+
+
+@_jit
+def _scores(qd: np.ndarray, m: int, start: int, keys: np.ndarray, table: np.ndarray, g: int,
+            scores: np.ndarray) -> None:
+    """``scores[r, h, j] = sum_d qd[r, h, d] * key_j[d]`` over kv head ``g``'s keys ``j`` up to
+    query ``r``'s position ``start + r``, for the ``m`` queries, each sum in ``d`` order.
+
+    A key block is read once for all the queries. Eight keys of a transposed block accumulate side
+    by side (independent chains the CPU overlaps), one key at a time for a block size that is not
+    a multiple of 8; either way each score is the same sequence of operations."""
+    group, hd = qd.shape[1], qd.shape[2]
+    bs = keys.shape[3]
+    lanes = 8 if bs % 8 == 0 else 1
+    for b in range(-(-(start + m) // bs)):
+        kt = keys[g, table[b]]
+        for r in range(max(0, b * bs - start), m):  # the queries that see a key of this block
+            for hh in range(group):
+                qh = qd[r, hh]
+                for c in range(0, bs, lanes):
+                    sc = scores[r, hh, b * bs + c : b * bs + c + lanes]
+                    if lanes == 8:
+                        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
+                        for d in range(hd):
+                            qv, k = qh[d], kt[d, c : c + 8]
+                            a0 += qv * k[0]
+                            a1 += qv * k[1]
+                            a2 += qv * k[2]
+                            a3 += qv * k[3]
+                            a4 += qv * k[4]
+                            a5 += qv * k[5]
+                            a6 += qv * k[6]
+                            a7 += qv * k[7]
+                        sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7] = a0, a1, a2, a3, a4, a5, a6, a7
+                    else:
+                        a = 0.0
+                        for d in range(hd):
+                            a += qh[d] * kt[d, c]
+                        sc[0] = a
+
+
 @_jit
 def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarray, start: int,
            out: np.ndarray) -> None:
     """Causal attention of a chunk's queries ``q [n, heads, hd]`` (float32, at positions ``start``
-    on) over its sequence's cached keys and values (``[kv_heads, blocks, block_size, hd]``
-    float64, read through the block ``table``) into ``out [n, heads * hd]``.
+    on) over its sequence's cached keys (``[kv_heads, blocks, hd, block_size]``) and values
+    (``[kv_heads, blocks, block_size, hd]``), float32, read through the block ``table``, into
+    ``out [n, heads * hd]``, computing in float64.
 
     Like the linear kernels, batch invariant by construction: a query's scores, softmax and
-    weighted sum run in key order with fixed partial sums, whatever the chunk around it, so a
-    cached prefix gives the bits of a recompute and verification rows the bits of decode rows.
-    The heads sharing a kv head read each key once."""
+    weighted sum run in a fixed order (each score in ``d`` order, the softmax and the sum in key
+    order) whatever the chunk around it, so a cached prefix gives the bits of a recompute and
+    verification rows the bits of decode rows. The heads sharing a kv head, and up to ``QUERIES``
+    queries of the chunk, read each key and value once."""
     n, nh, hd = q.shape
-    kvh, _, bs, _ = keys.shape
+    kvh, _, _, bs = keys.shape
     group = nh // kvh
     scale = 1.0 / math.sqrt(hd)
-    scores = np.empty((group, start + n), np.float64)
-    qd = np.empty((group, hd), np.float64)
-    o = np.empty((group, hd), np.float64)
-    mx = np.empty(group, np.float64)
-    total = np.empty(group, np.float64)
-    for i in range(n):
-        ctx = start + i + 1
+    rows = min(n, QUERIES)
+    scores = np.empty((rows, group, -(-(start + n) // bs) * bs), np.float64)
+    qd = np.empty((rows, group, hd), np.float64)
+    o = np.empty((rows, group, hd), np.float64)
+    total = np.empty((rows, group), np.float64)
+    for q0 in range(0, n, QUERIES):
+        m, first = min(QUERIES, n - q0), start + q0  # query r of this group is at position first + r
         for g in range(kvh):
-            for hh in range(group):
-                for d in range(hd):
-                    qd[hh, d] = np.float64(q[i, g * group + hh, d]) * scale
-                mx[hh] = -np.inf
-            for j in range(ctx):
-                kv = keys[g, table[j // bs], j % bs]
+            for r in range(m):
                 for hh in range(group):
-                    qh = qd[hh]
-                    l0 = l1 = l2 = l3 = 0.0
-                    for d in range(0, hd, 4):
-                        l0 += qh[d] * kv[d]
-                        l1 += qh[d + 1] * kv[d + 1]
-                        l2 += qh[d + 2] * kv[d + 2]
-                        l3 += qh[d + 3] * kv[d + 3]
-                    s = (l0 + l1) + (l2 + l3)
-                    scores[hh, j] = s
-                    if s > mx[hh]:
-                        mx[hh] = s
-            for hh in range(group):
-                t = 0.0
-                for j in range(ctx):
-                    p = math.exp(scores[hh, j] - mx[hh])
-                    scores[hh, j] = p
-                    t += p
-                total[hh] = t
-            o[:] = 0.0
-            for j in range(ctx):
-                vv = values[g, table[j // bs], j % bs]
-                for hh in range(group):
-                    p = scores[hh, j]
-                    oh = o[hh]
                     for d in range(hd):
-                        oh[d] += p * vv[d]
-            for hh in range(group):
-                h = g * group + hh
-                for d in range(hd):
-                    out[i, h * hd + d] = np.float32(o[hh, d] / total[hh])
+                        qd[r, hh, d] = np.float64(q[q0 + r, g * group + hh, d]) * scale
+            _scores(qd, m, first, keys, table, g, scores)
+            for r in range(m):
+                ctx = first + r + 1
+                for hh in range(group):
+                    sc, mx = scores[r, hh], -np.inf
+                    for j in range(ctx):
+                        mx = max(mx, sc[j])
+                    t = 0.0
+                    for j in range(ctx):
+                        p = math.exp(sc[j] - mx)
+                        sc[j] = p
+                        t += p
+                    total[r, hh] = t
+            o[:m] = 0.0
+            for j in range(first + m):
+                vv = values[g, table[j // bs], j % bs]
+                for r in range(max(0, j - first), m):  # the queries that see key j
+                    for hh in range(group):
+                        p, oh = scores[r, hh, j], o[r, hh]
+                        for d in range(hd):
+                            oh[d] += p * vv[d]
+            for r in range(m):
+                for hh in range(group):
+                    h = g * group + hh
+                    for d in range(hd):
+                        out[q0 + r, h * hd + d] = np.float32(o[r, hh, d] / total[r, hh])
 
 
 def compile_all() -> None:
@@ -176,29 +226,31 @@ def compile_all() -> None:
     so the first request a server takes never waits for LLVM (tens of seconds on a loaded machine)."""
     f32 = np.float32
     x, out = np.zeros((1, QBLOCK), f32), np.zeros((1, 8), f32)
-    d = np.zeros((1, 8), f32)
-    _matmul_q4_1(x, d, d, np.zeros((QBLOCK // 2, 8), np.uint8), out)
-    _matmul_q8_0(x, d, np.zeros((QBLOCK, 8), np.int8), out)
-    _matmul_f32(x, np.zeros((QBLOCK, 8), f32), out)
-    kv = np.zeros((1, 1, 4, 8), np.float64)
+    d = np.zeros((1, 1, TILE), f32)
+    _matmul_q4_1(x, d, d, np.zeros((1, QBLOCK // 2, TILE), np.uint8), out)
+    _matmul_q8_0(x, d, np.zeros((1, QBLOCK, TILE), np.int8), out)
+    _matmul_f32(x, np.zeros((1, QBLOCK, TILE), f32), out)
+    kv = np.zeros((1, 1, 8, 8), f32)
     attend(np.zeros((1, 1, 8), f32), kv, kv, np.zeros(1, np.int64), 0, np.zeros((1, 8), f32))
 
 
 class KernelLinear:
-    """``x @ w`` for a ``[k, n_out]`` weight (the model's orientation), quantized or float32."""
+    """``x @ w`` for a ``[k, n_out]`` weight (the model's orientation), quantized or float32, held
+    tiled for the kernels."""
 
     def __init__(self, weight: QuantizedWeight | np.ndarray) -> None:
         if isinstance(weight, np.ndarray):
             if weight.dtype != np.float32 or weight.ndim != 2:
                 raise ValueError("a float32 kernel weight is a 2-D float32 [k, n_out] array")
-            weight = np.ascontiguousarray(weight)
-        self.weight = weight
+            self.kind, self._tiles = "f32", (tiled(weight),)
+        else:
+            self.kind = weight.kind
+            self._tiles = tuple(tiled(a) for a in (weight.d, weight.m, weight.qs) if a is not None)
         self.k, self.n_out = weight.shape
-        self.kind = weight.kind if isinstance(weight, QuantizedWeight) else "f32"
 
     @property
     def nbytes(self) -> int:
-        return int(self.weight.nbytes)
+        return sum(int(a.nbytes) for a in self._tiles)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
@@ -207,11 +259,10 @@ class KernelLinear:
         out = np.empty((x.shape[0], self.n_out), np.float32)
         if x.shape[0] == 0:
             return out
-        w = self.weight
-        if isinstance(w, np.ndarray):
-            _matmul_f32(x, w, out)
-        elif w.m is not None:  # q4_1
-            _matmul_q4_1(x, w.d, w.m, w.qs, out)
+        if self.kind == "f32":
+            _matmul_f32(x, *self._tiles, out)
+        elif self.kind == "q4_1":
+            _matmul_q4_1(x, *self._tiles, out)
         else:
-            _matmul_q8_0(x, w.d, w.qs, out)
+            _matmul_q8_0(x, *self._tiles, out)
         return out

@@ -10,8 +10,8 @@ on how a prompt was chunked. The linear layers multiply by the numba kernels of 
 (``matmul`` ``numba``: a GGUF file's quantized codes; ``numba-f32``: float32), whose order of
 operations is fixed per row by construction, or, without numba (``blas``), the way
 ``row_invariance`` measured at load to keep a row's bits apart from the row count on this
-machine's BLAS (one product, or fixed blocks of rows). Attention is a numba kernel in key order
-too; without numba it runs as BLAS products in float64, whose shape-dependent rounding vanishes
+machine's BLAS (one product, or fixed blocks of rows). Attention is a numba kernel in a fixed
+order too; without numba it runs as BLAS products in float64, whose shape-dependent rounding vanishes
 when rounded back to float32.
 So greedy output with speculation equals greedy output without it token for token, and a
 cached prefix gives the logits of a full recompute.
@@ -204,13 +204,12 @@ class LlamaModel:
                 k = _rms_norm(k, w["k_norm"], c.rms_norm_eps)
             q, k = self._rope(q, positions), self._rope(k, positions)
             keys, values = store.keys[layer], store.values[layer]
-            flat_k = keys.reshape(kvh, -1, hd)
-            flat_v = values.reshape(kvh, -1, hd)
             attn = np.empty((len(tokens), nh * hd), np.float32)
             for i, ch in enumerate(chunks):
                 lo, hi = bounds[i], bounds[i + 1]
-                flat_k[:, slots[i]] = k[lo:hi].transpose(1, 0, 2)
-                flat_v[:, slots[i]] = v[lo:hi].transpose(1, 0, 2)
+                blocks, offsets = slots[i]
+                keys[:, blocks, :, offsets] = k[lo:hi]  # keys are stored [.., head_dim, block_size]
+                values[:, blocks, offsets] = v[lo:hi].transpose(1, 0, 2)
                 self._attend(q[lo:hi], ch, keys, values, attn[lo:hi])
             x = x + linear[1](attn)
             h = _rms_norm(x, w["mlp_norm"], c.rms_norm_eps)
@@ -227,15 +226,16 @@ class LlamaModel:
         return list(np.split(logits, splits))
 
     @staticmethod
-    def _slots(ch: Chunk, block_size: int) -> np.ndarray:
+    def _slots(ch: Chunk, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The block and the offset in it of each of the chunk's positions."""
         pos = np.arange(ch.start, ch.start + len(ch.token_ids))
         table = np.asarray(ch.block_table, dtype=np.int64)
-        return table[pos // block_size] * block_size + pos % block_size
+        return table[pos // block_size], pos % block_size
 
     def _attend(self, q: np.ndarray, ch: Chunk, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> None:
-        """Causal attention of the chunk's queries over the sequence's cached keys (float64) into
-        ``out``: the numba kernel, or without numba BLAS products whose shape-dependent rounding
-        float64 hides."""
+        """Causal attention of the chunk's queries over the sequence's cached keys into ``out``:
+        the numba kernel, or without numba BLAS products in float64, whose shape-dependent
+        rounding vanishes when rounded back to float32."""
         if self.matmul != "blas":
             from loopwire.inference.kernels import attend
 
@@ -246,8 +246,8 @@ class LlamaModel:
         group = nh // kvh
         n = len(q)
         ctx = ch.start + n
-        table = ch.block_table[: -(-ctx // keys.shape[2])]
-        k = keys[:, table].reshape(kvh, -1, hd)[:, :ctx]
+        table = ch.block_table[: -(-ctx // keys.shape[3])]
+        k = keys[:, table].swapaxes(-1, -2).reshape(kvh, -1, hd)[:, :ctx]
         v = values[:, table].reshape(kvh, -1, hd)[:, :ctx]
         k_t = k.transpose(0, 2, 1)
         # Rows are (query, group member) pairs of one kv head: [kvh, n * group, hd].

@@ -242,10 +242,10 @@ class KernelLinear:
         if isinstance(weight, np.ndarray):
             if weight.dtype != np.float32 or weight.ndim != 2:
                 raise ValueError("a float32 kernel weight is a 2-D float32 [k, n_out] array")
-            self.kind, self._tiles = "f32", (tiled(weight),)
+            self.kind, self._tiles = "f32", [tiled(weight)]
         else:
             self.kind = weight.kind
-            self._tiles = tuple(tiled(a) for a in (weight.d, weight.m, weight.qs) if a is not None)
+            self._tiles = [tiled(a) for a in (weight.d, weight.m, weight.qs) if a is not None]
         self.k, self.n_out = weight.shape
 
     @property
@@ -259,10 +259,11 @@ class KernelLinear:
         out = np.empty((x.shape[0], self.n_out), np.float32)
         if x.shape[0] == 0:
             return out
+        t = self._tiles
         if self.kind == "f32":
-            _matmul_f32(x, *self._tiles, out)
+            _matmul_f32(x, t[0], out)
         elif self.kind == "q4_1":
-            _matmul_q4_1(x, *self._tiles, out)
+            _matmul_q4_1(x, t[0], t[1], t[2], out)
         else:
-            _matmul_q8_0(x, *self._tiles, out)
+            _matmul_q8_0(x, t[0], t[1], out)
         return out

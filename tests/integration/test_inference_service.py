@@ -225,7 +225,7 @@ async def test_prefill_on_one_replica_decode_on_another_gives_the_same_tokens() 
         assert handle.num_tokens == 75 and handle.block_hashes == block_hashes(prompt, 16)
         pulled = [c async for c in pre.stub.PullKv(inference_pb2.PullKvRequest(kv_handle=handle.kv_handle))]
         assert len(pulled) == 4 and list(pulled[-1].tail_token_ids) == prompt[64:]
-        assert pulled[0].block.dtype == "float64" and len(pulled[0].block.keys) > 0
+        assert pulled[0].block.dtype == "float32" and len(pulled[0].block.keys) > 0
 
         dec.servicer.peers = frozenset({pre.address})  # --peers: the only replicas it imports KV from
         d = Session(dec.stub)
@@ -326,3 +326,32 @@ async def test_hold_prefix_keeps_a_waiting_sessions_blocks_through_cache_pressur
                 await rep.stub.HoldPrefix(bad)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
         await s.close()
+
+
+async def test_a_streams_append_continues_its_last_draft_context() -> None:
+    """The stream hands its last finish's draft context to the next turn: the session automaton
+    goes on from it (no comparison of the held prefix)."""
+    async with Replica(reference(engine="simulated", time_scale=0.0)) as rep:
+        drafter = rep.engine.core.drafter
+        opened: list[bool] = []
+        real = drafter.open
+
+        def spy(token_ids, session_id="", namespace="", base=None):  # type: ignore[no-untyped-def]
+            kept = drafter._sessions.get(f"{namespace}\x00{session_id}")
+            opened.append(kept is not None and base is not None and base() is kept)
+            return real(token_ids, session_id, namespace, base)
+
+        drafter.open = spy
+        s = Session(rep.stub)
+        await s.start(request_id="a", session_id="s", full=inference_pb2.FullPrompt(token_ids=list(range(100, 160))),
+                      params=params(4, speculative_decoding=True))
+        _, done, _ = await s.until_done("a")
+        fin = done.finished
+        for rid in "bc":
+            append = inference_pb2.AppendPrompt(base_length=fin.sequence_length, base_hash=fin.sequence_hash,
+                                                token_ids=[5, 6, 7])
+            await s.start(request_id=rid, session_id="s", append=append, params=params(4, speculative_decoding=True))
+            _, done, _ = await s.until_done(rid)
+            fin = done.finished
+        await s.close()
+        assert opened == [False, True, True]

@@ -26,7 +26,7 @@ from loopwire.common.chat_template import ChatTemplate, ChatTemplateError
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.common.prompt import ChatPrompt, tool_schema
 from loopwire.gateway import template_window
-from loopwire.gateway.template_window import Boundary, Message
+from loopwire.gateway.template_window import Boundary, HeldText, Message
 from loopwire.v1 import common_pb2
 
 
@@ -65,7 +65,7 @@ class Conversation:
         self.items: list[common_pb2.Item] = []
         self.raw: dict[int, str] = {}  # index of an item opening a model turn -> the text the model generated
         self.call_ids: dict[str, int] = {}  # call_id -> index of the item that made the call
-        self.text = ""
+        self._text = HeldText()
         self.ids = array("I")
         self.tail_ids: list[int] = []  # ids of the text after the anchor, plus the generation prompt
         self._generation_prompt = ""  # what the template adds to ``text`` to prompt the next turn
@@ -86,13 +86,18 @@ class Conversation:
         self.template_breaks = 0
         # Renderings of only the new messages (the others rendered the whole conversation).
         self.windowed_renders = 0
-        self.initial_tokens = self._render_from(self.items, self.raw)
+        self.initial_tokens = self._render_from([], {})
 
     # -- size and identity ------------------------------------------------------------
 
     def __len__(self) -> int:
         """Length of the prompt the next generation gets (generation prompt included)."""
         return len(self.ids) + len(self.tail_ids)
+
+    @property
+    def text(self) -> str:
+        """The conversation rendered by the template (generation prompt not included)."""
+        return str(self._text)
 
     @property
     def item_count(self) -> int:
@@ -116,48 +121,67 @@ class Conversation:
         ids = self.tokenizer.encode(special + text)
         return ids[1:]
 
-    def _render_from(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
-        """Render ``items`` in full as text and tokenize what lies past the anchor; returns tokens tokenized.
+    def _render_from(self, new_items: list[common_pb2.Item], new_raw: dict[int, str]) -> int:
+        """Render the held items followed by ``new_items`` (``new_raw``: their model turns' text, by
+        item index) and tokenize what lies past the anchor; returns tokens tokenized.
 
         Raises ``_NotAnExtension`` when the rendering does not extend the text held.
         """
-        full, with_prompt, messages = self._render(items, raw)
-        if not full.startswith(self.text) or not with_prompt.startswith(full):
+        rendered = self._render(new_items, new_raw)
+        if rendered is None:
             raise _NotAnExtension()
-        new_text = full[self._anchor_char :]
+        added, generation_prompt, messages, replace = rendered
+        new_text = self._text.slice(self._anchor_char) + added
         cut, special = 0, self._anchor_special
         for match in self.prompt.model.split_pattern.finditer(new_text):
             cut, special = match.end(), match.group()
         committed = self._encode_after(self._anchor_special, new_text[:cut])
-        self._generation_prompt = with_prompt[len(full) :]
-        self.tail_ids = self._encode_after(special, new_text[cut:] + self._generation_prompt)
+        self._generation_prompt = generation_prompt
+        self.tail_ids = self._encode_after(special, new_text[cut:] + generation_prompt)
         self._commit(committed, self._anchor_char + cut, special)
-        self._set_rendered(full, items, raw, messages)
+        self._set_rendered(added, new_items, new_raw, messages, replace)
         return len(committed) + len(self.tail_ids)
 
-    def _render(self, items: list[common_pb2.Item], raw: dict[int, str]) -> tuple[str, str, list[Message]]:
-        """Text and text with the generation prompt of ``items`` (the held items, then new ones),
-        with their template messages: only the new messages rendered when the window allows it."""
+    def _render(self, new_items: list[common_pb2.Item],
+                new_raw: dict[int, str]) -> tuple[str, str, list[Message], bool] | None:
+        """What the held items followed by ``new_items`` render as past the text held: (the text
+        added, the generation prompt, messages, whether those replace the held messages or
+        follow them); None when that rendering does not extend the text held. Only the new
+        messages are rendered when the window allows it."""
         template = self.template
         held = len(self.items)
-        new_items = items[held:]
-        if self.incremental and new_items and template_window.is_stable(template) and not self._joins_turn(new_items[0]):
-            new = self.prompt.messages("", [], new_items, {i - held: r for i, r in raw.items() if i >= held})
+        if (self.incremental and new_items and template_window.is_stable(template)
+                and not self._joins_turn(new_items[0])):
+            new = self.prompt.messages("", [], new_items, {i - held: r for i, r in new_raw.items()})
             head = self._head_text()
             boundaries = [Boundary(c.messages, c.text_len) for c in self._checkpoints[-template_window.MAX_LOOKBACK:]]
             got = None if head is None else template_window.render_appended(
-                template, self._schemas, head, self._messages, self.text, boundaries, new)
+                template, self._schemas, head, self._messages, self._text, boundaries, new)
             if got is not None:
+                if not template_window.should_verify(template, len(self._text) + len(got[0])):
+                    self.windowed_renders += 1
+                    return (*got, new, False)
+                text = str(self._text)
                 messages = [*self._messages, *new]
-                if template_window.should_verify(template, len(got[0])):
-                    full = template_window.render_full(template, self._schemas, messages)
-                    template_window.verified(template, full == got)
-                    if full != got:
-                        return (*full, messages)
-                self.windowed_renders += 1
-                return (*got, messages)
-        messages = self.prompt.messages(self.instructions, self.tools, items, raw)
-        return (*template_window.render_full(template, self._schemas, messages), messages)
+                full = template_window.render_full(template, self._schemas, messages)
+                same = full == (text + got[0], text + got[0] + got[1])
+                template_window.verified(template, same)
+                if same:
+                    self.windowed_renders += 1
+                    return (*got, new, False)
+                return self._extension(text, *full, messages)
+        messages = self.prompt.messages(self.instructions, self.tools, [*self.items, *new_items],
+                                        {**self.raw, **new_raw})
+        return self._extension(str(self._text), *template_window.render_full(template, self._schemas, messages),
+                               messages)
+
+    @staticmethod
+    def _extension(text: str, full: str, with_prompt: str,
+                   messages: list[Message]) -> tuple[str, str, list[Message], bool] | None:
+        """A whole conversation's rendering as ``_render`` answers it, against the held ``text``."""
+        if not full.startswith(text) or not with_prompt.startswith(full):
+            return None
+        return full[len(text):], with_prompt[len(full):], messages, True
 
     def _joins_turn(self, item: common_pb2.Item) -> bool:
         """Whether ``item`` would join the assistant turn held last (rewriting its message)."""
@@ -177,17 +201,22 @@ class Conversation:
         self._hash.extend(ids)
         self._anchor_char, self._anchor_special = anchor_char, special
 
-    def _set_rendered(self, text: str, items: list[common_pb2.Item], raw: dict[int, str],
-                      messages: list[Message]) -> None:
-        """Hold the new rendering and checkpoint it; only the items past the last checkpoint are new."""
-        for i in range(self._checkpoints[-1].items, len(items)):
-            if items[i].WhichOneof("item") == "function_call":
-                self.call_ids[items[i].function_call.call_id] = i
-        self.text, self.items, self.raw = text, items, raw
+    def _set_rendered(self, added: str, new_items: list[common_pb2.Item], new_raw: dict[int, str],
+                      messages: list[Message], replace: bool) -> None:
+        """Hold the new rendering and checkpoint it, extending what is held in place."""
+        for i, item in enumerate(new_items, len(self.items)):
+            if item.WhichOneof("item") == "function_call":
+                self.call_ids[item.function_call.call_id] = i
+        self._text.append(added)
+        self.items.extend(new_items)
+        self.raw.update(new_raw)
         if not self._messages:
             self._head = None  # the first message may be a new one
-        self._messages = messages
-        self._checkpoints.append(_Checkpoint(len(self.items), len(messages), len(self.text), self._anchor_char,
+        if replace:
+            self._messages = messages
+        else:
+            self._messages.extend(messages)
+        self._checkpoints.append(_Checkpoint(len(self.items), len(self._messages), len(self._text), self._anchor_char,
                                              self._anchor_special, len(self.ids), self._hash.copy()))
 
     def use_thinking(self, thinking: bool | None) -> int:
@@ -198,7 +227,7 @@ class Conversation:
         if not self.prompt.model.template.takes_enable_thinking or thinking == self.thinking:
             return 0
         self.thinking, self.template, self._head = thinking, _template(self.prompt, thinking), None
-        return self._append_rendered(self.items, self.raw)
+        return self._append_rendered([], {})
 
     def append(self, items: Sequence[common_pb2.Item]) -> int:
         """Add input items; returns how many tokens were tokenized.
@@ -209,7 +238,7 @@ class Conversation:
         """
         if not items:
             return 0
-        return self._append_rendered([*self.items, *items], self.raw)
+        return self._append_rendered(list(items), {})
 
     def complete(self, output: Sequence[common_pb2.Item], generated: Sequence[int], output_text: str) -> int:
         """Add the model's answer as the ids it generated; returns how many tokens were tokenized.
@@ -221,38 +250,45 @@ class Conversation:
         """
         if not output:
             return 0
-        start = len(self.items)
-        items = [*self.items, *output]
-        raw = {**self.raw, start: output_text}
+        new_items, new_raw = list(output), {len(self.items): output_text}
         stops = self.prompt.model.stop_token_ids
         stopped = bool(generated) and generated[-1] in stops
         stop_text = self.tokenizer.token_bytes(generated[-1]).decode("utf-8", "replace") if stopped else ""
-        generated_as_text = self.text + self._generation_prompt + output_text + stop_text
-        full, with_prompt, messages = self._render(items, raw)
-        extends = bool(generated) and full.startswith(generated_as_text) and with_prompt.startswith(full)
-        if extends and not stopped:
-            # Cut by its length limit: the ids are kept when the template closes the turn with a
-            # stop token's text (a special token, so nothing before it merges with it), and the
-            # next turn still appends to what the replica holds instead of resending it all.
-            # The ids must also spell the text exactly (a cut between a character's bytes does not).
-            rest = full[len(generated_as_text) :]
-            spelled = b"".join(self.tokenizer.token_bytes(t) for t in generated)
-            extends = spelled == output_text.encode("utf-8", "surrogatepass") and any(
-                rest.startswith(self.tokenizer.token_bytes(t).decode("utf-8", "replace")) for t in stops)
-        if not extends:
+        # What the generation prompt and the output spell after the held text: the rendering must too.
+        generated_as_text = self._generation_prompt + output_text + stop_text
+        rendered = self._render(new_items, new_raw)
+        if rendered is None or not self._keeps_ids(rendered[0], generated_as_text, generated, output_text, stopped):
             self.outputs_retokenized += 1
-            return self._append_rendered(items, raw)
-        self._commit([*self.tail_ids, *generated], len(generated_as_text), stop_text)
-        self._generation_prompt = with_prompt[len(full) :]
-        self.tail_ids = self._encode_after(stop_text, with_prompt[self._anchor_char :])
-        self._set_rendered(full, items, raw, messages)
+            return self._append_rendered(new_items, new_raw)
+        added, generation_prompt, messages, replace = rendered
+        self._commit([*self.tail_ids, *generated], len(self._text) + len(generated_as_text), stop_text)
+        self._generation_prompt = generation_prompt
+        self.tail_ids = self._encode_after(stop_text, added[len(generated_as_text) :] + generation_prompt)
+        self._set_rendered(added, new_items, new_raw, messages, replace)
         return len(self.tail_ids)
 
-    def _append_rendered(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
+    def _keeps_ids(self, added: str, generated_as_text: str, generated: Sequence[int], output_text: str,
+                   stopped: bool) -> bool:
+        """Whether the text the turn's rendering adds starts as the model generated it, so its ids stay."""
+        if not generated or not added.startswith(generated_as_text):
+            return False
+        if stopped:
+            return True
+        # Cut by its length limit: the ids are kept when the template closes the turn with a
+        # stop token's text (a special token, so nothing before it merges with it), and the
+        # next turn still appends to what the replica holds instead of resending it all.
+        # The ids must also spell the text exactly (a cut between a character's bytes does not).
+        rest = added[len(generated_as_text) :]
+        spelled = b"".join(self.tokenizer.token_bytes(t) for t in generated)
+        stops = self.prompt.model.stop_token_ids
+        return spelled == output_text.encode("utf-8", "surrogatepass") and any(
+            rest.startswith(self.tokenizer.token_bytes(t).decode("utf-8", "replace")) for t in stops)
+
+    def _append_rendered(self, new_items: list[common_pb2.Item], new_raw: dict[int, str]) -> int:
         try:
-            return self._render_from(items, raw)
+            return self._render_from(new_items, new_raw)
         except _NotAnExtension:
-            return self._rebuild(items, raw)
+            return self._rebuild([*self.items, *new_items], {**self.raw, **new_raw})
 
     def _rebuild(self, items: list[common_pb2.Item], raw: dict[int, str]) -> int:
         self.template_breaks += 1
@@ -268,7 +304,7 @@ class Conversation:
         self.items = self.items[: cp.items]
         self.raw = {i: r for i, r in self.raw.items() if i < cp.items}
         self.call_ids = {c: i for c, i in self.call_ids.items() if i < cp.items}
-        self.text = self.text[: cp.text_len]
+        self._text.truncate(cp.text_len)
         self._messages = self._messages[: cp.messages]
         if not self._messages:
             self._head = None
@@ -281,6 +317,8 @@ class Conversation:
         other = Conversation.__new__(Conversation)
         other.__dict__.update(self.__dict__)
         other.ids = array("I", self.ids)
+        other._text = self._text.copy()
+        other.items, other.raw, other._messages = list(self.items), dict(self.raw), list(self._messages)
         other._hash = self._hash.copy()
         other._checkpoints = list(self._checkpoints)
         other.call_ids = dict(self.call_ids)
@@ -290,7 +328,7 @@ class Conversation:
             return other
         cp = max((c for c in self._checkpoints if c.items <= n_items), key=lambda c: (c.items, c.ids_len))
         other._truncate_to(cp)
-        other._append_rendered(self.items[:n_items], {i: r for i, r in self.raw.items() if i < n_items})
+        other._append_rendered(self.items[cp.items : n_items], {i: r for i, r in self.raw.items() if cp.items <= i < n_items})
         return other
 
     # -- what the forwarder and the router ask ------------------------------------------

@@ -23,6 +23,7 @@ marked and always rendered in full from then on.
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,6 +68,65 @@ class Boundary:
     text_len: int
 
 
+class HeldText:
+    """Text that grows at its end, held as the pieces it grew by: an append, a check of its start
+    and a read of a recent tail cost what they touch, never a copy of the whole text (one
+    ``str`` would be copied whole on every append)."""
+
+    __slots__ = ("_pieces", "_ends")
+
+    def __init__(self, text: str = "") -> None:
+        self._pieces: list[str] = []
+        self._ends: list[int] = []  # where each piece ends in the text
+        self.append(text)
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __str__(self) -> str:
+        if len(self._pieces) > 1:  # joined once, then held as one piece
+            self._pieces, self._ends = ["".join(self._pieces)], [len(self)]
+        return self._pieces[0] if self._pieces else ""
+
+    def copy(self) -> HeldText:
+        other = HeldText()
+        other._pieces, other._ends = list(self._pieces), list(self._ends)
+        return other
+
+    def append(self, text: str) -> None:
+        if text:
+            self._ends.append(len(self) + len(text))
+            self._pieces.append(text)
+
+    def slice(self, start: int, stop: int | None = None) -> str:
+        """``str(self)[start:stop]`` for ``0 <= start``, reading only the pieces it spans."""
+        stop = len(self) if stop is None else min(stop, len(self))
+        if start >= stop:
+            return ""
+        i = bisect.bisect_right(self._ends, start)
+        offset = self._ends[i - 1] if i else 0
+        out = []
+        while offset < stop:
+            piece = self._pieces[i]
+            out.append(piece[max(0, start - offset) : stop - offset])
+            offset += len(piece)
+            i += 1
+        return "".join(out)
+
+    def startswith(self, prefix: str) -> bool:
+        return len(prefix) <= len(self) and self.slice(0, len(prefix)) == prefix
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` characters."""
+        i = bisect.bisect_left(self._ends, length)
+        if i == len(self._ends):
+            return
+        start = self._ends[i - 1] if i else 0
+        cut = self._pieces[i][: length - start]
+        del self._pieces[i:], self._ends[i:]
+        self.append(cut)
+
+
 def render_full(template: ChatTemplate, schemas: list[dict[str, Any]] | None,
                 messages: list[Message]) -> tuple[str, str]:
     """The whole conversation's text, and that text with the generation prompt."""
@@ -78,12 +138,12 @@ def render_appended(
     schemas: list[dict[str, Any]] | None,
     head: str,
     held: Sequence[Message],
-    text: str,
+    text: HeldText,
     boundaries: Sequence[Boundary],
     new: list[Message],
 ) -> tuple[str, str] | None:
-    """(text, text with generation prompt) of ``held + new``, rendering only a window; None when
-    the window cannot be trusted.
+    """(the text ``new`` adds to ``text``, the generation prompt after it) for ``held + new``,
+    rendering only a window; None when the window cannot be trusted.
 
     ``head`` is the first held message rendered alone, ``text`` the held rendering, and
     ``boundaries`` the append boundaries of ``text``, oldest first.
@@ -97,7 +157,7 @@ def render_appended(
     context = [held[0], *held[start.messages:]]
     try:
         before = template.render(context, schemas, False)
-        if before != head + text[start.text_len:]:
+        if before != head + text.slice(start.text_len):
             return None
         window = [*context, *new]
         after = template.render(window, schemas, False)
@@ -106,8 +166,7 @@ def render_appended(
         return None
     if not after.startswith(before) or not prompted.startswith(after):
         return None
-    full = text + after[len(before):]
-    return full, full + prompted[len(after):]
+    return after[len(before):], prompted[len(after):]
 
 
 def _window_start(boundaries: Sequence[Boundary], n: int) -> Boundary | None:

@@ -12,7 +12,7 @@ learns from outputs keeps them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,7 +37,11 @@ class DraftContext(Protocol):
 class Drafter(Protocol):
     name: str
 
-    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> DraftContext: ...
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "",
+             base: Callable[[], object] | None = None) -> DraftContext:
+        """A context over ``token_ids``; ``base``, when given, is a weak reference to the context
+        of the request whose finished sequence ``token_ids`` starts with (a stream's append)."""
+        ...
 
 
 class PromptLookupDrafter:
@@ -53,7 +57,8 @@ class PromptLookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> PromptLookupContext:
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "",
+             base: Callable[[], object] | None = None) -> PromptLookupContext:
         ctx = PromptLookupContext(self.max_ngram, self.min_ngram)
         ctx.extend(token_ids)
         return ctx

@@ -9,6 +9,7 @@ step by step and the async runner (``engine.py``) can run it in a worker thread.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import Protocol
@@ -107,7 +108,7 @@ class EngineCore:
             raise ValueError(f"request_id {req.request_id!r} is already running")
         max_tokens = len(req.oracle) if req.oracle is not None else req.max_tokens
         max_tokens = min(max_tokens, req.max_tokens)
-        draft = self.drafter.open(req.prompt, req.session_id, req.cache_salt) if req.speculative else None
+        draft = self.drafter.open(req.prompt, req.session_id, req.cache_salt, req.draft_base) if req.speculative else None
         seq = Sequence(req, self.clock.now(), draft, max_tokens)
         self.seqs[req.request_id] = seq
         self.scheduler.add(seq)
@@ -287,7 +288,8 @@ class EngineCore:
             ttft_us=_us(first_token - seq.arrival),
             decode_us=_us(now - first_token),
         )
-        finished = Finished(reason, seq.usage, timings, seq.tokens, hashes, error=error)
+        finished = Finished(reason, seq.usage, timings, seq.tokens, hashes, error=error,
+                            draft=None if seq.draft is None else weakref.ref(seq.draft))
         self._done.append(RequestOutput(seq.request_id, [], finished))
 
     # -- status -----------------------------------------------------------------------

@@ -413,11 +413,29 @@ class BlockManager:
 
     # -- retention --------------------------------------------------------------------
 
-    def retain(self, key: str, block_ids: Sequence[int], until: float) -> None:
-        """Hold ``block_ids`` until ``until`` (replacing ``key``'s previous hold)."""
-        self.acquire(block_ids)
-        self.drop_retention(key)
-        self._retentions[key] = Retention(list(block_ids), until)
+    def retain(self, key: str, block_ids: list[int], until: float) -> None:
+        """Hold ``block_ids`` until ``until`` (replacing ``key``'s previous hold).
+
+        A session's hold grows turn by turn: the blocks it shares with the previous hold at the
+        start keep their reference (taking one and dropping one would change nothing, as the old
+        hold keeps them referenced throughout), so only the blocks that differ are visited."""
+        old = self._retentions.pop(key, None)
+        if old is None:
+            self.acquire(block_ids)
+            self._retentions[key] = Retention(list(block_ids), until)
+            return
+        held = old.block_ids
+        shared = min(len(held), len(block_ids))
+        while shared and held[shared - 1] != block_ids[shared - 1]:  # the differing tail: what is new
+            shared -= 1
+        if held[:shared] != block_ids[:shared]:  # at C speed: equal ids, not just an equal last one
+            shared = 0
+        self.acquire(block_ids[shared:])
+        self.release(held[shared:])
+        del held[shared:]
+        held.extend(block_ids[shared:])
+        old.until = until
+        self._retentions[key] = old
 
     def drop_retention(self, key: str) -> bool:
         held = self._retentions.pop(key, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import weakref
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -97,6 +98,9 @@ class GenerationRequest:
     hand_over_prompt: bool = False
     # Log-probabilities wanted: None, none; k, each output token's with its k most likely tokens.
     top_logprobs: int | None = None
+    # The draft context of the request whose finished sequence the prompt starts with (a stream's
+    # append; ``Finished.draft``): the drafter goes on from it without comparing that prefix.
+    draft_base: weakref.ref[DraftContext] | None = None
 
 
 @dataclass
@@ -131,6 +135,8 @@ class Finished:
     # A prefill on an engine with its own KV transport: what the decode replica needs (trtllm).
     disagg_state: bytes = b""
     error: str = ""  # why a CONSTRAINT_FAILED generation ended
+    # Its draft context, weakly (what the drafter keeps lives on): the next append's draft_base.
+    draft: weakref.ref[DraftContext] | None = None
 
 
 @dataclass

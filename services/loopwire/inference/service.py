@@ -328,6 +328,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             block_hashes=prompt.block_hashes,
             park_key=prefix,
             hand_over_prompt=True,
+            draft_base=None if prompt.held is None else prompt.held.draft,
         )
         task = asyncio.create_task(self._generate(rid, req, start, prompt, state))
         state.active[rid] = task
@@ -413,7 +414,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         seq_hash = prompt.seq_hash.copy().extend(fin.token_ids[prompt.length :])
         if fin.reason is not FinishReason.CANCELLED:
             state.held = HeldSequence(fin.token_ids, len(fin.token_ids), seq_hash, req.cache_salt,
-                                      self._held_hashes(fin, req.cache_salt))
+                                      self._held_hashes(fin, req.cache_salt), draft=fin.draft)
         u, t = fin.usage, fin.timings
         return inference_pb2.GenerateResponse(request_id=rid, finished=inference_pb2.GenerationFinished(
             finish_reason=_FINISH[fin.reason],

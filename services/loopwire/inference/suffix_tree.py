@@ -31,7 +31,7 @@ what is left, so memory is bounded by the budget.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loopwire.inference.drafter import Draft
@@ -192,22 +192,26 @@ class SuffixDrafter:
     def __init__(self, settings: SuffixSettings | None = None) -> None:
         self.settings = settings or SuffixSettings()
         self.shared = SharedOutputs(self.settings.shared_tokens)
-        # Session automata between turns: a session's next prompt extends its last context.
-        self._sessions: OrderedDict[str, SuffixAutomaton] = OrderedDict()
-        self._session_tokens: dict[str, list[int]] = {}
+        # Finished contexts kept between turns, least recent first: a session's next prompt extends
+        # its last context, whose automaton goes on from there.
+        self._sessions: OrderedDict[str, SuffixContext] = OrderedDict()
         self.cached_session_tokens = 0
         # Live requests per namespace, oldest first: their outputs so far are drafted from.
         self.live: dict[str, dict[int, SuffixContext]] = {}
 
-    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "") -> SuffixContext:
+    def open(self, token_ids: Sequence[int], session_id: str = "", namespace: str = "",
+             base: Callable[[], object] | None = None) -> SuffixContext:
+        """``base``: a weak reference to the context of the request whose finished sequence
+        ``token_ids`` starts with (a stream's append); when that context is the session's kept
+        one, its automaton goes on without comparing the prefix it indexed."""
         sam, tokens = SuffixAutomaton(), []
         key = f"{namespace}\x00{session_id}" if session_id else ""
-        if key and key in self._sessions:
-            cached, cached_tokens = self._sessions.pop(key), self._session_tokens.pop(key)
-            self.cached_session_tokens -= len(cached_tokens)
-            n = len(cached_tokens)
-            if n <= len(token_ids) and list(token_ids[:n]) == cached_tokens:
-                sam, tokens = cached, cached_tokens
+        kept = self._sessions.pop(key, None) if key else None
+        if kept is not None:
+            self.cached_session_tokens -= len(kept.tokens)
+            n = len(kept.tokens)
+            if n <= len(token_ids) and ((base is not None and base() is kept) or list(token_ids[:n]) == kept.tokens):
+                sam, tokens = kept.sam, kept.tokens
         ctx = SuffixContext(self, sam, tokens, key, namespace)
         ctx.extend(token_ids[len(tokens) :])
         ctx.prompt_len = len(ctx.tokens)
@@ -224,14 +228,12 @@ class SuffixDrafter:
         if not ctx.key or len(ctx.tokens) > self.settings.session_tokens:
             return
         if ctx.key in self._sessions:  # a concurrent request of the same session finished first
-            self._sessions.pop(ctx.key)
-            self.cached_session_tokens -= len(self._session_tokens.pop(ctx.key))
-        self._sessions[ctx.key] = ctx.sam
-        self._session_tokens[ctx.key] = ctx.tokens
+            self.cached_session_tokens -= len(self._sessions.pop(ctx.key).tokens)
+        self._sessions[ctx.key] = ctx
         self.cached_session_tokens += len(ctx.tokens)
         while self.cached_session_tokens > self.settings.session_tokens:
-            old, _ = self._sessions.popitem(last=False)
-            self.cached_session_tokens -= len(self._session_tokens.pop(old))
+            _, old = self._sessions.popitem(last=False)
+            self.cached_session_tokens -= len(old.tokens)
 
 
 class SuffixContext:
@@ -312,4 +314,5 @@ class SuffixContext:
         if not live:
             del self.drafter.live[self.namespace]
         self.drafter.shared.add(self.namespace, self.tokens[self.prompt_len :])
+        self.output = SuffixAutomaton()  # no peer drafts from it any more; a kept context holds no more than it needs
         self.drafter._keep(self)

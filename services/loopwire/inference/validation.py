@@ -3,12 +3,14 @@ in-stream error that names it (DESIGN §3 invariant 8), so the stream keeps serv
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
 from loopwire.inference.config import EngineConfig
+from loopwire.inference.drafter import DraftContext
 from loopwire.inference.logprobs import MAX_TOP_LOGPROBS
 from loopwire.v1 import common_pb2, inference_pb2
 
@@ -38,6 +40,7 @@ class HeldSequence:
     cache_salt: str
     block_hashes: list[int]  # chained hashes of the full blocks of tokens[:length], salt's root
     taken: bool = False  # a request extended ``tokens`` in place: a later one copies
+    draft: weakref.ref[DraftContext] | None = None  # the draft context that indexed tokens[:length]
 
 
 @dataclass

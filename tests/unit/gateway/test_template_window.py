@@ -157,3 +157,53 @@ def test_a_template_caught_differing_is_always_rendered_in_full(monkeypatch):
     conv, prompt = drive(model, "sys", [], plan, incremental=True)
     assert conv.text == prompt.render("sys", [], conv.items, conv.raw)
     assert not template_window.is_stable(model.template) and conv.windowed_renders == 0
+
+
+# HeldText ops: ("append", text) | ("truncate", fraction) | ("read", fraction, fraction)
+text_ops = st.lists(st.one_of(st.tuples(st.just("append"), texts),
+                              st.tuples(st.just("truncate"), st.floats(0, 1.1)),
+                              st.tuples(st.just("read"), st.floats(0, 1.1), st.floats(0, 1.2)),
+                              st.tuples(st.just("join"))), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text_ops)
+def test_held_text_reads_as_the_string_it_stands_for(ops) -> None:
+    """The pieces the held text grows by read as one string would: slices, starts, truncation."""
+    held, plain = template_window.HeldText(), ""
+    for op in ops:
+        if op[0] == "append":
+            held.append(op[1])
+            plain += op[1]
+        elif op[0] == "truncate":
+            n = int(op[1] * len(plain))
+            held.truncate(n)
+            plain = plain[:n]
+        elif op[0] == "read":
+            start, stop = int(op[1] * len(plain)), int(op[2] * len(plain))
+            assert held.slice(start, stop) == plain[start:stop] and held.slice(start) == plain[start:]
+            assert held.startswith(plain[:stop]) and (stop > len(plain) or not held.startswith(plain[:stop] + "\0"))
+        else:
+            assert str(held) == plain
+        assert len(held) == len(plain)
+    copy = held.copy()
+    copy.append("more")
+    assert str(held) == plain and str(copy) == plain + "more"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=steps, mine=texts, theirs=texts)
+def test_a_fork_and_its_origin_grow_apart(plan, mine, theirs, monkeypatch) -> None:
+    """A fork at the newest item (what continuing a response twice gets) holds what its origin
+    holds; each then grows on its own, as the conversation rendered in full would."""
+    monkeypatch.setattr(template_window, "VERIFY_BELOW_CHARS", 0)
+    monkeypatch.setattr(template_window, "VERIFY_FIRST", 0)
+    conv, prompt = drive(DUMMY, "sys", TOOLS, plan, incremental=True)
+    other = conv.fork(conv.item_count)
+    for grown, text in ((conv, mine), (other, theirs)):
+        grown.append([msg(c.ROLE_USER, text)])
+    for grown, text in ((conv, mine), (other, theirs)):
+        slow, _ = drive(DUMMY, "sys", TOOLS, plan, incremental=False)
+        slow.append([msg(c.ROLE_USER, text)])
+        assert grown.text == slow.text == prompt.render("sys", TOOLS, grown.items, grown.raw)
+        assert grown.prompt_ids() == slow.prompt_ids() and grown.items == slow.items

@@ -105,9 +105,9 @@ def test_session_automata_kept_between_turns_stay_within_their_budget() -> None:
         ctx = drafter.open(prompt, f"s{i % 9}")
         ctx.extend([1, 2, 3])
         ctx.finish()
-        kept = drafter._session_tokens
-        assert drafter.cached_session_tokens == sum(map(len, kept.values())) <= 300
-        assert all(drafter._sessions[k].num_tokens == len(t) for k, t in kept.items())
+        kept = drafter._sessions
+        assert drafter.cached_session_tokens == sum(len(c.tokens) for c in kept.values()) <= 300
+        assert all(c.sam.num_tokens == len(c.tokens) for c in kept.values())
     assert list(drafter._sessions)[-1] == f"\x00s{99 % 9}"  # the most recent survives
 
 
@@ -238,7 +238,7 @@ class _AnyDrafts:
     def __init__(self, data: st.DataObject, vocab: int) -> None:
         self.data, self.vocab = data, vocab
 
-    def open(self, token_ids, session_id: str = "", namespace: str = ""):  # type: ignore[no-untyped-def]
+    def open(self, token_ids, session_id: str = "", namespace: str = "", base=None):  # type: ignore[no-untyped-def]
         return self
 
     def extend(self, token_ids) -> None:  # type: ignore[no-untyped-def]
@@ -281,3 +281,23 @@ def test_speculation_is_lossless_with_live_requests_of_one_tenant_drafting_from_
     spec, fin = run_all(core, requests())  # all four live together: each drafts from the others' outputs
     assert spec == plain
     assert not core.drafter.live  # type: ignore[attr-defined]
+
+
+def test_a_stream_turn_goes_on_from_its_finished_context_without_reading_the_prefix(tiny_model) -> None:
+    """The engine hands each finish its draft context (weakly); the next turn naming it as its
+    base continues that context's automaton and never reads the prefix it indexed."""
+    core = make_core(tiny_model, drafter="suffix", num_draft_tokens=4)
+    _, fin = run_all(core, [GenerationRequest("a", list(range(40)), 6, session_id="s")])
+    first = fin["a"]
+    assert first.draft is not None and first.draft() is not None
+    kept = first.draft()
+
+    class Prompt(list):  # type: ignore[type-arg]
+        def __getitem__(self, i):  # type: ignore[no-untyped-def]
+            assert not (isinstance(i, slice) and (i.start or 0) < len(first.token_ids)), "read the held prefix"
+            return super().__getitem__(i)
+
+    prompt = Prompt([*first.token_ids, 7, 8, 9])
+    core.add(GenerationRequest("b", prompt, 6, session_id="s", draft_base=first.draft, hand_over_prompt=True))
+    ctx = core.seqs["b"].draft
+    assert ctx.sam is kept.sam and ctx.tokens == list(prompt)  # type: ignore[attr-defined,union-attr]

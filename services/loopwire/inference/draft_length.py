@@ -2,9 +2,11 @@
 
 Verifying a draft adds its tokens to the step's forward pass and gains the ones accepted. With
 ``A(k)`` the expected accepted tokens of a draft capped at ``k`` and ``L(k)`` its expected
-length, ``B`` decoding sequences emit ``B * (1 + A(k))`` tokens in a step that the roofline
-(``cost_model.py``) prices at ``T(k)`` with ``1 + L(k)`` inputs each. The policy picks the cap
-that maximises ``(1 + A(k)) / T(k)``: at batch 1 a decode step is bound by reading the weights,
+length, ``B`` decoding sequences emit ``B * (1 + A(k))`` tokens in a step priced at ``T(k)`` with
+``1 + L(k)`` inputs each: by the roofline (``cost_model.py``), or on the CPU reference engine by a
+fit of its own measured steps (``step_cost.py``), where each verified row costs a sizeable share
+of a step even at batch 1. The policy picks the cap that maximises ``(1 + A(k)) / T(k)``: on a
+GPU at batch 1 a decode step is bound by reading the weights,
 extra inputs are nearly free and the whole draft is verified; as the batch grows the step turns
 compute-bound, each verified token costs about as much as a decoded one, and the cap falls to 0
 (no speculation) once no draft token is accepted often enough to pay for itself.
@@ -20,8 +22,13 @@ the decodes).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
-from loopwire.inference.cost_model import CostModel
+
+class StepPricer(Protocol):
+    """Prices a step: the roofline (``cost_model.CostModel``) or measured steps (``step_cost``)."""
+
+    def step_seconds(self, chunks: Sequence[tuple[float, float]]) -> float: ...
 
 
 class AcceptanceStats:
@@ -58,9 +65,9 @@ class AcceptanceStats:
 
 
 class DraftLengthPolicy:
-    """Picks each step's draft cap from the roofline and the measured acceptance."""
+    """Picks each step's draft cap from the step's price and the measured acceptance."""
 
-    def __init__(self, cost: CostModel, max_len: int, explore_every: int = 64,
+    def __init__(self, cost: StepPricer, max_len: int, explore_every: int = 64,
                  stats: AcceptanceStats | None = None) -> None:
         self.cost = cost
         self.max_len = max_len

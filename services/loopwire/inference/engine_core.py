@@ -9,6 +9,7 @@ step by step and the async runner (``engine.py``) can run it in a worker thread.
 from __future__ import annotations
 
 import math
+import time
 import weakref
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from loopwire.inference.clock import Clock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.constraint import batch_masks
 from loopwire.inference.cost_model import CostModel
-from loopwire.inference.draft_length import DraftLengthPolicy
+from loopwire.inference.draft_length import DraftLengthPolicy, StepPricer
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
@@ -37,6 +38,7 @@ from loopwire.inference.sequence import (
     Sequence,
     Timings,
 )
+from loopwire.inference.step_cost import MeasuredStepCost
 from loopwire.inference.suffix_tree import SuffixDrafter
 
 # Window of the "recent" throughput reported by status (engine-clock seconds).
@@ -89,12 +91,17 @@ class EngineCore:
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache,
                                    config.eviction_policy, host, store)
         self.scheduler = Scheduler(config, self.blocks, config.prefill_policy, config.prefill_chunk_tokens)
-        # Draft length by the roofline, where the executor prices its steps (the simulated engine).
+        # Draft length by the roofline where the executor prices its steps (the simulated engine),
+        # else by the executor's own measured steps (the reference engine).
         if config.draft_length not in ("fixed", "cost"):
             raise ValueError(f"unknown draft_length {config.draft_length!r}; choose fixed or cost")
         cost = getattr(executor, "cost", None)
-        self.draft_policy = (DraftLengthPolicy(cost, config.num_draft_tokens)
-                             if config.draft_length == "cost" and isinstance(cost, CostModel) else None)
+        self.step_cost: MeasuredStepCost | None = None
+        self.draft_policy: DraftLengthPolicy | None = None
+        if config.draft_length == "cost":
+            pricer: StepPricer = cost if isinstance(cost, CostModel) else MeasuredStepCost()
+            self.step_cost = pricer if isinstance(pricer, MeasuredStepCost) else None
+            self.draft_policy = DraftLengthPolicy(pricer, config.num_draft_tokens)
         self.seqs: dict[str, Sequence] = {}
         self.steps = 0
         self._done: list[RequestOutput] = []
@@ -145,7 +152,12 @@ class EngineCore:
         for item in batch:
             if item.seq.first_scheduled is None:
                 item.seq.first_scheduled = now
+        started = time.thread_time()  # the step runs in this thread; CPU time ignores other load
         results = self.executor.execute(batch)
+        if self.step_cost is not None:
+            self.step_cost.observe([(i.start, len(i.token_ids)) for i in batch],
+                                   sum(len(i.token_ids) if i.seq.is_decoding else 1 for i in batch if i.sample),
+                                   time.thread_time() - started)
         self.steps += 1
         now = self.clock.now()
         masks = self._first_masks(batch, results)

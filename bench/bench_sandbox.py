@@ -1,6 +1,8 @@
 """Sandbox benchmark: a sandbox per session (each command in namespaces of its own inside it,
-two inits made ahead while the session is idle) vs the same with one init made ahead, or each init
-made when its command comes, vs a bubblewrap sandbox per command vs no sandbox (``--paths`` picks).
+two inits made ahead while the session is idle, each with its bash started and waiting for its
+script) vs the same with bash started when its command comes, with one init made ahead, or each
+init made when its command comes, vs a bubblewrap sandbox per command vs no sandbox (``--paths``
+picks).
 
 1. Spawn: `true` run N times through each path, wall time per command (start to exit, output
    collected), as the shell tool sees it.
@@ -20,10 +22,10 @@ made when its command comes, vs a bubblewrap sandbox per command vs no sandbox (
    think time, in which a session's sandbox makes its next inits ahead).
 4. Profile: ~200 commands of the realistic workspace through the loop's real tool path
    (``TurnTools``: journal write, events, ``tools.execute``, output item stored in SQLite), with a
-   timestamp at every stage (``sandbox.TRACE``; the supervisor's init writes its own): the median
-   time from the previous stage to each.
+   timestamp at every stage (``sandbox.TRACE``, and the command's shell's start and EXIT trap): the
+   median time from the previous stage to each.
 
-Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--paths command,session,bare]
+Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--paths command,late-bash,session,bare]
      [--session-gap MS] [--out DIR]
 Writes sandbox.md and sandbox.png into ``--out`` (default .state/bench/); never overwrite the committed
 results in bench/results while working: give a directory of your own (``--out /tmp/sb``).
@@ -71,13 +73,14 @@ import provenance  # noqa: E402
 console = Console() if sys.stdout.isatty() else Console(width=150)
 STORM = "seq 1000 | xargs -I{} true"
 PER_COMMAND, ON_DEMAND = "sandbox per command (before)", "per session, init made per command"
-PER_SESSION, BARE = "per session, two inits made ahead (spares_ahead=2)", "bare (no sandbox)"
+PER_SESSION, BARE = "per session, two inits made ahead, bash waiting in each (spares_ahead=2)", "bare (no sandbox)"
 ONE_AHEAD = "per session, one init made ahead (spares_ahead=1)"
-SANDBOXED = (PER_COMMAND, ON_DEMAND, ONE_AHEAD, PER_SESSION)
-# --paths names: "session" is the per-session sandbox as it runs (inits made ahead), "on-demand" the same
-# with each init made when its command comes.
-PATHS = {"command": PER_COMMAND, "on-demand": ON_DEMAND, "one-ahead": ONE_AHEAD, "session": PER_SESSION,
-         "bare": BARE}
+LATE_BASH = "per session, two inits made ahead, bash started per command (bash_ahead off)"
+SANDBOXED = (PER_COMMAND, ON_DEMAND, ONE_AHEAD, LATE_BASH, PER_SESSION)
+# --paths names: "session" is the per-session sandbox as it runs (inits made ahead, each with its bash waiting),
+# "late-bash" the same with each bash started when its command comes, "on-demand" with each init made then.
+PATHS = {"command": PER_COMMAND, "on-demand": ON_DEMAND, "one-ahead": ONE_AHEAD, "late-bash": LATE_BASH,
+         "session": PER_SESSION, "bare": BARE}
 PACKAGE = "rich"  # the package whose source the realistic workspace holds
 _MARK = re.compile(r"@@loopwire-bench (\d+\.\d+) (\d+\.\d+)\s*$")
 
@@ -248,9 +251,6 @@ async def bench_sessions(boxes: dict[str, Sandbox], tmp: Path, sessions: list[tu
     return out
 
 
-_TRACE_LINE = re.compile(r"^@@lw-trace (.+) (\d+)$", re.M)
-
-
 async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: Path,
                         gap: float) -> tuple[dict[str, list[float]], list[float]]:
     """Each command through the loop's tool path (TurnTools, the store, events), ``gap`` seconds
@@ -293,7 +293,6 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
             finally:
                 sandbox.TRACE.reset(token)
             text = run.items[-1].function_call_output.output
-            trace += [(m.group(1), int(m.group(2))) for m in _TRACE_LINE.finditer(text)]
             if m := _MARK.search(text.rsplit("\n[exit code", 1)[0]):
                 trace += [("bash runs the command (EPOCHREALTIME)", int(float(m.group(1)) * 1e9)),
                           ("command's own runtime (to its EXIT trap)", int(float(m.group(2)) * 1e9))]
@@ -351,8 +350,8 @@ def overhead_table(title: str, overhead: dict[str, Overhead]) -> Table:
 
 def profile_table(stages: dict[str, list[float]], totals: list[float]) -> Table:
     t = Table(title=f"4. where a command's time goes: {len(totals)} recorded commands in the realistic workspace "
-                    f"through the loop's tool path, per session, two inits made ahead (median per call "
-                    f"{statistics.median(totals) * 1000:.2f} ms)")
+                    f"through the loop's tool path, per session, two inits made ahead, bash waiting in each "
+                    f"(median per call {statistics.median(totals) * 1000:.2f} ms)")
     for name in ("stage reached", "calls", "median ms since the stage before", "mean ms", "share of the mean total"):
         t.add_column(name, justify="left" if name == "stage reached" else "right")
     total = statistics.mean(totals)
@@ -385,8 +384,8 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
     if profile[1]:
         tables.append(profile_table(*profile))
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
-    colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", ONE_AHEAD: "tab:cyan", PER_SESSION: "tab:green",
-              BARE: "tab:blue"}
+    colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", ONE_AHEAD: "tab:cyan", LATE_BASH: "tab:orange",
+              PER_SESSION: "tab:green", BARE: "tab:blue"}
     for ax, data, title in ((axes[0], spawn, "1a. `true`: wall per command"), (axes[1], storm, f"2. `{STORM}`")):
         medians = {m: statistics.median(v) * 1000 for m, v in data.items()}
         bars = ax.barh(list(medians), list(medians.values()), color=[colors[m] for m in medians])
@@ -412,9 +411,9 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
     return tables, fig
 
 
-def probed(tmp: Path, name: str, per_session: bool, spares: int) -> Sandbox:
+def probed(tmp: Path, name: str, per_session: bool, spares: int, bash_ahead: bool = True) -> Sandbox:
     box = Sandbox(output_limit=16384, per_session=per_session)
-    box.spares_ahead = spares
+    box.spares_ahead, box.bash_ahead = spares, bash_ahead
     if reason := box.probe(tmp / f"probe-{name}"):
         raise SystemExit(f"the sandbox cannot run here: {reason}")
     return box
@@ -427,7 +426,8 @@ async def main_async(args: argparse.Namespace) -> int:
     limit = 20 if args.quick else args.limit
     tmp = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
     boxes = {PER_COMMAND: probed(tmp, "c", False, 0), ON_DEMAND: probed(tmp, "d", True, 0),
-             ONE_AHEAD: probed(tmp, "o", True, 1), PER_SESSION: probed(tmp, "s", True, 2)}
+             ONE_AHEAD: probed(tmp, "o", True, 1), LATE_BASH: probed(tmp, "l", True, 2, bash_ahead=False),
+             PER_SESSION: probed(tmp, "s", True, 2)}
     if not boxes[PER_SESSION].per_session:
         console.print("[red]no system python3 for a session's supervisor: nothing to compare")
         return 1
@@ -499,7 +499,8 @@ def main() -> int:
                         help="comma-separated paths to measure, of: command (a bubblewrap sandbox per command), "
                              "session (a sandbox per session, inits made ahead), on-demand (per session, each init "
                              "made when its command comes), one-ahead (per session, one init made ahead, as "
-                             "before spares_ahead=2), bare (no sandbox; parts 1 and 2 only: recorded commands "
+                             "before spares_ahead=2), late-bash (per session, two inits made ahead, each command's "
+                             "bash started when it comes, as before bash_ahead), bare (no sandbox; parts 1 and 2 only: recorded commands "
                              "never run on the host); parts 1 and 2 run them interleaved in this order (a path that makes "
                              "its next inits right after a command slows the path after it); default: all")
     parser.add_argument("--session-gap", type=float, default=0.0, metavar="MS",

@@ -207,6 +207,9 @@ class Sandbox:
         # (a turn's next call, before the first's replacement is made) neither; 0: each is made when its
         # command comes.
         self.spares_ahead = 2
+        # Each spare also starts its command's bash, which waits for its script, so a command costs no exec or
+        # shell start either; off: the spare starts bash once its command comes.
+        self.bash_ahead = True
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()
         self.unavailable_reason = ""

@@ -8,11 +8,12 @@ each command's namespaces; the command itself gets neither.
 On each request from the harness it forks a spare: the init of a future command, in a new pid
 namespace (clone) whose pid 1 it is. The spare makes a mount and an IPC namespace, mounts a
 fresh /tmp, /dev/shm and /dev/pts (as bubblewrap does for a sandbox of its own), drops every
-capability and loads the seccomp filter, all before any command exists; then it waits on a
-socket of its own. The supervisor hands the harness a pidfd of the spare and the other end of
-that socket, so the harness holds the kill of a command's namespace before it sends the
-command, straight to its spare. The spare then spawns ``bash -c`` (vfork and exec: pid 2, a
-session of its own); when bash exits it kills whatever is left in its namespace (setsid and
+capability and loads the seccomp filter, all before any command exists; then it starts the
+command's bash (vfork and exec: pid 2, a session of its own), which waits, confined, for its
+script. The supervisor hands the harness a pidfd of the spare and its ends of the spare's
+script, output, status and stdin pipes, so the harness holds the kill of a command's namespace
+before it writes the command, straight to its waiting bash: a command costs no fork, exec or
+bash start. When bash exits its init kills whatever is left in its namespace (setsid and
 double forks cannot leave it), reaps it all, and only then tells the harness bash's status, so
 nothing of a command runs once the harness sees it end. A SIGKILL through the harness's pidfd
 ends the whole tree the same way, and the harness then reads no status.
@@ -27,23 +28,23 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 0x1000, 0x4000, 1 << 18
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 22, 24, 47
 SECCOMP_MODE_FILTER, PR_CAP_AMBIENT_CLEAR_ALL, CAP_VERSION_3 = 2, 4, 0x20080522
 MAX_FDS = 4
+# The waiting bash's command line: it reads its script from the harness's pipe with builtins (a flag,
+# "i" when the command has a stdin pipe, then the command, to EOF) and evals it, which parses and runs
+# it as `bash -c` does its argument ($0, $BASH_EXECUTION_STRING and line numbers alike; a syntax error
+# names `eval` where `bash -c` says `-c`); $SECONDS counts from the command's start, not bash's.
+WAITING_BASH = ('IFS= read -r -u {script} -n 1 BASH_EXECUTION_STRING && [ "$BASH_EXECUTION_STRING" = i ] && '
+                'exec 0<&{stdin}; exec {stdin}<&-; IFS= read -r -u {script} -N 2147483647 BASH_EXECUTION_STRING; '
+                'exec {script}<&-; SECONDS=0; eval "$BASH_EXECUTION_STRING"')
 CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-
-
-def mark(request, fd, stage):
-    """A profiling mark in the command's output (``bench_sandbox --profile`` asks for them)."""
-    if request.get("trace"):
-        os.write(fd, f"@@lw-trace {stage} {time.time_ns()}\n".encode())
 
 
 def check(rc, what):
@@ -124,40 +125,52 @@ def end_namespace():
             return
 
 
-def spare_init(sock, program, tmp_size, workspace):
-    """pid 1 of a future command's namespace: confine, wait for the command, run bash, end it all, report."""
+def read_to_end(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def start_bash(request, script, out, stdin):
+    """The command's bash: started to wait for its script (``request["ahead"]``), or on the script, read here. vfork and
+    exec (no copy of this process), as bwrap would start it: a session of its own, default signal dispositions
+    (Python ignores SIGPIPE and SIGXFSZ, which exec would keep; posix_spawn would leave libc's internal signals
+    ignored)."""
+    if request["ahead"]:
+        argv, given, keep = ["bash", "-c", WAITING_BASH.format(script=script, stdin=stdin)], -1, (script, stdin)
+    else:
+        data = read_to_end(script)
+        argv, given, keep = [b"bash", b"-c", data[1:]], stdin if data[:1] == b"i" else -1, ()
+    return subprocess.Popen(argv, cwd=request["cwd"], env=request["env"], pass_fds=keep,
+                            stdin=given if given >= 0 else subprocess.DEVNULL, stdout=out, stderr=out,
+                            start_new_session=True, restore_signals=True)
+
+
+def spare_init(ready, request, pipes, program, tmp_size):
+    """pid 1 of a future command's namespace: confine, start its bash, end it all once bash exits, report."""
+    script, out, status, stdin = pipes
+    bash = None
     try:
-        close_all_but([sock.fileno()])
-        confine(program, tmp_size, workspace)
+        close_all_but([ready, *pipes])
+        confine(program, tmp_size, request["cwd"])
+        if request["ahead"]:
+            bash = start_bash(request, script, out, stdin)
     except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
         try:
-            sock.send(f"cannot confine the command's init: {e!r}".encode())
+            os.write(ready, f"cannot make the command's init: {e!r}".encode())
         finally:
             os._exit(126)
-    sock.send(b"ready")
-    status = -1
-    try:
-        request, fds = receive(sock)
-        if request is None:
-            os._exit(125)  # the harness dropped this spare before it ran anything
-        out, status = fds[0], fds[1]
-        stdin = fds[2] if request.get("stdin") else -1
-        mark(request, out, "init got command")
-        sock.close()
-        # vfork and exec (no copy of this process), as bwrap would start it: a session of its own,
-        # default signal dispositions (Python ignores SIGPIPE and SIGXFSZ, which exec would keep;
-        # posix_spawn would leave libc's internal signals ignored).
-        bash = subprocess.Popen(request["argv"], cwd=request["cwd"], env=request["env"],
-                                stdin=stdin if stdin >= 0 else subprocess.DEVNULL, stdout=out, stderr=out,
-                                start_new_session=True, restore_signals=True)
-        mark(request, out, "init spawned bash")
-    except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
+    os.write(ready, b"ready")
+    if bash is None:
         try:
-            if status >= 0:
-                os.write(fds[0], f"sandbox: cannot start the command: {e!r}\n".encode())
+            bash = start_bash(request, script, out, stdin)
+        except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
+            try:
+                os.write(out, f"sandbox: cannot start the command: {e!r}\n".encode())
                 os.write(status, b"126")
-        finally:
-            os._exit(126)
+            finally:
+                os._exit(126)
     close_all_but([status])
     while True:
         try:
@@ -184,23 +197,28 @@ def clone_pid_namespace():
     return pid
 
 
-def spawn(program, tmp_size, workspace):
-    """A spare, as our child in a new pid namespace, once it is confined: (its pid, our end of its socket)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def spawn(program, tmp_size, request):
+    """A spare, as our child in a new pid namespace, once it is confined and its bash started: (its pid, our
+    ends of its script, output, status and stdin pipes)."""
+    (script_r, script_w), (out_r, out_w), (status_r, status_w), (stdin_r, stdin_w) = (os.pipe() for _ in range(4))
+    ready_r, ready_w = os.pipe()
+    ours, theirs = [script_w, out_r, status_r, stdin_w], [script_r, out_w, status_w, stdin_r]
     try:
         pid = clone_pid_namespace()
-        if pid == 0:
-            ours.close()
-            spare_init(theirs, program, tmp_size, workspace)
     except BaseException:
-        ours.close()
+        for fd in (*ours, *theirs, ready_r, ready_w):
+            os.close(fd)
         raise
-    finally:
-        if pid != 0:
-            theirs.close()
-    said = ours.recv(4096)
-    if said != b"ready":  # it could not confine itself: it said why, and exits
-        ours.close()
+    if pid == 0:
+        spare_init(ready_w, request, theirs, program, tmp_size)
+    for fd in (*theirs, ready_w):
+        os.close(fd)
+    said = os.read(ready_r, 4096)
+    os.close(ready_r)
+    if said != b"ready":  # it could not confine itself or start bash: it said why, and exits
+        for fd in ours:
+            os.close(fd)
+        os.waitpid(pid, 0)
         raise OSError(said.decode(errors="replace") or "the command's init ended before it was confined")
     return pid, ours
 
@@ -225,19 +243,19 @@ def main(ctl_fd, filter_fd, tmp_size):
                     os.close(n)
                 if request is None:
                     return  # the harness is gone: so is the sandbox
-                sock = None
+                ends = []
                 try:
-                    pid, sock = spawn(program, tmp_size, request["cwd"])
+                    pid, ends = spawn(program, tmp_size, request)
                     pidfd = os.pidfd_open(pid)
                 except OSError as e:
                     send(ctl, {"spare": request["spare"], "error": str(e)})
                 else:
                     children[pidfd] = pid
                     poll.register(pidfd, select.POLLIN)
-                    send(ctl, {"spare": request["spare"]}, [pidfd, sock.fileno()])
+                    send(ctl, {"spare": request["spare"]}, [pidfd, *ends])
                 finally:
-                    if sock is not None:
-                        sock.close()
+                    for fd in ends:
+                        os.close(fd)
             else:
                 pid = children.pop(fd)
                 poll.unregister(fd)

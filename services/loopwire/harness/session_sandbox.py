@@ -4,9 +4,10 @@ The session's first command starts bwrap exactly as ``Sandbox`` would for a comm
 uid drop, cgroup, rlimits, mounts, namespaces, workspace bind), except that it runs a small
 supervisor (``sandbox_supervisor``) instead of ``bash -c``. While the session is idle the
 supervisor makes the next commands' inits (spares: ``Sandbox.spares_ahead``, two, so a second
-command right after the first finds one too) and hands the harness a pidfd of each and a socket
-to it; a command is sent straight to its spare, with its output, status (and stdin) pipes as
-descriptors, so it waits for no clone, mount or seccomp load. Its output is read from the pipe
+command right after the first finds one too), each with the command's bash started and waiting,
+confined, for its script; it hands the harness a pidfd of each and its ends of the spare's
+script, output, status and stdin pipes. A command is written straight to its waiting bash, so it
+waits for no clone, mount, seccomp load, exec or shell start. Its output is read from the pipe
 into its buffer by an event-loop reader (no task or stream between).
 
 The kill guarantee holds by construction, as for a sandbox of its own: every command runs in
@@ -20,7 +21,7 @@ Each command also gets its own mount and IPC namespaces with a fresh /tmp, /dev/
 capability and the seccomp filter, as uid 1000. Commands of one session share its network
 namespace (loopback only) and its read-only /proc, which lists the session's processes (a
 command can signal only those of its own pid namespace). What a command changes in its shell (cd, export) never reaches the
-next: each is a new ``bash -c`` in the workspace with the sandbox's fixed environment.
+next: each runs in a bash of its own, started in the workspace with the sandbox's fixed environment.
 
 The session's sandbox dies with the session (``close``, from ``BackgroundTasks.kill_all``), with
 the harness (bwrap's --die-with-parent), and when its supervisor dies (bwrap's init then ends
@@ -46,8 +47,8 @@ import struct
 from pathlib import Path
 
 from loopwire.harness.output import HeadTailBuffer
-from loopwire.harness.sandbox import TRACE, Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
-from loopwire.harness.workspace_files import open_workspace
+from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
+from loopwire.harness.workspace_files import ToolInputError, open_workspace
 from loopwire.harness.workspace_quota import SessionQuota
 
 log = logging.getLogger("loopwire.harness")
@@ -99,14 +100,16 @@ class _Command:
 
 
 class _Spare:
-    """A command's init made ahead of time: confined, waiting on ``sock`` for its command."""
+    """A command's init made ahead of time, confined, its bash waiting for the script written to ``script``;
+    ``out``, ``status`` and ``stdin``: our ends of its output, status and stdin pipes."""
 
-    def __init__(self, pidfd: int, sock: socket.socket) -> None:
-        self.pidfd, self.sock = pidfd, sock
+    def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int) -> None:
+        self.pidfd, self.script, self.out, self.status, self.stdin = pidfd, script, out, status, stdin
 
     def drop(self) -> None:
         _kill(self.pidfd)
-        self.sock.close()
+        for fd in (self.script, self.out, self.status, self.stdin):
+            _close(fd)
 
 
 class _Supervisor:
@@ -123,7 +126,7 @@ class _Supervisor:
         self._running = 0  # commands started here that have not ended
         self.alive = False
         self.bound = ""
-        self._env: dict[str, str] = {}  # every command's whole environment
+        self._spec: dict[str, object] = {}  # what each spare is made for: workspace, environment, bash_ahead
         self.quota: SessionQuota | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -132,7 +135,7 @@ class _Supervisor:
         try:
             spawn = self.sandbox._prepare(self.workspace, "", network=False, control=theirs.fileno())
             self.bound = spawn.workspace  # the workspace's real path: where it is in the sandbox
-            self._env = command_env(self.bound)
+            self._spec = {"cwd": self.bound, "env": command_env(self.bound), "ahead": self.sandbox.bash_ahead}
             theirs.detach()  # the spawn passes it to the supervisor and closes it
             self.process = await self.sandbox._launch(spawn, network=False, stdin=False, quota=False,
                                                       buffer=HeadTailBuffer(self.sandbox.output_limit))
@@ -162,13 +165,13 @@ class _Supervisor:
         for _ in range(max(0, wanted)):
             if self.ctl is None:
                 return
-            self.ctl.sendmsg([json.dumps({"spare": next(self._ids), "cwd": self.bound}).encode()])
+            self.ctl.sendmsg([json.dumps({"spare": next(self._ids), **self._spec}).encode()])
             self._asked += 1
 
     def _receive(self) -> None:
         assert self.ctl is not None
         try:
-            data, ancdata, _, _ = self.ctl.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
+            data, ancdata, _, _ = self.ctl.recvmsg(65536, socket.CMSG_SPACE(5 * 4))
         except BlockingIOError:
             return
         except OSError:
@@ -180,7 +183,7 @@ class _Supervisor:
                for n in struct.unpack(f"{len(raw) // 4}i", raw[:len(raw) - len(raw) % 4])]
         message = json.loads(data)
         self._asked -= 1
-        if "error" in message or len(fds) != 2:
+        if "error" in message or len(fds) != 5:
             for fd in fds:
                 _kill(fd) if fd == fds[0] else _close(fd)
             why = SandboxUnavailable(f"the session's sandbox cannot start a command: {message.get('error', 'no pidfd')}")
@@ -188,7 +191,7 @@ class _Supervisor:
                 if not (waiter := self._waiting.popleft()).done():
                     waiter.set_exception(why)
             return
-        spare = _Spare(fds[0], socket.socket(fileno=fds[1]))
+        spare = _Spare(*fds)
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
                 waiter.set_result(spare)
@@ -251,6 +254,9 @@ class _Supervisor:
 
     async def run(self, command: str, *, stdin: bool, buffer: HeadTailBuffer | None) -> SandboxedProcess:
         assert self.ctl is not None
+        if "\0" in command:
+            raise ToolInputError("a shell command cannot hold a NUL character")
+        script = (b"i" if stdin else b"-") + os.fsencode(command)  # what the waiting bash reads (supervisor)
         mark("request")
         self._running += 1  # from now on no spare is made ahead
         try:
@@ -260,19 +266,12 @@ class _Supervisor:
             raise
         mark("spare taken")
         loop = asyncio.get_running_loop()
-        request = {"argv": ["bash", "-c", command], "cwd": self.bound, "env": self._env, "stdin": stdin,
-                   "trace": TRACE.get() is not None}
-        out_r, out_w = os.pipe()
-        status_r, status_w = os.pipe()
-        in_r, in_w = os.pipe() if stdin else (-1, -1)
-        pidfd = spare.pidfd
+        pidfd, script_w, out_r, status_r, in_w = spare.pidfd, spare.script, spare.out, spare.status, spare.stdin
         exited: asyncio.Future[int] = loop.create_future()
         exited.add_done_callback(self._ended)
         try:
-            fds = [out_w, status_w, *([in_r] if stdin else [])]
-            # The spare waits in recvmsg on an empty socket: this never blocks.
-            spare.sock.sendmsg([json.dumps(request).encode()],
-                               [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+            _write_script(loop, script_w, script)
+            script_w = -1
             mark("command sent")
             loop.add_reader(status_r, _read_status, loop, status_r, exited)
             status_r = -1
@@ -284,6 +283,9 @@ class _Supervisor:
                 in_w = -1
                 writer = asyncio.StreamWriter(transport, protocol, None, loop)
                 command_process.stdin = writer
+            else:
+                os.close(in_w)
+                in_w = -1
             process = SandboxedProcess(command_process, buffer or HeadTailBuffer(self.sandbox.output_limit),
                                        self.sandbox.limits.largest_file)
             out_r = -1  # its pump reads it, and closes it at its end
@@ -297,14 +299,40 @@ class _Supervisor:
             _kill(pidfd)  # the command may have started: its namespace ends with its init
             if not exited.done():
                 exited.set_result(-signal.SIGKILL)
-            for fd in (out_r, status_r, in_w):
+            for fd in (script_w, out_r, status_r, in_w):
                 _close(fd)
             raise
-        finally:
-            spare.sock.close()
-            for fd in (out_w, status_w, in_r):
-                _close(fd)
         return process
+
+
+def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes) -> None:
+    """Write ``script`` to the waiting bash and close the pipe (its EOF ends the script); what the pipe
+    cannot take at once is written as bash reads it, from a writer callback."""
+    os.set_blocking(fd, False)
+    try:
+        sent = os.write(fd, script)
+    except BlockingIOError:
+        sent = 0
+    except OSError:  # bash is gone (killed): its init reports that
+        sent = len(script)
+    if sent == len(script):
+        os.close(fd)
+        return
+    rest = memoryview(script)[sent:]
+
+    def writable() -> None:
+        nonlocal rest
+        try:
+            rest = rest[os.write(fd, rest):]
+        except BlockingIOError:
+            return
+        except OSError:
+            rest = rest[:0]
+        if not rest:
+            loop.remove_writer(fd)
+            os.close(fd)
+
+    loop.add_writer(fd, writable)
 
 
 def _read_status(loop: asyncio.AbstractEventLoop, fd: int, exited: asyncio.Future[int]) -> None:

@@ -292,10 +292,49 @@ async def test_the_next_commands_init_waits_confined_and_runs_the_next_command(s
     assert status["NSpid"].split()[-1] == "1", status  # pid 1 of a namespace of its own
     with open(f"/proc/{spare}/mountinfo") as f:
         assert any(" /tmp " in line and "tmpfs" in line for line in f)
+    (bash,) = children(spare)  # the command's bash, started ahead: as confined, before any script came
+    status = proc_status(bash)
+    assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0000000000000000", status
+    assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1", status
+    assert status["NSpid"].split()[-1] == "2" and status["Name"] == "bash", status
+    assert os.readlink(f"/proc/{bash}/fd/0") == "/dev/null"
     process = await session.start("echo $$; sleep 30")
-    assert host_pid(process._init) == spare  # the command runs in that spare
+    assert host_pid(process._init) == spare  # the command runs in that spare, in that bash
+    await until(lambda: children(bash), "the command to run in the waiting bash")
+    assert process.buffer.result().text == "2\n"
     process.kill()
     assert (await process.result(10)).exit_code == -signal.SIGKILL
+
+
+async def test_the_waiting_bash_runs_a_script_as_bash_c_does(sandbox, box, workspace):
+    """Scripts past a pipe's capacity, $BASH_EXECUTION_STRING, a syntax error's line, stdin, $SECONDS
+    after an idle while: as a ``bash -c`` of its own gives them (a syntax error names `eval`, not `-c`)."""
+    body = "\n".join(f"line {n} " + "x" * 90 for n in range(1000))  # ~100 kB (a pipe takes 64), under argv's 128
+    big = f"cat > big.txt <<'EOF'\n{body}\nEOF\nwc -c < big.txt; echo ${{#BASH_EXECUTION_STRING}}; rm big.txt"
+    for command in (big, "echo \"$BASH_EXECUTION_STRING\"; echo $0 $# $LINENO", "echo one\nif then fi"):
+        text, code, cut = await outcome(sandbox.run, workspace, command)
+        assert (text.replace("bash: eval: ", "bash: -c: "), code, cut) == await outcome(box.run, workspace, command)
+    session = sandbox.session(workspace)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+    await asyncio.sleep(1.2)
+    r = await sandbox.run(workspace, "echo $SECONDS", timeout=30)
+    assert r.output.text == "0\n"  # counted from the command's start, not its bash's
+    process = await session.start("read -r line; echo got:$line; cat; [ -t 0 ] || echo not a tty", stdin=True)
+    assert process.proc.stdin is not None
+    process.proc.stdin.write(b"hello\nrest\n")
+    process.proc.stdin.close()
+    r = await process.result(30)
+    assert (r.output.text, r.exit_code) == ("got:hello\nrest\nnot a tty\n", 0)
+
+
+async def test_a_command_holding_a_nul_is_refused(sandbox, workspace):
+    from loopwire.harness.workspace_files import ToolInputError
+
+    with pytest.raises(ToolInputError, match="NUL"):
+        await sandbox.start(workspace, "echo a\0b")
+    assert (await sandbox.run(workspace, "echo fine", timeout=30)).output.text == "fine\n"
 
 
 async def test_two_commands_back_to_back_after_idle_run_in_inits_made_ahead(sandbox, box, workspace):

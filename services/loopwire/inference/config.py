@@ -183,8 +183,9 @@ class EngineConfig:
     # prompt_lookup | suffix (suffix decoding over the session and the replica's recent outputs;
     # 2.5+ tokens per verification step on the recorded sessions vs 2.2: bench/bench_speculation.py).
     drafter: str = "suffix"
-    # fixed (always up to num_draft_tokens) | cost (as many as pay off at the step's batch size by
-    # the roofline, on engines that price their steps: the simulated one; see draft_length.py)
+    # fixed (always up to num_draft_tokens) | cost (as many as pay off at the step's batch size: by
+    # the roofline on the simulated engine, by its own measured steps on the reference one; see
+    # draft_length.py and step_cost.py)
     draft_length: str = "cost"
     # Host-memory KV tier: bytes of evicted device blocks kept in host memory (0 = none).
     host_kv_bytes: int = 0

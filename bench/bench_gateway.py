@@ -40,6 +40,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no transport chatter between the tables
@@ -153,6 +154,18 @@ def _gateway_main(addresses: list[str], config: GatewayConfig, conn: multiproces
     asyncio.run(serve())
 
 
+def stop_child(conn: Connection, process: multiprocessing.process.BaseProcess) -> None:
+    """Ask a benchmark's child process to stop over its pipe; kill it if it has not within 10 s."""
+    try:
+        conn.send("stop")
+    except OSError:
+        pass
+    process.join(10)
+    if process.is_alive():
+        process.kill()
+        process.join()
+
+
 class GatewayProcess:
     """A gateway in a child process, and its process CPU time on request."""
 
@@ -196,14 +209,7 @@ class GatewayProcess:
         return max(0, int(spent // 1000))
 
     def close(self) -> None:
-        try:
-            self.conn.send("stop")
-        except OSError:
-            pass
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        stop_child(self.conn, self.process)
 
 
 @dataclass

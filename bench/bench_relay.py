@@ -56,6 +56,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+import bench_gateway  # noqa: E402
 from loopwire.common import grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import load_definition  # noqa: E402
@@ -144,14 +145,7 @@ class Child:
         return self.result()
 
     def close(self) -> None:
-        try:
-            self.conn.send("stop")
-        except OSError:
-            pass
-        self.process.join(10)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
+        bench_gateway.stop_child(self.conn, self.process)
 
 
 def _taken(stamps: list[tuple[float, str, int]]) -> Callable[[], Awaitable[object]]:

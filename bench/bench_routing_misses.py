@@ -21,10 +21,12 @@ replica's scheduler admits the request:
 
 Determinism: each configuration runs ``--repeats`` times on the same data; the table shows
 each run's hit rate and the share of (session, turn) pairs routed to the same replica as
-in the first run.
+in the first run. With ``ordered`` arrivals each replay starts once the one before it has
+finished its first turn (the router sees first turns in one order); ``concurrent`` starts
+them all at once, so the order is the event loop's and the engines' timing.
 
 Run: .venv/bin/python bench/bench_routing_misses.py [--quick] [--sessions 32] [--turns 8]
-      [--repeats 2] [--out DIR]
+      [--repeats 2] [--variants before,after] [--arrivals ordered,concurrent] [--out DIR]
 Writes routing_misses.md into ``--out`` (default .state/bench/).
 """
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -138,18 +141,18 @@ def install() -> None:
 
     orig_choose = router_mod.Router.choose
 
-    def choose(self, prompt_length, block_hashes_fn, exclude=()):  # type: ignore[no-untyped-def]
-        chosen = orig_choose(self, prompt_length, block_hashes_fn, exclude)
+    def choose(self, prompt_length, block_hashes_fn, exclude=(), shared_tokens=0):  # type: ignore[no-untyped-def]
+        chosen = orig_choose(self, prompt_length, block_hashes_fn, exclude, shared_tokens)
         hashes = list(block_hashes_fn(chosen.block_size))
         cands = [r for r in self.replicas if not r.draining and r.healthy and r not in exclude]
-        lightest = min(r.sessions + r.load() for r in cands)
+        balanced = self.balanced(cands, block_hashes_fn, shared_tokens)
         info = {}
         for r in cands:
             m = T.managers.get(r.name)
             info[r.name] = {
                 "view": r.cached_prefix_blocks(hashes),
                 "true": _held_prefix(m, hashes) if m is not None else 0,
-                "balanced": r.sessions + r.load() <= lightest * router_mod.BALANCE_RATIO + router_mod.BALANCE_SLACK,
+                "balanced": r in balanced,
                 "ttft": self.predicted_ttft_s(r, prompt_length, block_hashes_fn),
             }
         decision = {"chosen": chosen.name, "replicas": info, "policy": self.policy,
@@ -243,8 +246,10 @@ class Run:
     ttft_ms: float
 
 
-# The router's constants before the fix (commit 3ffa8586.. onwards until REPREFILL_WEIGHT existed).
-BEFORE = {"REPREFILL_WEIGHT": 0.0, "BALANCE_SLACK": 2}
+# The router's constants before the seeded tie-break (22acb7f): only an exact tie of scores was a
+# tie, so the last poll's timing decided between replicas with the same cached prefix; and every
+# replica had the slack that only a holder of the conversation's own history has now.
+BEFORE = {"TIE_RATIO": 0.0, "BALANCE_SLACK": 6}
 
 
 def set_router(values: dict) -> dict:
@@ -255,14 +260,25 @@ def set_router(values: dict) -> dict:
 
 
 async def run_once(label: str, policy: str, sticky: bool, sessions, n_sessions: int, turns: int,
-                   time_scale: float) -> Run:
+                   time_scale: float, ordered: bool) -> Run:
     T.reset()
     mesh = await bg.start_mesh(replicas=4, routing=policy, time_scale=time_scale)
+    # Ordered arrivals: replay i starts once replay i-1 has finished its first turn, so the router
+    # sees the sessions' first turns in the same order in every run.
+    first_done = [asyncio.Event() for _ in range(n_sessions)]
+
+    async def replay(i: int) -> list:
+        if ordered and i:
+            await first_done[i - 1].wait()
+        try:
+            return await bg.replay_session(mesh.stub, sessions[i % len(sessions)], max_turns=turns,
+                                           task_prefix=f"session {i}: ", new_stream_per_turn=not sticky,
+                                           progress=first_done[i].set)
+        finally:
+            first_done[i].set()
+
     try:
-        runs = await asyncio.gather(*(
-            bg.replay_session(mesh.stub, sessions[i % len(sessions)], max_turns=turns,
-                              task_prefix=f"session {i}: ", new_stream_per_turn=not sticky)
-            for i in range(n_sessions)))
+        runs = await asyncio.gather(*(replay(i) for i in range(n_sessions)))
     finally:
         await mesh.close()
     flat = [t for run in runs for t in run]
@@ -324,8 +340,11 @@ async def main() -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--variants", default="before,after",
-                        help="router constants: before (REPREFILL_WEIGHT 0, BALANCE_SLACK 2, as committed "
-                             "before the fix) and/or after (as router.py has them)")
+                        help="router constants: before (TIE_RATIO 0: no tie unless the scores are equal; BALANCE_SLACK 6 "
+                             "for every replica, as committed before) and/or after (as router.py has them)")
+    parser.add_argument("--arrivals", default="ordered,concurrent",
+                        help="ordered (each replay starts once the one before has finished its first turn) and/or "
+                             "concurrent (all at once)")
     parser.add_argument("--label", default="", help="a note on the router under test, for the results file")
     parser.add_argument("--configs", default="0,1,2", help="which configurations (0 sticky, 1 cache-aware new "
                                                            "stream/turn, 2 round-robin new stream/turn)")
@@ -341,15 +360,19 @@ async def main() -> int:
     after = {k: getattr(router_mod, k, None) for k in BEFORE}
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     groups = []
-    for variant in variants:
+    arrivals = [a.strip() for a in args.arrivals.split(",") if a.strip()]
+    if not set(arrivals) <= {"ordered", "concurrent"}:
+        parser.error("--arrivals: ordered and/or concurrent")
+    for variant, arrival in itertools.product(variants, arrivals):
         old = set_router(BEFORE if variant == "before" else after)
         try:
             for k in (int(c) for c in args.configs.split(",")):
                 label, policy, sticky = CONFIGS[k]
-                label = f"{variant}: {label}"
+                label = f"{variant}, {arrival}: {label}"
                 group = []
                 for _ in range(args.repeats):
-                    group.append(await run_once(label, policy, sticky, sessions, n_sessions, turns, args.time_scale))
+                    group.append(await run_once(label, policy, sticky, sessions, n_sessions, turns, args.time_scale,
+                                                arrival == "ordered"))
                     console.print(f"{label}: hit {group[-1].all_rate:.1%}, hittable hit "
                                   f"{group[-1].hit / max(1, group[-1].hittable):.1%}")
                 groups.append(group)
@@ -358,8 +381,9 @@ async def main() -> int:
     router_file = provenance.ROOT / "services" / "loopwire" / "gateway" / "router.py"
     router_sha = hashlib.sha256(router_file.read_bytes()).hexdigest()[:12]
     title = (f"Prompt tokens by fate, 4 simulated replicas, {n_sessions} concurrent replays, first {turns} turns"
-             f" (router.py sha256 {router_sha}; after: REPREFILL_WEIGHT {after['REPREFILL_WEIGHT']}, BALANCE_SLACK "
-             f"{after['BALANCE_SLACK']}{'; ' + args.label if args.label else ''})")
+             f" (router.py sha256 {router_sha}; after: TIE_RATIO {after['TIE_RATIO']}, BALANCE_SLACK "
+             f"{after['BALANCE_SLACK']} (HISTORY_SLACK {router_mod.HISTORY_SLACK}), seed 0"
+             f"{'; ' + args.label if args.label else ''})")
     t = table(groups, title)
     console.print(t)
     routed = loaded[:n_sessions]

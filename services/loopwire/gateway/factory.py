@@ -163,6 +163,7 @@ def start_gateway(
     replicas: Sequence[str] | DnsName,
     *,
     routing: str = "cache-aware",
+    routing_seed: int = 0,
     model: ModelDefinition | None = None,
     authenticator: Authenticator | None = None,
     classifier: SafetyClassifier | None = None,
@@ -178,7 +179,8 @@ def start_gateway(
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
 ) -> _Starting:
     """A gateway in front of ``replicas`` (addresses, or a DNS name re-resolved every
-    ``discovery_interval_s``), routed by ``routing``.
+    ``discovery_interval_s``), routed by ``routing`` (its cache-aware ties broken by a hash
+    seeded with ``routing_seed``).
 
     ``model``: the model to tokenize with; by default asked of the replicas (up to
     ``model_timeout_s``; :class:`ModelUnavailable` when none tells it). The servicer is
@@ -199,7 +201,7 @@ def start_gateway(
 
     async def start() -> Gateway:
         router = Router(replicas, routing, service_token=service_token, discovery_interval_s=discovery_interval_s,
-                        drain_timeout_s=drain_timeout_s, disagg=disagg, **router_options)
+                        drain_timeout_s=drain_timeout_s, disagg=disagg, seed=routing_seed, **router_options)
         gateway: Gateway | None = None
         try:
             known = model if model is not None else await fetch_model(router, model_timeout_s)

@@ -52,7 +52,8 @@ class Placement:
                         session.stream_id, old.replica.name)
         with self.watch:
             conversation = self.conversation
-            replica = self.gw.router.choose(len(conversation), conversation.block_hashes, exclude=self.tried)
+            replica = self.gw.router.choose(len(conversation), conversation.block_hashes, exclude=self.tried,
+                                            shared_tokens=conversation.initial_tokens)
             # Count the load at once, so requests routed before this one starts see it.
             cached = replica.cached_prefix_blocks(conversation.block_hashes(replica.block_size)) * replica.block_size
             self.occupy(replica, max(0, len(conversation) - cached))

@@ -10,7 +10,12 @@ measured by the gateway from each replica's finished generations, so slower hard
 scores worse. Sessions are sticky: routing happens on a session's first turn and on
 failover only. Because a session's future turns follow it, the cache only chooses among
 replicas whose load (open sessions + generations) is close to the lightest one's;
-otherwise a popular shared prefix would pull every session onto one replica.
+otherwise a popular shared prefix would pull every session onto one replica. A replica that
+holds the conversation's own history (past the instructions and tools every session shares)
+may be further from the lightest than one that holds only that shared header.
+Scores within ``TIE_RATIO`` of the best are a tie, broken by fewer open streams and then by a
+hash of the prompt seeded with ``seed`` (rendezvous hashing), so the choice never turns on
+the last poll's timing: the same state and prompt give the same replica on every gateway.
 
 Replicas come from a static list or from DNS (``discovery.DnsName``), re-resolved every
 ``discovery_interval_s``: a new address is added; one that disappeared is drained (no new
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 from collections.abc import Callable, Sequence
@@ -37,16 +43,28 @@ from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 log = logging.getLogger("loopwire.gateway.router")
 
 POLICIES = ("cache-aware", "round-robin", "least-loaded")
-# Cache affinity may pick a replica carrying up to this much more load than the lightest. The
-# load counts an open stream's generation twice (a session and a request in flight): a slack of
-# 2 was one request, and the holder of a prefix fell outside it on ordinary fluctuation.
+# Cache affinity may pick a replica carrying up to this much more load than the lightest.
 BALANCE_RATIO = 1.25
-BALANCE_SLACK = 6
+BALANCE_SLACK = 2
+# A replica holding the conversation's own history (prompt tokens past the instructions and tools,
+# which every session of an agent shares) may carry this much more: that hit recurs every turn,
+# where a shared header is prefilled once per replica and then held by all. The load counts an
+# open stream's generation twice (a session and a request in flight): with a slack of 2 the holder
+# of a history fell outside it on ordinary fluctuation; with 6 for the header too, a cold start
+# piled its first sessions onto whichever replica prefilled the header first.
+HISTORY_SLACK = 6
 # The prompt tokens a replica would have to prefill count this many times more in the cache-aware
 # score than in the predicted TTFT: they also delay every request queued behind them there (a
 # TTFT-only score moved sessions off their prefix's holder whenever it had a short queue, and the
 # re-prefill made the next replica's queue longer in turn).
 REPREFILL_WEIGHT = 1.0
+# Replicas whose cache-aware score is within this fraction of the best one's are a tie. A tie goes
+# to the one with fewer open streams, then to the replica ranked first for this prompt by a seeded
+# hash (rendezvous hashing): the choice depends on the prompt, the seed and the streams each
+# replica holds, not on the last poll's timing, so the same sessions in the same order land on the
+# same replicas run after run.
+TIE_RATIO = 0.1
+_U64 = (1 << 64) - 1
 # Two unreachable polls in a row mean a replica is gone; a slow answer counts a fraction of one,
 # so only a replica that stays silent for ~STATUS_TIMEOUT_S / SLOW_POLL_WEIGHT seconds is dropped.
 POLLS_TO_MARK_DOWN = 2
@@ -63,13 +81,14 @@ class Router:
 
     def __init__(self, addresses: Sequence[str] | DnsName, policy: str = "cache-aware", poll_interval_s: float = 0.5,
                  service_token: str = "", discovery_interval_s: float = DISCOVERY_INTERVAL_S,
-                 drain_timeout_s: float = DRAIN_TIMEOUT_S, disagg: DisaggPolicy | None = None) -> None:
+                 drain_timeout_s: float = DRAIN_TIMEOUT_S, disagg: DisaggPolicy | None = None, seed: int = 0) -> None:
         if policy not in POLICIES:
             raise ValueError(f"routing policy must be one of {', '.join(POLICIES)}")
         self.discovery = addresses if isinstance(addresses, DnsName) else None
         if self.discovery is None and not addresses:
             raise ValueError("at least one inference replica is needed")
         self.policy = policy
+        self.seed = seed  # of the rendezvous hash that breaks cache-aware ties
         self.poll_interval_s = poll_interval_s
         self.discovery_interval_s = discovery_interval_s
         self.drain_timeout_s = drain_timeout_s
@@ -189,8 +208,10 @@ class Router:
         prompt_length: int,
         block_hashes: Callable[[int], Sequence[int]],
         exclude: Sequence[Replica] = (),
+        shared_tokens: int = 0,
     ) -> Replica:
-        """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily."""
+        """The replica for a session's next turn; ``block_hashes(block_size)`` is asked lazily.
+        ``shared_tokens``: the prompt's leading tokens other sessions share (instructions, tools)."""
         listed = [r for r in self.replicas if not r.draining]
         candidates = [r for r in listed if r.healthy and r not in exclude]
         if not candidates:
@@ -222,11 +243,42 @@ class Router:
         elif self.policy == "least-loaded":
             chosen = min(candidates, key=lambda r: (r.load() + r.status.running, r.sessions, r.routed))
         else:
-            lightest = min(r.sessions + r.load() for r in candidates)
-            balanced = [r for r in candidates if r.sessions + r.load() <= lightest * BALANCE_RATIO + BALANCE_SLACK]
-            chosen = min(balanced, key=lambda r: (self._score_s(r, prompt_length, block_hashes), r.sessions, r.routed))
+            chosen = self._cache_aware(candidates, prompt_length, block_hashes, shared_tokens)
         chosen.routed += 1
         return chosen
+
+    def _cache_aware(self, candidates: list[Replica], prompt_length: int,
+                     block_hashes: Callable[[int], Sequence[int]], shared_tokens: int) -> Replica:
+        balanced = self.balanced(candidates, block_hashes, shared_tokens)
+        scores = {r: self._score_s(r, prompt_length, block_hashes) for r in balanced}
+        best = min(scores.values())
+        tied = [r for r in balanced if scores[r] <= best * (1 + TIE_RATIO)]
+        if len(tied) == 1:
+            return tied[0]
+        key = self._routing_key(prompt_length, block_hashes(tied[0].block_size))
+        return min(tied, key=lambda r: (r.sessions, -self._rank(key, r)))
+
+    @staticmethod
+    def balanced(candidates: list[Replica], block_hashes: Callable[[int], Sequence[int]],
+                 shared_tokens: int) -> list[Replica]:
+        """The candidates whose load is close enough to the lightest one's for the cache to choose."""
+        lightest = min(r.sessions + r.load() for r in candidates)
+
+        def slack(r: Replica) -> int:
+            holds_history = r.cached_prefix_blocks(block_hashes(r.block_size)) * r.block_size > shared_tokens
+            return HISTORY_SLACK if holds_history else BALANCE_SLACK
+
+        return [r for r in candidates if r.sessions + r.load() <= lightest * BALANCE_RATIO + slack(r)]
+
+    @staticmethod
+    def _routing_key(prompt_length: int, hashes: Sequence[int]) -> bytes:
+        """What names this prompt to the tie-break: its last full block's chained hash (which
+        covers every token before it), or its length when it fills no block."""
+        return ((hashes[-1] if hashes else prompt_length) & _U64).to_bytes(8, "little")
+
+    def _rank(self, key: bytes, replica: Replica) -> int:
+        digest = hashlib.blake2b(key + replica.name.encode(), digest_size=8, key=(self.seed & _U64).to_bytes(8, "little"))
+        return int.from_bytes(digest.digest(), "little")
 
     def prefill_replicas(self) -> list[Replica]:
         """The prefill-role replicas a decode replica may have a prompt prefilled on now."""

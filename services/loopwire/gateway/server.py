@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-total-tokens", type=int, default=_env_int("max_total_tokens", 200_000_000),
                         help="tokens held by all kept conversations together (LRU)")
     parser.add_argument("--routing", choices=POLICIES, default=_env("routing", "cache-aware"))
+    parser.add_argument("--routing-seed", type=int, default=_env_int("routing_seed", 0),
+                        help="seed of the hash that breaks cache-aware routing ties: gateways with the same seed "
+                             "send the same prompts to the same replicas")
     parser.add_argument("--max-local-prefill-length", type=int,
                         default=_env_int("max_local_prefill_length", DEFAULT_MAX_LOCAL_PREFILL_LENGTH),
                         help="a --role decode replica has a prompt prefilled on a --role prefill replica when more "
@@ -106,7 +109,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         raise SystemExit(f"gateway: {e}") from None
     try:
         gateway = await start_gateway(
-            replicas, routing=args.routing, service_token=token, discovery_interval_s=args.discovery_interval,
+            replicas, routing=args.routing, routing_seed=args.routing_seed, service_token=token, discovery_interval_s=args.discovery_interval,
             drain_timeout_s=args.drain_timeout, disagg=DisaggPolicy(args.max_local_prefill_length, args.max_prefill_queue),
             model_timeout_s=args.replica_wait, make_servicer=lambda model, router: build_servicer(args, model, router, token),
             listen=None)  # grpc_server.serve binds it, with health, reflection and the drain

@@ -40,15 +40,15 @@ def tenants_file(path: Path) -> Path:
     return path
 
 
-def start_api_mesh(state: Path, extra_args: dict[str, list[str]] | None = None) -> ApiMesh:
-    """``extra_args`` per service go after ours (a later flag wins)."""
+def start_api_mesh(state: Path, extra_args: dict[str, list[str]] | None = None, gateways: int = 1) -> ApiMesh:
+    """``extra_args`` per service go after ours (a later flag wins); ``gateways``: see ``start_mesh``."""
     auth = str(tenants_file(state.parent / f"{state.name}-tenants.json"))
     extra = extra_args or {}
     mesh = start_mesh(state, api=True, extra_args={
         "inference": ["--model", "dummy:0", *extra.get("inference", [])],
         "gateway": ["--auth-config", auth, *extra.get("gateway", [])],  # the last --auth-config wins
         "api": ["--auth-config", auth, "--max-body-bytes", str(MAX_BODY), *extra.get("api", [])],
-    })
+    }, gateways=gateways)
     return ApiMesh(mesh, f"http://{mesh.api}/v1", state)
 
 

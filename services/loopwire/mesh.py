@@ -94,6 +94,7 @@ class Mesh:
     state_dir: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     api: str = ""  # host:port of the OpenAI-compatible front door, when started
+    gateways: list[str] = field(default_factory=list)  # every gateway process, ``gateway`` first
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM in reverse start order (harness first), so streams drain top-down."""
@@ -168,6 +169,7 @@ def start_mesh(
     use_tls: bool = False,
     api: bool = False,
     allow_replay: bool = True,
+    gateways: int = 1,
 ) -> Mesh:
     """Start inference replica(s), gateway and harness; return when all are healthy.
 
@@ -176,7 +178,9 @@ def start_mesh(
     development CA in ``state_dir/tls`` and runs every hop over mutual TLS; this process then
     speaks TLS too (with the client certificate), as `loopwire run` does when it finds one.
     ``allow_replay`` lets the gateway accept recorded output (replays, tests, benchmarks);
-    `loopwire up` passes it only when asked.
+    `loopwire up` passes it only when asked. ``gateways`` > 1 starts that many gateway
+    processes on the same replicas, with ids g0, g1, ...; the api fronts them all (each
+    continuation to the gateway its response id names), the harness uses g0.
     """
     from loopwire.common import tls
     from loopwire.common.auth import create_dev_config, write_private_file
@@ -199,18 +203,22 @@ def start_mesh(
     for i in range(inference_replicas):
         port = ports.get("inference", 0) + i if ports.get("inference") else free_port()
         inference_addrs.append(f"127.0.0.1:{port}")
-    gateway = f"127.0.0.1:{ports.get('gateway') or free_port()}"
+    gateway_addrs = [f"127.0.0.1:{ports.get('gateway') or free_port()}"]
+    gateway_addrs += [f"127.0.0.1:{free_port()}" for _ in range(gateways - 1)]
+    gateway = gateway_addrs[0]
     harness = f"127.0.0.1:{ports.get('harness') or free_port()}"
     commands: dict[str, list[str]] = {}
     for i, addr in enumerate(inference_addrs):
         name = "inference" if inference_replicas == 1 else f"inference-{i}"
         commands[name] = ["inference", "--listen", addr, "--replica-id", name, "--service-token-file", str(token_path),
                           *extra_args.get("inference", [])]
-    commands["gateway"] = [
-        "gateway", "--listen", gateway, "--inference", ",".join(inference_addrs),
-        "--auth-config", str(auth_path), "--service-token-file", str(token_path),
-        *(["--allow-replay"] if allow_replay else []), *extra_args.get("gateway", []),
-    ]
+    for i, addr in enumerate(gateway_addrs):
+        commands["gateway" if i == 0 else f"gateway-{i}"] = [
+            "gateway", "--listen", addr, "--inference", ",".join(inference_addrs),
+            "--auth-config", str(auth_path), "--service-token-file", str(token_path),
+            *(["--gateway-id", f"g{i}"] if gateways > 1 else []),
+            *(["--allow-replay"] if allow_replay else []), *extra_args.get("gateway", []),
+        ]
     commands["harness"] = [
         "harness", "--listen", harness, "--gateway", gateway, "--state-dir", str(state_dir),
         "--auth-config", str(auth_path), *extra_args.get("harness", []),
@@ -220,10 +228,11 @@ def start_mesh(
     api_address = ""
     if api:  # `loopwire api`, the OpenAI-compatible front door: a gRPC client of the gateway
         api_address = f"127.0.0.1:{ports.get('api') or free_port()}"
-        commands["api"] = ["api", *tls_args, "--listen", api_address, "--gateway", gateway,
+        fronted = gateway if gateways == 1 else ",".join(f"g{i}={a}" for i, a in enumerate(gateway_addrs))
+        commands["api"] = ["api", *tls_args, "--listen", api_address, "--gateway", fronted,
                            "--auth-config", str(auth_path), *extra_args.get("api", [])]
     proc_env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
-    mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir, api=api_address)
+    mesh = Mesh(harness, gateway, inference_addrs, api_key, state_dir, api=api_address, gateways=gateway_addrs)
     (state_dir / "logs").mkdir(exist_ok=True)
     try:
         for name, args in commands.items():

@@ -73,7 +73,7 @@ async def compact_response(request: Request) -> Response:
             create.input.append(items.text_item(common_pb2.ROLE_USER, f"{SUMMARY_INSTRUCTIONS}\n\n{SUMMARY_REQUEST}"))
             ctx.apply_replay(create)
             builder = ResponseBuilder(parsed)
-            stream = ctx.gateway.open(authorization)
+            stream = ctx.gateway.open(authorization, create.previous_response_id)
             try:
                 events, _ = await first_events(stream, create, builder.feed)
             except ApiError:

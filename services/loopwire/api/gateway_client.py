@@ -1,4 +1,4 @@
-"""The api service's only way to the model: Converse streams on the gateway.
+"""The api service's only way to the model: Converse streams on the gateway (or gateways).
 
 One HTTP request is one short Converse stream; one WebSocket connection is one long one. The
 caller's ``authorization`` header travels as gRPC metadata (as the harness forwards its
@@ -19,6 +19,7 @@ import grpc
 
 from loopwire.api.errors import ApiError, from_rpc_error
 from loopwire.common import grpc_server
+from loopwire.common.response_ids import check_gateway_id, gateway_of
 from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 
 
@@ -31,23 +32,67 @@ class StreamOwner(Protocol):
 OWNER: ContextVar[StreamOwner | None] = ContextVar("loopwire_stream_owner", default=None)
 
 
-class GatewayClient:
-    """One channel to the gateway, shared by every request of this process."""
+def parse_gateways(spec: str) -> list[tuple[str, str]]:
+    """``host:port`` (one gateway), or ``id=host:port,id=host:port,...`` (gateways started with
+    those ``--gateway-id``s) into (id, address) pairs; ValueError says what is wrong."""
+    entries = [e.strip() for e in spec.split(",") if e.strip()]
+    if not entries:
+        raise ValueError("no gateway address")
+    pairs = []
+    for entry in entries:
+        gateway_id, _, address = entry.rpartition("=")
+        if gateway_id:
+            check_gateway_id(gateway_id)
+        elif len(entries) > 1:
+            raise ValueError(f"{entry!r}: with several gateways each needs its id (id=host:port), the one it "
+                             "puts into its response ids")
+        if not address:
+            raise ValueError(f"{entry!r}: no address")
+        pairs.append((gateway_id, address))
+    ids = [g for g, _ in pairs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two gateways have the same id")
+    return pairs
 
-    def __init__(self, address: str) -> None:
+
+class _Gateway:
+    def __init__(self, gateway_id: str, address: str) -> None:
+        self.gateway_id = gateway_id
         self.address = address
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: gateway_pb2_grpc.GatewayServiceStub | None = None
+        self.channel: grpc.aio.Channel | None = None
+        self.stub: gateway_pb2_grpc.GatewayServiceStub | None = None
+        self.streams = 0  # Converse streams open on it from this process
+        self.opened = 0  # ever: among equally busy gateways new conversations take turns
 
-    def stub(self) -> gateway_pb2_grpc.GatewayServiceStub:
-        if self._stub is None:  # created inside the server's event loop
-            self._channel = grpc_server.service_channel(self.address)
-            self._stub = gateway_pb2_grpc.GatewayServiceStub(self._channel)
-        return self._stub
 
-    def open(self, authorization: str) -> ConverseStream:
+class GatewayClient:
+    """Channels to the gateways, shared by every request of this process. A gateway holds the
+    conversations it made, so a continuation goes to the gateway its ``previous_response_id``
+    names (``loopwire.common.response_ids``); a new conversation to the one with the fewest
+    streams open from here (equally busy ones take turns)."""
+
+    def __init__(self, spec: str) -> None:
+        self.gateways = [_Gateway(g, a) for g, a in parse_gateways(spec)]
+        self._by_id = {g.gateway_id: g for g in self.gateways if g.gateway_id}
+
+    def holder(self, response_id: str) -> _Gateway | None:
+        """The gateway ``response_id`` names, when it is one of these."""
+        return self._by_id.get(gateway_of(response_id)) if response_id else None
+
+    def target(self, previous_response_id: str = "") -> _Gateway:
+        return self.holder(previous_response_id) or min(self.gateways, key=lambda g: (g.streams, g.opened))
+
+    def stub(self, gateway: _Gateway | None = None) -> gateway_pb2_grpc.GatewayServiceStub:
+        gateway = gateway or self.gateways[0]
+        if gateway.stub is None:  # created inside the server's event loop
+            gateway.channel = grpc_server.service_channel(gateway.address)
+            gateway.stub = gateway_pb2_grpc.GatewayServiceStub(gateway.channel)
+        return gateway.stub
+
+    def open(self, authorization: str, previous_response_id: str = "") -> ConverseStream:
         metadata = (("authorization", authorization),) if authorization else None
-        stream = ConverseStream(self.stub().Converse(metadata=metadata))
+        gateway = self.target(previous_response_id)
+        stream = ConverseStream(self.stub(gateway).Converse(metadata=metadata), gateway)
         owner = OWNER.get()
         if owner is not None:
             owner.opened(stream)
@@ -56,20 +101,26 @@ class GatewayClient:
     async def count_tokens(self, authorization: str, create: gateway_pb2.CreateResponse,
                            timeout_s: float = 30.0) -> gateway_pb2.CountTokensResponse:
         metadata = (("authorization", authorization),) if authorization else None
-        return await self.stub().CountTokens(gateway_pb2.CountTokensRequest(request=create), metadata=metadata,
-                                             timeout=timeout_s)
+        stub = self.stub(self.target(create.previous_response_id))
+        return await stub.CountTokens(gateway_pb2.CountTokensRequest(request=create), metadata=metadata,
+                                      timeout=timeout_s)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = self._stub = None
+        for gateway in self.gateways:
+            if gateway.channel is not None:
+                await gateway.channel.close()
+                gateway.channel = gateway.stub = None
 
 
 class ConverseStream:
     """A Converse call: write CreateResponse/CancelResponse, read events; transport errors as ApiError."""
 
-    def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
+    def __init__(self, call: grpc.aio.StreamStreamCall, gateway: _Gateway | None = None) -> None:
         self.call = call
+        self.gateway = gateway  # counts this stream while it is open
+        if gateway is not None:
+            gateway.streams += 1
+            gateway.opened += 1
         self.closed = False
         self.pending = False  # a CreateResponse was sent and its response has not ended
         self.response_id = ""  # that response's id, once the gateway created it
@@ -128,7 +179,7 @@ class ConverseStream:
         in_flight = self.response_id if self.pending and not self.closed else None
         self.abandoned = True
         if not self.closed:
-            self.closed = True
+            self._closed()
             self.call.cancel()
         return in_flight
 
@@ -141,9 +192,14 @@ class ConverseStream:
         return from_rpc_error(grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing or grpc.aio.Metadata(),
                                                    details))
 
+    def _closed(self) -> None:
+        self.closed = True
+        if self.gateway is not None:
+            self.gateway.streams -= 1
+
     async def close(self) -> None:
         if not self.closed:
-            self.closed = True
+            self._closed()
             try:
                 await self.call.done_writing()
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):

@@ -57,7 +57,7 @@ async def create_response(request: Request) -> Response:
         if parsed.background:
             return await background_response(ctx, authorization, tenant.name if tenant else "?", owner, parsed, span)
         builder = ResponseBuilder(parsed)
-        stream = ctx.gateway.open(authorization)
+        stream = ctx.gateway.open(authorization, parsed.create.previous_response_id)
         try:
             events, first = await first_events(stream, parsed.create, builder.feed)
         except ApiError as e:
@@ -122,7 +122,7 @@ async def background_response(ctx: ApiContext, authorization: str, tenant: str, 
     try:
         token = OWNER.set(None)  # for no client connection: its departure must not end the response
         try:
-            stream = ctx.gateway.open(authorization)
+            stream = ctx.gateway.open(authorization, parsed.create.previous_response_id)
         finally:
             OWNER.reset(token)
         events, first = await first_events(stream, parsed.create, builder.feed)

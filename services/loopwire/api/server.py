@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", default=_env("listen", "127.0.0.1:8080"),
                         help="host:port of the HTTP/WebSocket server (env LOOPWIRE_LISTEN)")
     parser.add_argument("--gateway", default=_env("gateway", "127.0.0.1:50052"),
-                        help="gateway address, host:port (env LOOPWIRE_GATEWAY)")
+                        help="gateway address, host:port; or several gateways as id=host:port,id=host:port with "
+                             "each one's --gateway-id: a continuation goes to the gateway its previous_response_id "
+                             "names, a new conversation to the one with the fewest open streams (env LOOPWIRE_GATEWAY)")
     parser.add_argument("--auth-config", default=_env("auth_config", ""),
                         help="the gateway's tenants file, to refuse bad keys here too (required unless "
                              "--insecure-dev; the gateway checks every key either way) (env LOOPWIRE_AUTH_CONFIG)")
@@ -109,7 +111,11 @@ def build_context(args: argparse.Namespace) -> ApiContext:
                           ttl_s=args.stored_ttl_s)
     background = BackgroundResponses(per_tenant=args.background_responses,
                                      total=args.background_responses * tenants)
-    return ApiContext(GatewayClient(args.gateway), models, args.max_body_bytes, authenticator, turns,
+    try:
+        gateway = GatewayClient(args.gateway)
+    except ValueError as e:
+        raise SystemExit(f"api: --gateway: {e}") from None
+    return ApiContext(gateway, models, args.max_body_bytes, authenticator, turns,
                       sse_keepalive_s=args.sse_keepalive_s, store=store, background=background,
                       ws_max_age_s=args.ws_max_age_s)
 

@@ -236,9 +236,15 @@ class Connection:
         while len(self.origins) > MAX_ORIGINS:
             del self.origins[next(iter(self.origins))]
 
-    def _stream(self, lane: Lane) -> ConverseStream:
+    async def _stream(self, lane: Lane, previous_response_id: str) -> ConverseStream:
+        """The lane's stream, on the gateway holding ``previous_response_id`` (a lane's stream moves
+        to another gateway only for a continuation of that gateway's response)."""
+        holder = self.ctx.gateway.holder(previous_response_id)
+        if lane.stream is not None and holder is not None and lane.stream.gateway is not holder:
+            stream, lane.stream = lane.stream, None
+            await stream.close()
         if lane.stream is None:
-            lane.stream = self.ctx.gateway.open(self.authorization)
+            lane.stream = self.ctx.gateway.open(self.authorization, previous_response_id)
         return lane.stream
 
     async def _lost(self, lane: Lane, e: ApiError) -> None:
@@ -259,7 +265,7 @@ class Connection:
             return
         self.ctx.apply_replay(parsed.create)
         builder = ResponseBuilder(parsed)
-        stream = self._stream(lane)
+        stream = await self._stream(lane, parsed.create.previous_response_id)
         with request_span("WS response.create", **{"gen_ai.request.model": parsed.create.model,
                                                    "loopwire.stream_id": lane.name or ""}) as span:
             try:
@@ -334,7 +340,7 @@ class Connection:
             warm.ClearField(name)  # type: ignore[arg-type]
         warm.sampling.max_output_tokens = 1
         warm.no_store = True
-        stream = self._stream(lane)
+        stream = await self._stream(lane, create.previous_response_id)
         replica = ""
         try:
             await stream.create(warm)

@@ -29,3 +29,6 @@ class GatewayConfig:
     allow_replay: bool = False
     # The naive way, for the task benchmark: no grammar from tools or formats (free decoding).
     unconstrained: bool = False
+    # Tags this gateway's response ids (``resp_<id>_...``) so a front of several gateways can send
+    # each continuation to the gateway holding it (``loopwire.common.response_ids``); "" = untagged.
+    gateway_id: str = ""

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from loopwire.common.errors import RequestError
+from loopwire.common.response_ids import gateway_of
 from loopwire.gateway.conversation import Conversation
 from loopwire.v1 import common_pb2
 
@@ -39,8 +40,10 @@ class _Entry:
 class ResponseStore:
     """LRU map of response ids to conversations, bounded by count and by tokens."""
 
-    def __init__(self, max_conversations: int = 10_000, max_total_tokens: int = 200_000_000) -> None:
+    def __init__(self, max_conversations: int = 10_000, max_total_tokens: int = 200_000_000,
+                 gateway_id: str = "") -> None:
         self.max_conversations = max_conversations
+        self.gateway_id = gateway_id  # the tag of the ids this gateway makes ("" = none)
         self.max_total_tokens = max_total_tokens
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # id(conversation) -> entry
         self._by_response: dict[str, int] = {}
@@ -95,12 +98,12 @@ class ResponseStore:
         key = self._by_response.get(response_id)
         entry = self._entries.get(key) if key is not None else None
         if entry is None or entry.tenant != tenant:  # another tenant's id reads as unknown: ids confirm nothing
-            raise RequestError(
-                NOT_FOUND,
-                f"previous_response_id {response_id!r} is unknown or was evicted: send the full request",
-                field,
-                retryable=True,
-            )
+            maker = gateway_of(response_id)
+            where = (f"was made by gateway {maker!r}, not by this one ({self.gateway_id or 'no id'}): send the "
+                     "continuation to that gateway, or" if maker and maker != self.gateway_id else
+                     "is unknown or was evicted:")
+            raise RequestError(NOT_FOUND, f"previous_response_id {response_id!r} {where} send the full request",
+                               field, retryable=True)
         owner = entry.private_to.get(response_id)
         if owner is not None and owner != stream_id:
             raise RequestError(

@@ -10,6 +10,7 @@ from loopwire.common import grpc_server
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
 from loopwire.common.model_def import ModelDefinition
+from loopwire.common.response_ids import check_gateway_id
 from loopwire.common.service_flags import (
     add_service_token_arguments,
     load_authenticator,
@@ -24,6 +25,13 @@ from loopwire.gateway.safety import GuardModelClassifier, LexiconClassifier, Saf
 from loopwire.gateway.service import GatewayConfig, GatewayServicer
 
 log = logging.getLogger("loopwire.gateway")
+
+
+def _gateway_id(value: str) -> str:
+    try:
+        return check_gateway_id(value) if value else ""
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longest conversation one session may hold")
     parser.add_argument("--max-total-tokens", type=int, default=_env_int("max_total_tokens", 200_000_000),
                         help="tokens held by all kept conversations together (LRU)")
+    parser.add_argument("--gateway-id", type=_gateway_id, default=_env("gateway_id", ""),
+                        help="1 to 16 lowercase letters and digits put into this gateway's response ids "
+                             "(resp_<id>_...), so a front of several gateways (the api's --gateway "
+                             "id=host:port,...) sends each continuation to the gateway holding it")
     parser.add_argument("--routing", choices=POLICIES, default=_env("routing", "cache-aware"))
     parser.add_argument("--routing-seed", type=int, default=_env_int("routing_seed", 0),
                         help="seed of the hash that breaks cache-aware routing ties: gateways with the same seed "
@@ -97,6 +109,7 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
         stateless=args.stateless,
         allow_replay=args.allow_replay,
         unconstrained=args.unconstrained,
+        gateway_id=args.gateway_id,
     )
     return GatewayServicer(model, router, authenticator, classifier, config)
 

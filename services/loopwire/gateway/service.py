@@ -64,7 +64,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.auth = authenticator
         self.classifier = classifier
         self.config = config or GatewayConfig()
-        self.store = ResponseStore(self.config.max_sessions, self.config.max_total_tokens)
+        self.store = ResponseStore(self.config.max_sessions, self.config.max_total_tokens, self.config.gateway_id)
         self.metrics = GatewayMetrics()
         self._limiters: dict[str, TenantLimiter] = {}
         self.sessions: dict[str, ConverseSession] = {}  # open Converse streams, by stream id

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from loopwire.common import telemetry
 from loopwire.common.auth import Tenant
 from loopwire.common.errors import RequestError, invalid
+from loopwire.common.response_ids import new_response_id
 from loopwire.gateway.conversation import Conversation
 from loopwire.gateway.events import CANCEL, EventOutbox, failed
 from loopwire.gateway.generate_link import GenerateLink
@@ -115,7 +116,7 @@ class ConverseSession:
 
     async def respond(self, create: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         """One response's events, inside a GenAI span; its timings feed the metrics."""
-        response_id = "resp_" + secrets.token_hex(8)
+        response_id = new_response_id(self.gw.config.gateway_id)
         model = self.gw.model.name  # metrics are labelled with the model served (as inference labels them)
         with telemetry.response_span(create.model or model, response_id, conversation_id=self.stream_id,
                                      trace_context=create.trace_context) as span:

@@ -9,7 +9,10 @@ output ``n`` of a row is ``((x[0] w[0,n] + x[1] w[1,n]) + x[2] w[2,n]) + ...``, 
 ``k`` order, with SIMD across outputs, never across ``k``. That sequence of IEEE operations is
 fixed by ``k`` alone, so neither the batch, nor the row's position in it, nor how rows are grouped
 to share a weight load changes a bit (numba emits no fast-math flags, so LLVM neither
-reassociates nor contracts into FMAs).
+reassociates nor contracts into FMAs). Attention is built the same way with explicit vectors
+(``_mac``, LLVM IR through a numba intrinsic, since LLVM does not vectorize independent scalar
+chains by itself): eight keys' scores, or eight outputs of the weighted sum over values, per
+``<8 x double>`` instruction, each lane the scalar sequence of operations in ``d`` (or key) order.
 
 Why quantized: a GGUF file's Q4_1 or Q8_0 codes are about 0.75 or 1.125 bytes per weight against
 4 as float32, and batch-1 decode reads every weight once per token. Each weight is rebuilt with
@@ -27,6 +30,10 @@ import math
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from loopwire.inference.quantized import QBLOCK, QuantizedWeight
 
@@ -123,6 +130,103 @@ def tiled(a: np.ndarray) -> np.ndarray:
 
 # Queries of one sequence that share each key and value load (a verification step, a prefill chunk).
 QUERIES = 16
+# Lanes of the attention kernel's vectors: one <8 x double> (a zmm register, two ymm without AVX-512).
+LANES = 8
+
+
+@intrinsic(prefer_literal=True)
+def _mac(typingctx, a, i, at, n, b, c, out, col, add, rows, vectors):
+    """``out[i + h, col + 8 v + l] = (out[..] if add else 0) + sum_t a[i + h, at + t] b[t, c + 8 v + l]``
+    over ``t < n`` in ``t`` order, for ``h < rows`` and ``v < vectors`` (literals), lanes ``l < 8``.
+
+    Explicit vectors, because numba does not vectorize independent scalar chains and fast-math
+    reassociation would break batch invariance: each (row, vector) pair is one ``<8 x double>``
+    chain whose lane ``l`` computes ``((o + a_0 b_0) + a_1 b_1) + ...``, ``b`` widened exactly from
+    float32, multiplied then added with no FMA contraction (no fast-math flags): the operations of
+    the scalar loop, eight outputs per instruction. ``rows * vectors`` chains keep the adders
+    busy, and a vector of ``b`` is loaded and widened once for all the rows."""
+    if not (isinstance(rows, types.IntegerLiteral) and isinstance(vectors, types.IntegerLiteral)):
+        return None
+    if a.dtype != types.float64 or out.dtype != types.float64:
+        return None
+    if b.dtype not in (types.float32, types.float64):
+        return None
+    if not all(x.ndim == 2 and x.layout == "C" for x in (a, b, out)):
+        return None
+    nrows, nvec = rows.literal_value, vectors.literal_value
+    sig = types.void(a, i, at, n, b, c, out, col, add, rows, vectors)
+
+    def codegen(context, builder, signature, args):
+        aa, ba, oa = (context.make_array(signature.args[k])(context, builder, args[k]) for k in (0, 4, 6))
+        i_, at_, n_, c_, col_ = (context.cast(builder, args[k], signature.args[k], types.intp)
+                                 for k in (1, 2, 3, 5, 7))
+        add_ = context.cast(builder, args[8], signature.args[8], types.boolean)
+        awidth, bwidth, owidth = (cgutils.unpack_tuple(builder, x.shape, 2)[1] for x in (aa, ba, oa))
+        intp = context.get_value_type(types.intp)
+        bel = context.get_value_type(signature.args[4].dtype)
+        f64, i32 = ir.DoubleType(), ir.IntType(32)
+        v64, vb = ir.VectorType(f64, LANES), ir.VectorType(bel, LANES)
+        undef, splat = ir.Constant(v64, ir.Undefined), ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
+        zero = ir.Constant(v64, [0.0] * LANES)
+
+        def vector_at(ary, start, v, ty):  # a pointer to vector v of a row that starts at element start
+            p = builder.gep(ary.data, [builder.add(start, ir.Constant(intp, LANES * v))], inbounds=True)
+            return builder.bitcast(p, ty.as_pointer())
+
+        row = [builder.add(i_, ir.Constant(intp, h)) for h in range(nrows)]
+        arow = [builder.add(builder.mul(r, awidth), at_) for r in row]
+        orow = [builder.add(builder.mul(r, owidth), col_) for r in row]
+        optr = [[vector_at(oa, o, v, v64) for v in range(nvec)] for o in orow]
+        accs = [[cgutils.alloca_once(builder, v64) for _ in range(nvec)] for _ in range(nrows)]
+        for h in range(nrows):
+            for v in range(nvec):
+                builder.store(builder.select(add_, builder.load(optr[h][v], align=8), zero), accs[h][v])
+        with cgutils.for_range(builder, n_) as loop:
+            t = loop.index
+            bt = builder.add(builder.mul(t, bwidth), c_)
+            bs = []
+            for v in range(nvec):
+                x = builder.load(vector_at(ba, bt, v, vb), align=4)
+                bs.append(x if bel == f64 else builder.fpext(x, v64))
+            for h in range(nrows):
+                s = builder.load(builder.gep(aa.data, [builder.add(arow[h], t)], inbounds=True))
+                s = builder.insert_element(undef, s, ir.Constant(i32, 0))
+                s = builder.shuffle_vector(s, undef, splat)  # a[i + h, at + t] in every lane
+                for v in range(nvec):
+                    acc = accs[h][v]
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(s, bs[v])), acc)
+        for h in range(nrows):
+            for v in range(nvec):
+                builder.store(builder.load(accs[h][v]), optr[h][v], align=8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@_jit
+def _mac_rows(a, i, end, at, n, b, c, out, col, add, vectors):
+    """``_mac`` for rows ``i .. end - 1``, four at a time, then the rest; ``vectors`` 1 or 2."""
+    while i < end:
+        left = end - i
+        if vectors == 2:
+            if left >= 4:
+                _mac(a, i, at, n, b, c, out, col, add, 4, 2)
+            elif left == 3:
+                _mac(a, i, at, n, b, c, out, col, add, 3, 2)
+            elif left == 2:
+                _mac(a, i, at, n, b, c, out, col, add, 2, 2)
+            else:
+                _mac(a, i, at, n, b, c, out, col, add, 1, 2)
+        else:
+            if left >= 4:
+                _mac(a, i, at, n, b, c, out, col, add, 4, 1)
+            elif left == 3:
+                _mac(a, i, at, n, b, c, out, col, add, 3, 1)
+            elif left == 2:
+                _mac(a, i, at, n, b, c, out, col, add, 2, 1)
+            else:
+                _mac(a, i, at, n, b, c, out, col, add, 1, 1)
+        i += min(left, 4)
 
 
 @_jit
@@ -131,37 +235,44 @@ def _scores(qd: np.ndarray, m: int, start: int, keys: np.ndarray, table: np.ndar
     """``scores[r, h, j] = sum_d qd[r, h, d] * key_j[d]`` over kv head ``g``'s keys ``j`` up to
     query ``r``'s position ``start + r``, for the ``m`` queries, each sum in ``d`` order.
 
-    A key block is read once for all the queries. Eight keys of a transposed block accumulate side
-    by side (independent chains the CPU overlaps), one key at a time for a block size that is not
-    a multiple of 8; either way each score is the same sequence of operations."""
-    group, hd = qd.shape[1], qd.shape[2]
+    A key block is read once for all the queries. Its keys are scored 16 or 8 at a time as vectors
+    (``_mac``) for all the (query, head) rows that see the block, and one at a time past the
+    last multiple of 8 (block sizes 4, 12): each score is the same sequence of operations either
+    way, and which way a key takes depends only on its place in its block, never on the chunk."""
+    rows, group, hd = qd.shape
     bs = keys.shape[3]
-    lanes = 8 if bs % 8 == 0 else 1
+    qf = qd.reshape(rows * group, hd)  # row r * group + h: query r, head h
+    sf = scores.reshape(rows * group, scores.shape[2])
+    span = 2 * LANES if bs % (2 * LANES) == 0 else LANES
+    whole = bs - bs % span
     for b in range(-(-(start + m) // bs)):
         kt = keys[g, table[b]]
-        for r in range(max(0, b * bs - start), m):  # the queries that see a key of this block
-            for hh in range(group):
-                qh = qd[r, hh]
-                for c in range(0, bs, lanes):
-                    sc = scores[r, hh, b * bs + c : b * bs + c + lanes]
-                    if lanes == 8:
-                        a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
-                        for d in range(hd):
-                            qv, k = qh[d], kt[d, c : c + 8]
-                            a0 += qv * k[0]
-                            a1 += qv * k[1]
-                            a2 += qv * k[2]
-                            a3 += qv * k[3]
-                            a4 += qv * k[4]
-                            a5 += qv * k[5]
-                            a6 += qv * k[6]
-                            a7 += qv * k[7]
-                        sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7] = a0, a1, a2, a3, a4, a5, a6, a7
-                    else:
-                        a = 0.0
-                        for d in range(hd):
-                            a += qh[d] * kt[d, c]
-                        sc[0] = a
+        first = max(0, b * bs - start) * group  # the rows of the queries that see a key of this block
+        for c in range(0, whole, span):
+            _mac_rows(qf, first, m * group, 0, hd, kt, c, sf, b * bs + c, False, span // LANES)
+        for c in range(whole, bs):
+            for i in range(first, m * group):
+                s = 0.0
+                for d in range(hd):
+                    s += qf[i, d] * kt[d, c]
+                sf[i, b * bs + c] = s
+
+
+@_jit
+def _weigh(sf: np.ndarray, i: int, end: int, lo: int, n: int, vb: np.ndarray, of: np.ndarray) -> None:
+    """``of[r, d] += sf[r, lo + t] * vb[t, d]`` for ``t < n`` in order, rows ``i .. end - 1``: 16 or
+    8 outputs of ``d`` at a time as vectors (``_mac``), one at a time past the last multiple of 8."""
+    hd = vb.shape[1]
+    span = 2 * LANES if hd % (2 * LANES) == 0 else LANES
+    whole = hd - hd % span
+    for d0 in range(0, whole, span):
+        _mac_rows(sf, i, end, lo, n, vb, d0, of, d0, True, span // LANES)
+    for d in range(whole, hd):
+        for r in range(i, end):
+            o = of[r, d]
+            for t in range(n):
+                o += sf[r, lo + t] * vb[t, d]
+            of[r, d] = o
 
 
 @_jit
@@ -170,7 +281,9 @@ def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarra
     """Causal attention of a chunk's queries ``q [n, heads, hd]`` (float32, at positions ``start``
     on) over its sequence's cached keys (``[kv_heads, blocks, hd, block_size]``) and values
     (``[kv_heads, blocks, block_size, hd]``), float32, read through the block ``table``, into
-    ``out [n, heads * hd]``, computing in float64.
+    ``out [n, heads * hd]``, computing in float64. ``out`` is float32 in the model; a float64
+    ``out`` keeps the unrounded results, where tests see any change in the order of operations
+    (rounding to float32 hides nearly all of them).
 
     Like the linear kernels, batch invariant by construction: a query's scores, softmax and
     weighted sum run in a fixed order (each score in ``d`` order, the softmax and the sum in key
@@ -186,6 +299,7 @@ def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarra
     qd = np.empty((rows, group, hd), np.float64)
     o = np.empty((rows, group, hd), np.float64)
     total = np.empty((rows, group), np.float64)
+    sf, of = scores.reshape(rows * group, scores.shape[2]), o.reshape(rows * group, hd)
     for q0 in range(0, n, QUERIES):
         m, first = min(QUERIES, n - q0), start + q0  # query r of this group is at position first + r
         for g in range(kvh):
@@ -207,18 +321,18 @@ def attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, table: np.ndarra
                         t += p
                     total[r, hh] = t
             o[:m] = 0.0
-            for j in range(first + m):
-                vv = values[g, table[j // bs], j % bs]
-                for r in range(max(0, j - first), m):  # the queries that see key j
-                    for hh in range(group):
-                        p, oh = scores[r, hh, j], o[r, hh]
-                        for d in range(hd):
-                            oh[d] += p * vv[d]
+            for b in range(-(-(first + m) // bs)):
+                vb, lo = values[g, table[b]], b * bs
+                r0 = max(0, lo - first)  # the first query that sees a key of this block
+                full = max(r0, min(m, lo + bs - 1 - first))  # the first that sees all of it
+                for r in range(r0, full):  # query r sees the block's keys up to its position
+                    _weigh(sf, r * group, (r + 1) * group, lo, first + r + 1 - lo, vb, of)
+                _weigh(sf, full * group, m * group, lo, bs, vb, of)
             for r in range(m):
                 for hh in range(group):
                     h = g * group + hh
                     for d in range(hd):
-                        out[q0 + r, h * hd + d] = np.float32(o[r, hh, d] / total[r, hh])
+                        out[q0 + r, h * hd + d] = o[r, hh, d] / total[r, hh]  # rounded to out's type
 
 
 def compile_all() -> None:

@@ -478,6 +478,12 @@ class CommandQuota:
             return
         self._stopped = True
         self._timer.cancel()
+        s = self.session
+        if self._periodic is None and s._baseline.done() and not s._walking.locked() and not s._tree.changed():
+            # Nothing happened in the workspace since the last check (most commands write nothing):
+            # the last check is done now, with no task and no worker thread to wait for.
+            resolve(self.done)
+            return
         asyncio.ensure_future(self._last_check())
 
     async def _last_check(self) -> None:

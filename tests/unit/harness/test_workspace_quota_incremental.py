@@ -367,3 +367,25 @@ async def test_a_session_quota_follows_changes_without_walking_whole(tmp_path, m
     finally:
         quota.close()
         await asyncio.sleep(0.05)
+
+
+async def test_a_command_that_wrote_nothing_ends_its_check_at_once(tmp_path, monkeypatch):
+    """No event since the last check: the command's last check is done when it stops, with no
+    worker thread; after a write it measures, and the usage follows."""
+    quota = SessionQuota(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY), 1 << 20, 60, None)
+    try:
+        await quota.settled()
+        measured = []
+        monkeypatch.setattr(quota, "measure", lambda real=quota.measure: measured.append(1) or real())
+        idle = quota.watch(lambda: None)
+        idle.stop()
+        assert idle.done.done() and not measured
+        writer = quota.watch(lambda: None)
+        (tmp_path / "new").write_bytes(b"x" * 100_000)
+        writer.stop()
+        assert not writer.done.done()
+        await writer.done
+        assert measured == [1] and quota.used == full_walk(quota.dir_fd)
+    finally:
+        quota.close()
+        await asyncio.sleep(0.05)

@@ -152,6 +152,15 @@ async def test_output_is_capped_as_on_a_sandbox_of_its_own(tmp_path, workspace):
         await runs.close()
 
 
+async def test_output_written_right_before_the_end_is_all_read(sandbox, workspace):
+    """Output written just before bash exits, by bash and by a child it waits for, is all in the
+    result: the end is reported only after the pipe has ended."""
+    command = "head -c 40000 /dev/zero | tr '\\0' a; (head -c 20000 /dev/zero | tr '\\0' b) & wait; exit 7"
+    for _ in range(5):
+        text, code, truncated = await outcome(sandbox.run, workspace, command)
+        assert (text, code, truncated) == ("a" * 40000 + "b" * 20000, 7, False)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.text(st.characters(min_codepoint=32, max_codepoint=0x2FF, exclude_characters="\\"),
                               max_size=20), min_size=1, max_size=4),

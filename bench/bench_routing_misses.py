@@ -248,8 +248,9 @@ class Run:
 
 # The router's constants before the seeded tie-break (22acb7f): only an exact tie of scores was a
 # tie, so the last poll's timing decided between replicas with the same cached prefix; and every
-# replica had the slack that only a holder of the conversation's own history has now.
-BEFORE = {"TIE_RATIO": 0.0, "BALANCE_SLACK": 6}
+# replica had the slack that only a holder of the conversation's own history has now, and the
+# margin grew by a quarter of the lightest load.
+BEFORE = {"TIE_RATIO": 0.0, "BALANCE_SLACK": 6, "BALANCE_RATIO": 1.25}
 
 
 def set_router(values: dict) -> dict:
@@ -341,7 +342,8 @@ async def main() -> int:
     parser.add_argument("--time-scale", type=float, default=0.25)
     parser.add_argument("--variants", default="before,after",
                         help="router constants: before (TIE_RATIO 0: no tie unless the scores are equal; BALANCE_SLACK 6 "
-                             "for every replica, as committed before) and/or after (as router.py has them)")
+                             "for every replica; BALANCE_RATIO 1.25: as committed before) and/or after (as "
+                             "router.py has them)")
     parser.add_argument("--arrivals", default="ordered,concurrent",
                         help="ordered (each replay starts once the one before has finished its first turn) and/or "
                              "concurrent (all at once)")
@@ -382,7 +384,7 @@ async def main() -> int:
     router_sha = hashlib.sha256(router_file.read_bytes()).hexdigest()[:12]
     title = (f"Prompt tokens by fate, 4 simulated replicas, {n_sessions} concurrent replays, first {turns} turns"
              f" (router.py sha256 {router_sha}; after: TIE_RATIO {after['TIE_RATIO']}, BALANCE_SLACK "
-             f"{after['BALANCE_SLACK']} (HISTORY_SLACK {router_mod.HISTORY_SLACK}), seed 0"
+             f"{after['BALANCE_SLACK']} (HISTORY_SLACK {router_mod.HISTORY_SLACK}), BALANCE_RATIO {after['BALANCE_RATIO']}, seed 0"
              f"{'; ' + args.label if args.label else ''})")
     t = table(groups, title)
     console.print(t)

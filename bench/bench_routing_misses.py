@@ -145,7 +145,7 @@ def install() -> None:
         chosen = orig_choose(self, prompt_length, block_hashes_fn, exclude, shared_tokens)
         hashes = list(block_hashes_fn(chosen.block_size))
         cands = [r for r in self.replicas if not r.draining and r.healthy and r not in exclude]
-        balanced = self.balanced(cands, block_hashes_fn, shared_tokens)
+        balanced = self.balanced(cands, self.cached_tokens(cands, block_hashes_fn), shared_tokens)
         info = {}
         for r in cands:
             m = T.managers.get(r.name)

@@ -252,8 +252,9 @@ class Router:
 
     def _cache_aware(self, candidates: list[Replica], prompt_length: int,
                      block_hashes: Callable[[int], Sequence[int]], shared_tokens: int) -> Replica:
-        balanced = self.balanced(candidates, block_hashes, shared_tokens)
-        scores = {r: self._score_s(r, prompt_length, block_hashes) for r in balanced}
+        cached = self.cached_tokens(candidates, block_hashes)
+        balanced = self.balanced(candidates, cached, shared_tokens)
+        scores = {r: self._score_s(r, max(0, prompt_length - cached[r])) for r in balanced}
         best = min(scores.values())
         tied = [r for r in balanced if scores[r] <= best * (1 + TIE_RATIO)]
         if len(tied) == 1:
@@ -262,14 +263,18 @@ class Router:
         return min(tied, key=lambda r: (r.sessions, -self._rank(key, r)))
 
     @staticmethod
-    def balanced(candidates: list[Replica], block_hashes: Callable[[int], Sequence[int]],
-                 shared_tokens: int) -> list[Replica]:
-        """The candidates whose load is close enough to the lightest one's for the cache to choose."""
+    def cached_tokens(candidates: list[Replica], block_hashes: Callable[[int], Sequence[int]]) -> dict[Replica, int]:
+        """The prompt's leading tokens each candidate holds (its mirror of the replica's cache)."""
+        return {r: r.cached_prefix_blocks(block_hashes(r.block_size)) * r.block_size for r in candidates}
+
+    @staticmethod
+    def balanced(candidates: list[Replica], cached: dict[Replica, int], shared_tokens: int) -> list[Replica]:
+        """The candidates whose load is close enough to the lightest one's for the cache to choose
+        (``cached``: from ``cached_tokens``; past ``shared_tokens`` it is the conversation's own)."""
         lightest = min(r.sessions + r.load() for r in candidates)
 
         def slack(r: Replica) -> int:
-            holds_history = r.cached_prefix_blocks(block_hashes(r.block_size)) * r.block_size > shared_tokens
-            return HISTORY_SLACK if holds_history else BALANCE_SLACK
+            return HISTORY_SLACK if cached[r] > shared_tokens else BALANCE_SLACK
 
         return [r for r in candidates if r.sessions + r.load() <= lightest * BALANCE_RATIO + slack(r)]
 
@@ -310,8 +315,7 @@ class Router:
                 raise RuntimeError(f"no inference replica told its model within {timeout_s:.0f} s (last: {last})")
             await asyncio.sleep(0.2)
 
-    def _score_s(self, replica: Replica, prompt_length: int, block_hashes: Callable[[int], Sequence[int]]) -> float:
-        uncached = self._uncached(replica, prompt_length, block_hashes)
+    def _score_s(self, replica: Replica, uncached: int) -> float:
         return self._ttft_s(replica, uncached) + REPREFILL_WEIGHT * uncached / replica.prefill_speed()
 
     @classmethod

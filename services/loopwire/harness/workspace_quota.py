@@ -424,11 +424,15 @@ class SessionQuota:
             self.record(used)
             return used
 
+    def current(self) -> bool:
+        """Whether the usage kept is already the usage after what has happened so far: the first
+        walk is done, no event came since, and no check is under way (whose result is not kept yet)."""
+        return self._baseline.done() and not self._walking.locked() and not self._tree.changed()
+
     async def settled(self) -> None:
-        """The usage after what has happened so far: checked again only if an event came (or a check
-        is under way, whose result is not kept yet)."""
+        """The usage after what has happened so far: checked again only when it is not ``current``."""
         await asyncio.shield(self._baseline)
-        if self._tree.changed() or self._walking.locked():
+        if not self.current():
             await asyncio.to_thread(self.measure)
 
     def watch(self, kill: Callable[[], object]) -> CommandQuota:
@@ -478,8 +482,7 @@ class CommandQuota:
             return
         self._stopped = True
         self._timer.cancel()
-        s = self.session
-        if self._periodic is None and s._baseline.done() and not s._walking.locked() and not s._tree.changed():
+        if self._periodic is None and self.session.current():
             # Nothing happened in the workspace since the last check (most commands write nothing):
             # the last check is done now, with no task and no worker thread to wait for.
             resolve(self.done)

@@ -53,6 +53,19 @@ VECTORS = 4
 ROWS = 4
 
 
+def _vector_at(builder: ir.IRBuilder, data: ir.Value, index: ir.Value, ty: ir.VectorType) -> ir.Value:
+    """In generated IR: a pointer to the vector of type ``ty`` that starts at element ``index`` of ``data``."""
+    return builder.bitcast(builder.gep(data, [index], inbounds=True), ty.as_pointer())
+
+
+def _broadcast(builder: ir.IRBuilder, scalar: ir.Value, ty: ir.VectorType) -> ir.Value:
+    """In generated IR: ``scalar`` in every lane of a vector of type ``ty``."""
+    i32 = ir.IntType(32)
+    undef = ir.Constant(ty, ir.Undefined)
+    lanes = ir.Constant(ir.VectorType(i32, ty.count), [0] * ty.count)
+    return builder.shuffle_vector(builder.insert_element(undef, scalar, ir.Constant(i32, 0)), undef, lanes)
+
+
 # (Calls of an intrinsic omit its first parameter, numba's typing context: hence the ignores.)
 @intrinsic(prefer_literal=True)
 def _fma_block(typingctx, x, r, k0, kn, w, wk, c, acc, rows, vectors):
@@ -76,15 +89,13 @@ def _fma_block(typingctx, x, r, k0, kn, w, wk, c, acc, rows, vectors):
         r_, k0_, kn_, wk_, c_ = (context.cast(builder, args[i], signature.args[i], types.intp)
                                  for i in (1, 2, 3, 5, 6))
         xwidth, wwidth, awidth = (cgutils.unpack_tuple(builder, a.shape, 2)[1] for a in (xa, wa, aa))
-        intp, f32, i32 = context.get_value_type(types.intp), ir.FloatType(), ir.IntType(32)
+        intp, f32 = context.get_value_type(types.intp), ir.FloatType()
         vty = ir.VectorType(f32, FLANES)
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
                                              f"llvm.fma.v{FLANES}f32")
-        undef, splat = ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(i32, FLANES), [0] * FLANES)
 
         def vector_at(ary, start, v):  # a pointer to vector v of a row that starts at element start
-            p = builder.gep(ary.data, [builder.add(start, ir.Constant(intp, FLANES * v))], inbounds=True)
-            return builder.bitcast(p, vty.as_pointer())
+            return _vector_at(builder, ary.data, builder.add(start, ir.Constant(intp, FLANES * v)), vty)
 
         row = [builder.add(r_, ir.Constant(intp, h)) for h in range(nrows)]
         xrow = [builder.add(builder.mul(q, xwidth), k0_) for q in row]
@@ -99,7 +110,7 @@ def _fma_block(typingctx, x, r, k0, kn, w, wk, c, acc, rows, vectors):
             ws = [builder.load(vector_at(wa, wt, v), align=4) for v in range(nvec)]
             for h in range(nrows):
                 s = builder.load(builder.gep(xa.data, [builder.add(xrow[h], t)], inbounds=True))
-                s = builder.shuffle_vector(builder.insert_element(undef, s, ir.Constant(i32, 0)), undef, splat)
+                s = _broadcast(builder, s, vty)  # x[r + h, k0 + t] in every lane
                 for v in range(nvec):
                     acc = accs[h][v]
                     builder.store(builder.call(fma, [s, ws[v], builder.load(acc)]), acc)
@@ -136,19 +147,16 @@ def _dequant_block(typingctx, qt, k, db, mb, w):
         qwidth = cgutils.unpack_tuple(builder, qa.shape, 2)[1]
         wwidth = cgutils.unpack_tuple(builder, wa.shape, 2)[1]
 
-        def at(ptr, index, ty):
-            return builder.bitcast(builder.gep(ptr, [index], inbounds=True), ty.as_pointer())
-
         def const(v):
             return ir.Constant(intp, v)
 
         for v in range(TILE // FLANES):
             col = const(FLANES * v)
-            dv = builder.load(at(da.data, col, vty), align=4)
-            mv = builder.load(at(ma.data, col, vty), align=4) if q4 else None
+            dv = builder.load(_vector_at(builder, da.data, col, vty), align=4)
+            mv = builder.load(_vector_at(builder, ma.data, col, vty), align=4) if q4 else None
             for i in range(QBLOCK // 2 if q4 else QBLOCK):
                 qrow = builder.add(builder.lshr(k_, const(1)) if q4 else k_, const(i))
-                q = builder.load(at(qa.data, builder.add(builder.mul(qrow, qwidth), col), bty), align=1)
+                q = builder.load(_vector_at(builder, qa.data, builder.add(builder.mul(qrow, qwidth), col), bty), align=1)
                 if q4:
                     codes = (builder.and_(q, ir.Constant(bty, [15] * FLANES)),
                              builder.lshr(q, ir.Constant(bty, [4] * FLANES)))
@@ -158,7 +166,7 @@ def _dequant_block(typingctx, qt, k, db, mb, w):
                     vals, rows = [builder.fmul(builder.sitofp(q, vty), dv)], (i,)
                 for r, val in zip(rows, vals, strict=True):
                     dst = builder.add(builder.mul(const(r), wwidth), col)
-                    builder.store(val, at(wa.data, dst, vty), align=4)
+                    builder.store(val, _vector_at(builder, wa.data, dst, vty), align=4)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -283,14 +291,12 @@ def _mac(typingctx, a, i, at, n, b, c, out, col, add, rows, vectors):
         awidth, bwidth, owidth = (cgutils.unpack_tuple(builder, x.shape, 2)[1] for x in (aa, ba, oa))
         intp = context.get_value_type(types.intp)
         bel = context.get_value_type(signature.args[4].dtype)
-        f64, i32 = ir.DoubleType(), ir.IntType(32)
+        f64 = ir.DoubleType()
         v64, vb = ir.VectorType(f64, LANES), ir.VectorType(bel, LANES)
-        undef, splat = ir.Constant(v64, ir.Undefined), ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
         zero = ir.Constant(v64, [0.0] * LANES)
 
         def vector_at(ary, start, v, ty):  # a pointer to vector v of a row that starts at element start
-            p = builder.gep(ary.data, [builder.add(start, ir.Constant(intp, LANES * v))], inbounds=True)
-            return builder.bitcast(p, ty.as_pointer())
+            return _vector_at(builder, ary.data, builder.add(start, ir.Constant(intp, LANES * v)), ty)
 
         row = [builder.add(i_, ir.Constant(intp, h)) for h in range(nrows)]
         arow = [builder.add(builder.mul(r, awidth), at_) for r in row]
@@ -309,8 +315,7 @@ def _mac(typingctx, a, i, at, n, b, c, out, col, add, rows, vectors):
                 bs.append(x if bel == f64 else builder.fpext(x, v64))
             for h in range(nrows):
                 s = builder.load(builder.gep(aa.data, [builder.add(arow[h], t)], inbounds=True))
-                s = builder.insert_element(undef, s, ir.Constant(i32, 0))
-                s = builder.shuffle_vector(s, undef, splat)  # a[i + h, at + t] in every lane
+                s = _broadcast(builder, s, v64)  # a[i + h, at + t] in every lane
                 for v in range(nvec):
                     acc = accs[h][v]
                     builder.store(builder.fadd(builder.load(acc), builder.fmul(s, bs[v])), acc)

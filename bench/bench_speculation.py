@@ -63,6 +63,7 @@ class Mode:
     draft_length: str = "fixed"  # or "cost": as many as the roofline says pay off
     concurrent: bool = False  # turn j of every session live at once
     tenant_per_session: bool = False  # each session its own tenant (no pool across sessions)
+    branches: int = 1  # draft branches per step (alternatives verified as forks)
 
 
 COST_K = 32
@@ -76,6 +77,10 @@ MODES = [
     Mode(f"suffix, cost-model length <= {COST_K}, concurrent, one tenant", "suffix", COST_K, "cost", True),
     Mode(f"suffix, cost-model length <= {COST_K}, concurrent, tenant per session", "suffix", COST_K, "cost", True,
          True),
+    Mode("suffix k=16, 4 branches", "suffix", 16, branches=4),
+    Mode(f"suffix, cost-model rows <= {COST_K}, 4 branches", "suffix", COST_K, "cost", branches=4),
+    Mode(f"suffix, cost-model rows <= {COST_K}, 4 branches, concurrent, one tenant", "suffix", COST_K, "cost", True,
+         branches=4),
 ]
 BATCHES = (1, 16, 64)
 
@@ -102,7 +107,8 @@ def replica(mode: Mode) -> EngineCore:
     cost = CostModel.named(GPU, PARAMS)
     config = EngineConfig(model=model_preset(PARAMS), num_kv_blocks=cost.kv_blocks_that_fit(16),
                           max_batch_tokens=8192, max_running=256, drafter=mode.drafter or "prompt_lookup",
-                          num_draft_tokens=max(mode.k, 1), draft_length=mode.draft_length)
+                          num_draft_tokens=max(mode.k, 1), draft_length=mode.draft_length,
+                          draft_branches=mode.branches)
     core, _ = simulated_core(config, cost, dummy_definition())
     return core
 
@@ -247,8 +253,8 @@ def main() -> int:
             continue
         context = mean_decode_context(sessions)
         for mode in MODES:
-            if mode.draft_length != "cost":  # the fixed modes measure only the positions they drafted
-                continue
+            if mode.draft_length != "cost" or mode.branches > 1:  # the fixed modes measure only the positions
+                continue  # they drafted; the policy models one chain (branch modes: their own decode tok/s)
             policy = DraftLengthPolicy(cost, mode.k, stats=acceptance[(root, mode.label)])
             cells = []
             for b in BATCHES:
@@ -257,7 +263,7 @@ def main() -> int:
             speedup.add_row(provenance.rel(root), mode.label, f"{context:,}", *cells)
     console.print(speedup)
     root0, sessions0, used0, per_mode0 = results[0]
-    shown = ["none", "prompt lookup k=8", "suffix k=8", "suffix k=16", MODES[5].label]
+    shown = ["none", "prompt lookup k=8", "suffix k=8", "suffix k=16", MODES[5].label, MODES[9].label]
     per_session = Table(title=f"Tokens per verification step per session ({provenance.rel(root0)})")
     per_session.add_column("session")
     per_session.add_column("turns", justify="right")
@@ -293,7 +299,12 @@ def main() -> int:
         cost_model=provenance.cost_model(GPU, PARAMS),
         notes=["acceptance length = output tokens / verification steps over all turns (1.00 = no speculation); "
                "prompt lookup: n-grams 3..2 over the session; suffix: suffix automata over the session and the "
-               "replica's recent outputs (`loopwire.inference.suffix_tree`)"])
+               "replica's recent outputs (`loopwire.inference.suffix_tree`); 4 branches: the favourite draft and up to 3 "
+               "alternatives starting with the next-likeliest tokens, each verified as a fork of the sequence in the "
+               "same step (its rows priced as a sequence of its own, attention over the whole context included); "
+               "under the cost policy all branches share the rows it allows",
+               "the modelled speed-up table models one chain; a branch mode's speed-up is its decode tok/s against "
+               "none (batch 1) and its concurrent row (turn j of every session in one batch)"])
     body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",
             *provenance.table_markdown(speedup), "",
             *provenance.table_markdown(per_session), "", "![speculation](speculation.png)"]

@@ -187,6 +187,13 @@ class EngineConfig:
     # the roofline on the simulated engine, by its own measured steps on the reference one; see
     # draft_length.py and step_cost.py)
     draft_length: str = "cost"
+    # Branches a step verifies per sequence: the favourite draft and up to this many minus one
+    # alternatives starting with the next-likeliest tokens, each verified as a fork of the sequence
+    # (suffix drafter, unconstrained sequences). Under the cost policy all branches together get
+    # the rows it says pay off. More tokens per step (4 branches: >= 3 on the recorded sessions), but
+    # a fork attends the whole context again, so at agent context lengths 1 is faster
+    # (bench/results/speculation.md).
+    draft_branches: int = 1
     # Host-memory KV tier: bytes of evicted device blocks kept in host memory (0 = none).
     host_kv_bytes: int = 0
     # priority (retention priorities, then LRU) | lru

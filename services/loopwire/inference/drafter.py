@@ -4,7 +4,9 @@ verifies.
 A ``Drafter`` opens a ``DraftContext`` per sequence; the engine feeds it every token the
 sequence gains and asks it for up to ``k`` proposals before each decode step. Proposals may
 carry the drafter's probabilities (a draft model would); without them the proposal is
-deterministic, which rejection sampling treats as probability one. Prompt lookup lives
+deterministic, which rejection sampling treats as probability one. A deterministic drafter may
+add alternatives: other branches, each starting with a token of its own, verified in the same
+step as forks of the sequence (the engine keeps the branch the target follows). Prompt lookup lives
 here; suffix decoding (shared across sessions) in ``suffix_tree.py``; a small draft model
 fits the same two protocols. ``finish`` tells a context its request ended (a drafter that
 learns from outputs keeps them).
@@ -13,7 +15,7 @@ learns from outputs keeps them).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -24,12 +26,17 @@ class Draft:
     token_ids: list[int]
     # [len(token_ids), vocab] drafter probabilities, or None for a deterministic proposal.
     probs: np.ndarray | None = None
+    # Other branches (deterministic drafts only): each starts with a token no other branch starts
+    # with, most likely first.
+    alternatives: list[list[int]] = field(default_factory=list)
 
 
 class DraftContext(Protocol):
     def extend(self, token_ids: Sequence[int]) -> None: ...
 
-    def propose(self, k: int) -> Draft: ...
+    def propose(self, k: int, branches: int = 1) -> Draft:
+        """Up to ``k`` tokens, and up to ``branches - 1`` alternatives of up to ``k`` each."""
+        ...
 
     def finish(self) -> None: ...
 
@@ -82,7 +89,8 @@ class PromptLookupContext:
                     index[tuple(tokens[p - n : p])] = p
             tokens.append(int(t))
 
-    def propose(self, k: int) -> Draft:
+    def propose(self, k: int, branches: int = 1) -> Draft:
+        """One branch: the latest occurrence is the only evidence an n-gram index keeps."""
         tokens = self.tokens
         if k <= 0:
             return Draft([])

@@ -27,7 +27,7 @@ from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
 from loopwire.inference.logprobs import TokenLogprobs, certain, token_logprobs
 from loopwire.inference.rate_window import RateWindow
-from loopwire.inference.sampling import NoAllowedToken, verify, verify_masked, verify_oracle
+from loopwire.inference.sampling import NoAllowedToken, verify, verify_branches, verify_masked, verify_oracle
 from loopwire.inference.scheduler import ScheduledSeq, Scheduler
 from loopwire.inference.sequence import (
     Finished,
@@ -95,6 +95,8 @@ class EngineCore:
         # else by the executor's own measured steps (the reference engine).
         if config.draft_length not in ("fixed", "cost"):
             raise ValueError(f"unknown draft_length {config.draft_length!r}; choose fixed or cost")
+        if config.draft_branches < 1:
+            raise ValueError(f"draft_branches must be at least 1, not {config.draft_branches}")
         cost = getattr(executor, "cost", None)
         self.step_cost: MeasuredStepCost | None = None
         self.draft_policy: DraftLengthPolicy | None = None
@@ -162,8 +164,12 @@ class EngineCore:
         now = self.clock.now()
         masks = self._first_masks(batch, results)
         prefill_tokens = decode_tokens = 0
+        fork_logits = {id(item): logits for item, logits in zip(batch, results, strict=True) if item.fork_blocks}
         for item, logits in zip(batch, results, strict=True):
             seq = item.seq
+            if item.fork_blocks is not None:  # verified with its sequence's own item
+                decode_tokens += len(item.token_ids)
+                continue
             if seq.is_decoding:
                 decode_tokens += len(item.token_ids)
             else:
@@ -180,19 +186,25 @@ class EngineCore:
                 self._finish(seq, FinishReason.PREFILLED, retain=True)
                 continue
             try:
-                new = self._pick(item, logits, masks.get(seq.request_id))
+                new, chosen = self._pick(item, logits, masks.get(seq.request_id), fork_logits)
             except NoAllowedToken as e:
+                self._adopt(item, item)
                 self._commit(seq)
                 self._finish(seq, FinishReason.CONSTRAINT_FAILED, retain=False, error=str(e))
                 continue
+            if chosen is not item:
+                logits = fork_logits[id(chosen)]
+            self._adopt(item, chosen)
             accepted = len(new) - 1
             if self.draft_policy is not None and item.draft_limit:
-                self.draft_policy.stats.observe(item.draft_limit, len(item.draft.token_ids), accepted)
-            if item.draft.token_ids:
-                seq.usage.draft_tokens_proposed += len(item.draft.token_ids)
+                self.draft_policy.stats.observe(item.draft_limit, len(item.draft.token_ids),
+                                                accepted if chosen is item else 0)
+            proposed = len(item.draft.token_ids) + sum(len(f.draft.token_ids) for f in item.forks)
+            if proposed:
+                seq.usage.draft_tokens_proposed += proposed
                 seq.usage.draft_tokens_accepted += accepted
             seq.usage.verification_steps += 1
-            if item.draft.token_ids:  # K/V of rejected drafts are garbage: not computed
+            if proposed:  # K/V of rejected drafts are garbage: not computed
                 seq.num_computed = item.start + 1 + accepted
             emitted, reason = self._append(seq, new)
             if emitted and seq.first_token is None:
@@ -218,19 +230,45 @@ class EngineCore:
         masks = batch_masks([seq.matcher for seq, _ in todo], todo[0][1].shape[-1])  # type: ignore[misc]
         return {seq.request_id: mask for (seq, _), mask in zip(todo, masks, strict=True)}
 
-    def _pick(self, item: ScheduledSeq, logits: np.ndarray | None, mask: np.ndarray | None = None) -> list[int]:
+    def _pick(self, item: ScheduledSeq, logits: np.ndarray | None, mask: np.ndarray | None,
+              fork_logits: dict[int, np.ndarray | None]) -> tuple[list[int], ScheduledSeq]:
+        """The step's new tokens and the item (the sequence's own or a fork) whose branch they follow."""
         seq = item.seq
-        drafts = item.draft.token_ids
+        branches = [item, *item.forks]
         oracle = seq.req.oracle
-        if oracle is not None:
-            return verify_oracle(drafts, oracle[seq.num_output : seq.num_output + len(drafts) + 1])
-        if logits is not None and mask is not None and seq.matcher is not None:
-            return verify_masked(logits, item.draft, seq.req.sampling, seq.rng, mask, seq.matcher)
-        if logits is not None:
-            return verify(logits, item.draft, seq.req.sampling, seq.rng)
-        base = len(seq.tokens)
-        targets = [self.executor.synthetic_token(seq, base + i) for i in range(len(drafts) + 1)]
-        return verify_oracle(drafts, targets)
+        if oracle is not None or logits is None:
+            base = len(seq.tokens)
+            longest = max(len(b.draft.token_ids) for b in branches)
+            targets = (oracle[seq.num_output : seq.num_output + longest + 1] if oracle is not None
+                       else [self.executor.synthetic_token(seq, base + i) for i in range(longest + 1)])
+            chosen = next((b for b in branches if b.draft.token_ids[:1] == targets[:1]), item)
+            return verify_oracle(chosen.draft.token_ids, targets[: len(chosen.draft.token_ids) + 1]), chosen
+        if mask is not None and seq.matcher is not None:  # constrained sequences have no forks
+            return verify_masked(logits, item.draft, seq.req.sampling, seq.rng, mask, seq.matcher), item
+        if not item.forks:
+            return verify(logits, item.draft, seq.req.sampling, seq.rng), item
+        rows = [logits]
+        for fork in item.forks:
+            fork_rows = fork_logits[id(fork)]
+            assert fork_rows is not None  # an executor with logits has them for every item
+            rows.append(fork_rows)
+        new, j = verify_branches(rows, [b.draft.token_ids for b in branches], seq.req.sampling, seq.rng)
+        return new, branches[j]
+
+    def _adopt(self, item: ScheduledSeq, chosen: ScheduledSeq) -> None:
+        """Keep the chosen branch's blocks: a fork's replace the sequence's from its partial block
+        on; the other branches' blocks go back to the pool."""
+        if not item.forks:
+            return
+        seq = item.seq
+        shared = item.start // self.blocks.block_size
+        for fork in item.forks:
+            assert fork.fork_blocks is not None
+            if fork is chosen:
+                self.blocks.release(seq.block_ids[shared:])
+                seq.block_ids = fork.fork_blocks
+            else:
+                self.blocks.release(fork.fork_blocks[shared:])
 
     def _append(self, seq: Sequence, new: Seq[int]) -> tuple[list[int], FinishReason | None]:
         emitted: list[int] = []

@@ -521,6 +521,11 @@ class KvStore:
             np.stack([v[:, block_id] for v in self.values]),
         )
 
+    def copy_block(self, source: int, target: int) -> None:
+        for k, v in zip(self.keys, self.values, strict=True):
+            k[:, target] = k[:, source]
+            v[:, target] = v[:, source]
+
     def write_block(self, block_id: int, keys: np.ndarray, values: np.ndarray) -> None:
         for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
             self.keys[layer][:, block_id] = k.swapaxes(-1, -2)

@@ -25,11 +25,14 @@ class ModelExecutor:
         threadpool_limits(limits=1, user_api="blas")
 
     def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
+        for item in batch:
+            if item.fork_copy is not None:  # a fork starts from the sequence's partial block
+                self.store.copy_block(*item.fork_copy)
         chunks = [
             Chunk(
                 token_ids=np.asarray(item.token_ids, dtype=np.int64),
                 start=item.start,
-                block_table=item.seq.block_ids,
+                block_table=item.block_table,
                 num_logits=1 + len(item.draft.token_ids) if item.sample else 0,
             )
             for item in batch

@@ -90,6 +90,42 @@ def verify(
     return out
 
 
+def verify_branches(
+    logits: Sequence[np.ndarray],
+    drafts: Sequence[Sequence[int]],
+    settings: SamplingSettings,
+    rng: np.random.Generator,
+) -> tuple[list[int], int]:
+    """``verify`` over several deterministic branches, each starting with a token of its own;
+    the tokens produced and the branch they follow.
+
+    ``logits[j]`` are branch j's rows; every branch's first row is the same position's. Greedy:
+    the branch whose first token is the target's argmax (else the first one, whose verification
+    then yields the argmax). Sampled: the first tokens are tried in order, each accepted with its
+    probability under what the earlier rejections left (multi-draft rejection sampling with
+    deterministic drafts: a first token is then distributed exactly as the target's), and the
+    chosen branch is verified on from there; when all are rejected, a token from the rest.
+    """
+    if len(drafts) == 1:
+        return verify(logits[0], Draft(list(drafts[0])), settings, rng), 0
+    if settings.temperature <= 0.0:
+        first = int(np.argmax(logits[0][0]))
+        j = next((j for j, d in enumerate(drafts) if d and d[0] == first), 0)
+        return verify(logits[j], Draft(list(drafts[j])), settings, rng), j
+    residual = target_probs(logits[0][:1], settings)[0]
+    for j, d in enumerate(drafts):
+        total = residual.sum()
+        if total <= 0:
+            break
+        if rng.random() < residual[d[0]] / total:
+            rest = verify(logits[j][1:], Draft(list(d[1:])), settings, rng)
+            return [d[0], *rest], j
+        residual[d[0]] = 0.0
+    total = residual.sum()
+    token = int(rng.choice(len(residual), p=residual / total)) if total > 0 else int(np.argmax(logits[0][0]))
+    return [token], 0
+
+
 def verify_oracle(drafts: Sequence[int], oracle_next: Sequence[int]) -> list[int]:
     """Replay: drafts are accepted while they match the recording, then the recorded token."""
     out: list[int] = []

@@ -14,14 +14,18 @@ Each step has a token budget. Two policies plan it:
   every step, so prompts that arrive after it wait for its last chunk.
 
 Higher priority always comes first, in either policy. Cached prefixes come from the prefix
-cache at admission. When blocks run out, retention holds are given up first, then the
+cache at admission. A decode's draft may have alternatives (``Draft.alternatives``): each is
+planned as a fork, its own item whose blocks share the sequence's full blocks and start with a
+copy of its partial one, so the forward pass runs it as any other sequence; the engine keeps the
+branch the target follows. Forks never preempt: without free blocks the alternatives are dropped.
+When blocks run out, retention holds are given up first, then the
 lowest-priority, latest running sequence not yet planned is preempted: its blocks are freed
 and it is recomputed later (its own blocks usually still sit in the prefix cache).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Draft
@@ -37,6 +41,15 @@ class ScheduledSeq:
     draft: Draft
     sample: bool  # the chunk reaches the end of the sequence: pick the next token(s)
     draft_limit: int = 0  # the most draft tokens this step allowed (what acceptance is measured against)
+    # A fork (an alternative draft branch): its block table, and the block whose K/V it copies
+    # into its first block before the step (the sequence's partial block), or None.
+    fork_blocks: list[int] | None = None
+    fork_copy: tuple[int, int] | None = None
+    forks: list[ScheduledSeq] = field(default_factory=list)  # a decode's forks, planned after it
+
+    @property
+    def block_table(self) -> list[int]:
+        return self.seq.block_ids if self.fork_blocks is None else self.fork_blocks
 
 
 # Prompt tokens one sequence prefills per step under the fair policy: about where a step of a
@@ -115,8 +128,9 @@ class Scheduler:
                     inputs = seq.tokens[seq.num_computed : seq.num_computed + min(budget, self.prefill_chunk)]
                 if not self._make_room(seq, len(inputs), unplanned):
                     continue
-                out.append(self._plan(seq, inputs, draft, limit))
+                out.append(decode := self._plan(seq, inputs, draft, limit))
                 budget -= len(inputs)
+                budget -= self._plan_forks(decode, budget, out)
             elif seq in waiting and admitting:  # not one preempted in this step
                 if self.num_preemptions > before or len(self.running) >= self.config.max_running:
                     admitting = False
@@ -150,8 +164,9 @@ class Scheduler:
                 inputs = seq.tokens[seq.num_computed : seq.num_computed + budget]
             if not self._make_room(seq, len(inputs), queue):
                 continue
-            out.append(self._plan(seq, inputs, draft, limit))
+            out.append(decode := self._plan(seq, inputs, draft, limit))
             budget -= len(inputs)
+            budget -= self._plan_forks(decode, budget, out)
         if self.num_preemptions == before:
             self.waiting.sort(key=Sequence.sort_key)
             while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
@@ -219,7 +234,10 @@ class Scheduler:
         return ScheduledSeq(seq, seq.num_computed, inputs, draft, reaches_end, draft_limit)
 
     def _draft(self, seq: Sequence, budget: int) -> tuple[Draft, int]:
-        """The sequence's draft for this step and the most tokens it was allowed."""
+        """The sequence's draft for this step and the most tokens its main branch was allowed.
+        Alternatives come only for unconstrained sequences with deterministic drafts, and all
+        branches together (a row each for the last token of a fork) stay within the cost
+        policy's cap, or ``draft_branches`` times ``k`` without one."""
         req = seq.req
         if not req.speculative or seq.draft is None:
             return Draft([]), 0
@@ -230,10 +248,50 @@ class Scheduler:
             k = min(k, len(req.oracle) - seq.num_output - 1)
         if k <= 0:
             return Draft([]), 0
-        draft = seq.draft.propose(k)
+        branches = self.config.draft_branches if seq.matcher is None else 1
+        draft = seq.draft.propose(k, branches)
         if len(draft.token_ids) > k:
             draft = Draft(draft.token_ids[:k], None if draft.probs is None else draft.probs[:k])
+        if draft.alternatives and draft.probs is None and draft.token_ids:
+            rows = (self.draft_cap if self.draft_cap is not None else branches * k) - len(draft.token_ids)
+            rows = min(rows, budget - len(draft.token_ids))
+            alternatives, firsts = [], {draft.token_ids[0]}
+            for alt in draft.alternatives[: branches - 1]:
+                n = min(len(alt), k, rows - 1)
+                if n <= 0:
+                    break
+                if alt[0] in firsts:  # verification needs each branch to start with its own token
+                    continue
+                firsts.add(alt[0])
+                alternatives.append(alt[:n])
+                rows -= n + 1
+            draft = Draft(draft.token_ids, alternatives=alternatives)
+        elif draft.alternatives:
+            draft = Draft(draft.token_ids, draft.probs)
         return draft, k
+
+    def _plan_forks(self, plan: ScheduledSeq, budget: int, out: list[ScheduledSeq]) -> int:
+        """Plan a fork per alternative of ``plan``'s draft while blocks and ``budget`` last;
+        the tokens they take."""
+        seq, used = plan.seq, 0
+        bs = self.blocks.block_size
+        start = plan.start  # the position of the sequence's last token, computed in this step
+        shared, offset = divmod(start, bs)
+        for alt in plan.draft.alternatives:
+            if used + 1 + len(alt) > budget:
+                break
+            got = self.blocks.allocate((start + len(alt)) // bs - shared + 1)
+            if got is None:
+                break
+            copy = (seq.block_ids[shared], got[0]) if offset else None
+            fork = ScheduledSeq(seq, start, [seq.tokens[-1], *alt], Draft(alt), True,
+                                fork_blocks=seq.block_ids[:shared] + got, fork_copy=copy)
+            plan.forks.append(fork)
+            out.append(fork)
+            used += 1 + len(alt)
+        if len(plan.forks) < len(plan.draft.alternatives):
+            plan.draft = Draft(plan.draft.token_ids, alternatives=[f.draft.token_ids for f in plan.forks])
+        return used
 
     def _reserve(self, seq: Sequence, num_inputs: int) -> bool:
         """Make sure ``seq`` has blocks for its next ``num_inputs`` positions."""

@@ -50,6 +50,10 @@ class EngineOptions:
     max_batch_tokens: int = 0  # 0: 1024 for reference, 8192 for simulated
     max_output_tokens: int = 4096
     num_draft_tokens: int = 8
+    # Draft branches verified per sequence and step (reference and simulated engines). 1: each fork
+    # reads the whole context again, which costs more than the extra accepted tokens give at agent
+    # context lengths (bench/results/speculation.md); a tree-attention kernel would change that.
+    draft_branches: int = 1
     drafter: str = "suffix"
     draft_model: str = ""  # trtllm draft_target / eagle3: the draft checkpoint directory
     prefix_cache: bool = True
@@ -90,6 +94,7 @@ def build_engine(options: EngineOptions) -> Engine:
         block_size=options.block_size,
         max_output_tokens=options.max_output_tokens,
         num_draft_tokens=options.num_draft_tokens,
+        draft_branches=options.draft_branches,
         prefix_cache=options.prefix_cache,
         drafter=options.drafter,
         host_kv_bytes=options.host_kv_bytes,
@@ -191,6 +196,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-output-tokens", type=int,
                         default=int(_env("max_output_tokens", str(d.max_output_tokens))))
     parser.add_argument("--num-draft-tokens", type=int, default=int(_env("num_draft_tokens", str(d.num_draft_tokens))))
+    parser.add_argument("--draft-branches", type=int, default=int(_env("draft_branches", str(d.draft_branches))),
+                        help="draft branches verified per sequence and step: the favourite and alternatives "
+                             "starting with the next-likeliest tokens, each a fork of the sequence (suffix "
+                             "drafter; reference and simulated engines; 1: one chain)")
     parser.add_argument("--drafter", choices=["suffix", "prompt_lookup", "draft_target", "eagle3"],
                         default=_env("drafter", d.drafter),
                         help="speculative drafts: suffix decoding (session + recent outputs) or prompt lookup; "

@@ -236,6 +236,14 @@ class SuffixDrafter:
             self.cached_session_tokens -= len(old.tokens)
 
 
+def _votes(sources: list[tuple[SuffixAutomaton, int, int]], max_weight: int) -> dict[int, float]:
+    """Every source's continuations, weighted by its match length (capped at ``max_weight``)."""
+    scores: dict[int, float] = {}
+    for sam, state, p in sources:
+        sam.vote(state, min(p, max_weight), scores)
+    return scores
+
+
 class SuffixContext:
     def __init__(self, drafter: SuffixDrafter, sam: SuffixAutomaton, tokens: list[int], key: str, namespace: str) -> None:
         self.drafter = drafter
@@ -254,7 +262,10 @@ class SuffixContext:
         if self.prompt_len:
             self.output.extend(ids)
 
-    def propose(self, k: int) -> Draft:
+    def propose(self, k: int, branches: int = 1) -> Draft:
+        """The best-voted chain; with ``branches`` > 1, also chains that start with the next-best
+        first tokens (each at least ``min_token_prob`` of the vote), continued the same way: when
+        the target's next token is not the favourite, it is often the runner-up."""
         s = self.drafter.settings
         if k <= 0:
             return Draft([])
@@ -262,21 +273,34 @@ class SuffixContext:
         if not sources:
             return Draft([])
         limit = min(k, int(s.max_spec_factor * max(p for _, _, p in sources)))
+        scores = _votes(sources, s.max_weight)
+        total = sum(scores.values())
+        firsts = sorted((t for t in scores if t >= 0 and scores[t] / total >= s.min_token_prob),
+                        key=lambda t: (-scores[t], t))[:max(branches, 1)]
+        chains = [self._chain(sources, t, scores[t] / total, limit) for t in firsts]
+        if not chains:
+            return Draft([])
+        return Draft(chains[0], alternatives=chains[1:])
+
+    def _chain(self, sources: list[tuple[SuffixAutomaton, int, int]], first: int, prob: float,
+               limit: int) -> list[int]:
+        """``first``, then the best-voted token of the sources that continue with it, while the
+        product of the winners' shares stays above ``min_token_prob``."""
+        s = self.drafter.settings
         out: list[int] = []
-        prob = 1.0
-        while len(out) < limit and sources:
-            scores: dict[int, float] = {}
-            for sam, state, p in sources:
-                sam.vote(state, min(p, s.max_weight), scores)
+        t = first
+        while True:
+            out.append(t)
+            sources = [(sam, sam.next[v][t], p + 1) for sam, v, p in sources if t in sam.next[v]]
+            if len(out) >= limit or not sources:
+                return out
+            scores = _votes(sources, s.max_weight)
             if not scores:
-                break
+                return out
             t = max(scores, key=scores.__getitem__)
             prob *= scores[t] / sum(scores.values())
             if t < 0 or prob < s.min_token_prob:  # a separator: the text ended there
-                break
-            out.append(t)
-            sources = [(sam, sam.next[v][t], p + 1) for sam, v, p in sources if t in sam.next[v]]
-        return Draft(out)
+                return out
 
     def _sources(self) -> list[tuple[SuffixAutomaton, int, int]]:
         """(automaton, state, match length) of every suffix match that votes on the draft."""

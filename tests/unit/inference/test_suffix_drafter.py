@@ -244,8 +244,12 @@ class _AnyDrafts:
     def extend(self, token_ids) -> None:  # type: ignore[no-untyped-def]
         pass
 
-    def propose(self, k: int) -> Draft:
-        return Draft(self.data.draw(st.lists(st.integers(0, self.vocab - 1), max_size=k)))
+    def propose(self, k: int, branches: int = 1) -> Draft:
+        tokens = st.integers(0, self.vocab - 1)
+        main = self.data.draw(st.lists(tokens, max_size=k))
+        # Alternatives of any length, first tokens possibly repeated (the scheduler drops those).
+        alternatives = self.data.draw(st.lists(st.lists(tokens, min_size=1, max_size=k), max_size=branches - 1))
+        return Draft(main, alternatives=alternatives)
 
     def finish(self) -> None:
         pass
@@ -258,10 +262,13 @@ def test_any_draft_leaves_the_output_unchanged(tiny_model, data: st.DataObject, 
     prompts = [repetitive_prompt(rng, int(rng.integers(2, 40)), alphabet=12) for _ in range(3)]
     requests = [GenerationRequest(f"r{i}", p, 16, speculative=False) for i, p in enumerate(prompts)]
     plain, _ = run_all(make_core(tiny_model), requests)
-    core = make_core(tiny_model, num_draft_tokens=8)
-    core.drafter = _AnyDrafts(data, tiny_model.config.vocab_size)
-    spec, _ = run_all(core, [GenerationRequest(f"r{i}", p, 16) for i, p in enumerate(prompts)])
-    assert spec == plain
+    for branches in (1, 4):  # with alternatives, each verified as a fork of its sequence
+        core = make_core(tiny_model, num_draft_tokens=8, draft_branches=branches, num_kv_blocks=data.draw(
+            st.sampled_from([64, 4096]), label="kv blocks"))  # few blocks: forks find none and are dropped
+        core.drafter = _AnyDrafts(data, tiny_model.config.vocab_size)
+        spec, _ = run_all(core, [GenerationRequest(f"r{i}", p, 16) for i, p in enumerate(prompts)])
+        assert spec == plain, branches
+        assert core.blocks.num_used == 0, "a fork's blocks were not given back"
 
 
 @settings(max_examples=5, deadline=None)

@@ -17,7 +17,9 @@ Higher priority always comes first, in either policy. Cached prefixes come from 
 cache at admission. A decode's draft may have alternatives (``Draft.alternatives``): each is
 planned as a fork, its own item whose blocks share the sequence's full blocks and start with a
 copy of its partial one, so the forward pass runs it as any other sequence; the engine keeps the
-branch the target follows. Forks never preempt: without free blocks the alternatives are dropped.
+branch the target follows. Forks never preempt: without blocks to allocate the alternatives are
+dropped. Like a chain's draft rows, a fork may take the least recently used cached blocks; it gives
+them back as free blocks after the step, so the next step's forks reuse them.
 When blocks run out, retention holds are given up first, then the
 lowest-priority, latest running sequence not yet planned is preempted: its blocks are freed
 and it is recomputed later (its own blocks usually still sit in the prefix cache).

@@ -164,7 +164,8 @@ class EngineCore:
         now = self.clock.now()
         masks = self._first_masks(batch, results)
         prefill_tokens = decode_tokens = 0
-        fork_logits = {id(item): logits for item, logits in zip(batch, results, strict=True) if item.fork_blocks}
+        fork_logits = {id(item): logits for item, logits in zip(batch, results, strict=True)
+                       if item.fork_blocks is not None}
         for item, logits in zip(batch, results, strict=True):
             seq = item.seq
             if item.fork_blocks is not None:  # verified with its sequence's own item

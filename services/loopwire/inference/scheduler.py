@@ -253,7 +253,7 @@ class Scheduler:
         branches = self.config.draft_branches if seq.matcher is None else 1
         draft = seq.draft.propose(k, branches)
         if len(draft.token_ids) > k:
-            draft = Draft(draft.token_ids[:k], None if draft.probs is None else draft.probs[:k])
+            draft = Draft(draft.token_ids[:k], None if draft.probs is None else draft.probs[:k], draft.alternatives)
         if draft.alternatives and draft.probs is None and draft.token_ids:
             rows = (self.draft_cap if self.draft_cap is not None else branches * k) - len(draft.token_ids)
             rows = min(rows, budget - len(draft.token_ids))

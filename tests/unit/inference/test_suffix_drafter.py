@@ -246,7 +246,7 @@ class _AnyDrafts:
 
     def propose(self, k: int, branches: int = 1) -> Draft:
         tokens = st.integers(0, self.vocab - 1)
-        main = self.data.draw(st.lists(tokens, max_size=k))
+        main = self.data.draw(st.lists(tokens, max_size=k + 2))  # longer than asked: the scheduler cuts it
         # Alternatives of any length, first tokens possibly repeated (the scheduler drops those).
         alternatives = self.data.draw(st.lists(st.lists(tokens, min_size=1, max_size=k), max_size=branches - 1))
         return Draft(main, alternatives=alternatives)

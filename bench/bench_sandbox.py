@@ -361,14 +361,19 @@ def profile_table(stages: dict[str, list[float]], totals: list[float]) -> Table:
     return t
 
 
+def _runs(data: dict[str, list[float]]) -> int:
+    """Runs per path (the same for every path given)."""
+    return max(map(len, data.values()), default=0)
+
+
 def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], storm: dict[str, list[float]],
            overheads: dict[str, dict[str, Overhead]], profile: tuple[dict[str, list[float]], list[float]],
            gap: float) -> tuple[list[Table], plt.Figure]:
     t1 = spawn_table(f"1a. spawn: `true` per command, {gap * 1000:g} ms apart (a model turn's least), "
-                     f"{len(spawn[BARE])} runs each, interleaved", spawn)
+                     f"{_runs(spawn)} runs each, interleaved", spawn)
     t1b = spawn_table(f"1b. spawn: `true` per command, back to back (no idle time to make the next init), "
-                      f"{len(spawn_b2b[BARE])} runs each, interleaved", spawn_b2b)
-    t2 = Table(title=f"2. process storm: `{STORM}` as one command ({len(storm[BARE])} runs each)")
+                      f"{_runs(spawn_b2b)} runs each, interleaved", spawn_b2b)
+    t2 = Table(title=f"2. process storm: `{STORM}` as one command ({_runs(storm)} runs each)")
     for name in ("path", "median ms", "vs per command", "vs bare"):
         t2.add_column(name, justify="left" if name == "path" else "right")
     sbase = statistics.median(storm[PER_COMMAND]) if PER_COMMAND in storm else None

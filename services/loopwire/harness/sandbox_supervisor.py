@@ -198,8 +198,9 @@ def clone_pid_namespace():
 
 
 def spawn(program, tmp_size, request):
-    """A spare, as our child in a new pid namespace, once it is confined and its bash started: (its pid, our
-    ends of its script, output, status and stdin pipes)."""
+    """A spare, as our child in a new pid namespace, confining itself and starting its bash: (its pid, our end
+    of its ready pipe, our ends of its script, output, status and stdin pipes). It says "ready" on the ready
+    pipe once confined, or why not; meanwhile we can make the next one (two cores make two at once)."""
     (script_r, script_w), (out_r, out_w), (status_r, status_w), (stdin_r, stdin_w) = (os.pipe() for _ in range(4))
     ready_r, ready_w = os.pipe()
     ours, theirs = [script_w, out_r, status_r, stdin_w], [script_r, out_w, status_w, stdin_r]
@@ -213,14 +214,7 @@ def spawn(program, tmp_size, request):
         spare_init(ready_w, request, theirs, program, tmp_size)
     for fd in (*theirs, ready_w):
         os.close(fd)
-    said = os.read(ready_r, 4096)
-    os.close(ready_r)
-    if said != b"ready":  # it could not confine itself or start bash: it said why, and exits
-        for fd in ours:
-            os.close(fd)
-        os.waitpid(pid, 0)
-        raise OSError(said.decode(errors="replace") or "the command's init ended before it was confined")
-    return pid, ours
+    return pid, ready_r, ours
 
 
 def send(ctl, message, fds=()):
@@ -235,6 +229,7 @@ def main(ctl_fd, filter_fd, tmp_size):
     poll = select.poll()
     poll.register(ctl_fd, select.POLLIN)
     children = {}  # pidfd -> pid of a spare (or the command it became), to reap
+    making = {}  # ready pipe -> (request, pid, our ends of its pipes) of a spare confining itself
     while True:
         for fd, _ in poll.poll():
             if fd == ctl_fd:
@@ -243,9 +238,23 @@ def main(ctl_fd, filter_fd, tmp_size):
                     os.close(n)
                 if request is None:
                     return  # the harness is gone: so is the sandbox
-                ends = []
                 try:
-                    pid, ends = spawn(program, tmp_size, request)
+                    pid, ready, ends = spawn(program, tmp_size, request)
+                except OSError as e:
+                    send(ctl, {"spare": request["spare"], "error": str(e)})
+                else:
+                    making[ready] = request, pid, ends
+                    poll.register(ready, select.POLLIN)
+            elif fd in making:
+                request, pid, ends = making.pop(fd)
+                poll.unregister(fd)
+                said = os.read(fd, 4096)
+                os.close(fd)
+                try:
+                    if said != b"ready":  # it could not confine itself or start bash: it said why, and exits
+                        os.waitpid(pid, 0)
+                        raise OSError(said.decode(errors="replace") or "the command's init ended before it was "
+                                      "confined")
                     pidfd = os.pidfd_open(pid)
                 except OSError as e:
                     send(ctl, {"spare": request["spare"], "error": str(e)})
@@ -254,8 +263,8 @@ def main(ctl_fd, filter_fd, tmp_size):
                     poll.register(pidfd, select.POLLIN)
                     send(ctl, {"spare": request["spare"]}, [pidfd, *ends])
                 finally:
-                    for fd in ends:
-                        os.close(fd)
+                    for n in ends:
+                        os.close(n)
             else:
                 pid = children.pop(fd)
                 poll.unregister(fd)

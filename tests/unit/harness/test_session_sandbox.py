@@ -466,3 +466,29 @@ async def test_a_sessions_quota_kills_a_command_growing_past_it(tmp_path):
         assert not (ws / "f500").exists()
     finally:
         await end(session)
+
+
+async def test_a_spare_that_cannot_confine_itself_is_reported_and_the_supervisor_serves_on(sandbox, workspace):
+    """The supervisor makes spares concurrently, each reporting "ready" on a pipe of its own: one that fails
+    (its workspace gone) fails its command with the reason, and the next spare made serves the next command."""
+    from loopwire.harness.sandbox import SandboxUnavailable
+
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+    while supervisor._ready:
+        supervisor._ready.popleft().drop()
+    good = dict(supervisor._spec)
+    supervisor._spec = {**good, "cwd": str(workspace / "gone")}
+    with pytest.raises(SandboxUnavailable, match="cannot make the command's init"):
+        await session.start("echo never")
+    assert supervisor.alive
+    await until(lambda: supervisor._asked == 0, "the other spares asked for answered")
+    while supervisor._ready:  # those made for the bad workspace before it was put back
+        supervisor._ready.popleft().drop()
+    supervisor._spec = good
+    r = await sandbox.run(workspace, "echo served", timeout=30)
+    assert (r.exit_code, r.output.text) == (0, "served\n")
+    assert session._supervisor is supervisor  # the same sandbox: it survived its spare's failure

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
@@ -26,6 +27,12 @@ class LinkDown:
     message: str
 
 
+class Waiter(Protocol):
+    """Where a generation's events go (a response's inbox): called from the link's reader."""
+
+    def put_nowait(self, message: object) -> None: ...
+
+
 class GenerateLink:
     def __init__(self, replica: Replica, session_id: str) -> None:
         self.replica = replica
@@ -37,7 +44,7 @@ class GenerateLink:
         # What the replica holds for this stream after the last finished generation.
         self.held_length = 0
         self.held_hash = 0
-        self._waiters: dict[str, asyncio.Queue[object]] = {}
+        self._waiters: dict[str, Waiter] = {}
         self._reader = asyncio.create_task(self._read())
         replica.sessions += 1
 
@@ -45,7 +52,7 @@ class GenerateLink:
         self.held_length = 0
         self.held_hash = 0
 
-    async def start(self, start: inference_pb2.GenerationStart, queue: asyncio.Queue[object]) -> None:
+    async def start(self, start: inference_pb2.GenerationStart, queue: Waiter) -> None:
         self._waiters[start.request_id] = queue
         try:
             await self.call.write(inference_pb2.GenerateRequest(start=start))

@@ -14,13 +14,13 @@ import asyncio
 import enum
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from loopwire.common import telemetry
 from loopwire.common.errors import RequestError
 from loopwire.gateway import policy
-from loopwire.gateway.events import CANCEL, event, failed, output_event, safety_event
+from loopwire.gateway.events import CANCEL, PROGRESS, event, failed, output_event, safety_event
 from loopwire.gateway.failover import Placement
 from loopwire.gateway.generate_link import GenerateLink, LinkDown
 from loopwire.gateway.logprobs import TextLogprobs, reasoning_tokens
@@ -48,6 +48,36 @@ class Phase(enum.Enum):
     FAILED = "failed"  # ended with an error event (error, cancel, safety cut)
 
 
+class _StoppedByString:
+    """The queue's marker: a batch parsed in the reader's callback reached a stop string."""
+
+
+STOPPED_BY_STRING = _StoppedByString()
+
+
+class _Raised:
+    """The queue's marker: parsing a batch in the reader's callback failed (the response fails with it)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class Inbox:
+    """Where the link's reader puts this response's replica messages. A token batch that nothing waits
+    before is parsed at once, in the reader's callback, and its events go straight to the stream's
+    outbox: no hop to the response's task and up its generators per message. Anything else (an end, an
+    error, a batch behind queued work) goes to the response's queue, in order."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: ResponseRun) -> None:
+        self.run = run
+
+    def put_nowait(self, message: object) -> None:
+        if not self.run.take_at_once(message):
+            self.run.queue.put_nowait(message)
+
+
 class ResponseRun:
     """Drives one response: generation, failover, safety, release of events."""
 
@@ -60,7 +90,10 @@ class ResponseRun:
         watch: Stopwatch,
         started: float,
         model: str,
+        emit: Callable[[gateway_pb2.ConverseResponse], None] | None = None,
     ) -> None:
+        """``emit``: hands an output event to the stream's writer, for the token batches parsed as they
+        are read (None: every event leaves through ``events``)."""
         self.s = session
         self.gw = session.gw
         self.create = create
@@ -70,6 +103,9 @@ class ResponseRun:
         self.started = started
         self.model = model
         self.queue: asyncio.Queue[object] = asyncio.Queue()
+        self.inbox = Inbox(self)
+        self.emit = emit
+        self._parked = False  # the response's task waits for its next message, none queued
         replay_ids = [c.call_id for c in create.replay.function_calls] if create.HasField("replay") else []
         self.parser = OutputParser(
             self.gw.model,
@@ -125,6 +161,11 @@ class ResponseRun:
                 handled = await self._on_link_down(message)
             elif message is CANCEL:
                 handled = await self._on_cancel()
+            elif message is STOPPED_BY_STRING:
+                await self._stop_at_string()
+                handled = []
+            elif isinstance(message, _Raised):
+                raise message.error
             else:  # a safety verdict or progress: only the re-evaluation below
                 handled = []
             for out in handled:
@@ -167,8 +208,14 @@ class ResponseRun:
         queue = self.queue
         if self._held is not None:
             message, self._held = self._held, None
+        elif queue.empty():
+            self._parked = True
+            try:
+                message = await queue.get()
+            finally:
+                self._parked = False
         else:
-            message = await queue.get()
+            message = queue.get_nowait()
         if not (isinstance(message, inference_pb2.GenerateResponse) and message.HasField("tokens")) or queue.empty():
             return message
         joined = inference_pb2.GenerateResponse(request_id=message.request_id)
@@ -183,14 +230,32 @@ class ResponseRun:
             joined.tokens.logprobs.extend(nxt.tokens.logprobs)
         return joined
 
+    def take_at_once(self, message: object) -> bool:
+        """Parse a token batch now, in the link reader's callback, when the response's task waits with
+        nothing queued (so nothing can come out of order) and no safety cut is due; its releasable
+        events go to ``emit``. False: the message is for the queue. What needs awaiting (the cancel
+        after a stop string, a cut) is left to the task through a marker."""
+        if (self.emit is None or not self._parked or not self.queue.empty() or self.phase is not Phase.GENERATING
+                or type(message) is not inference_pb2.GenerateResponse or not message.HasField("tokens")):
+            return False
+        try:
+            if self._feed(message.tokens.token_ids, message.tokens.logprobs):
+                self.queue.put_nowait(STOPPED_BY_STRING)
+            elif self.safety.violation() is not None:
+                self.queue.put_nowait(PROGRESS)  # the task cuts the response
+            else:
+                for out in self._releasable():
+                    self.emit(out)
+        except Exception as e:  # noqa: BLE001 - a bug fails this response in its task, never the link's reader
+            self.queue.put_nowait(_Raised(e))
+        return True
+
     async def _on_replica(self, message: inference_pb2.GenerateResponse) -> list[gateway_pb2.ConverseResponse]:
         kind = message.WhichOneof("event")
         generating = self.phase is Phase.GENERATING
         if kind == "tokens" and generating:
-            if await self._on_tokens(message.tokens.token_ids, message.tokens.logprobs):  # a stop string: the generation ends here
-                self._finish(inference_pb2.GenerationFinished(
-                    finish_reason=common_pb2.FINISH_REASON_STOP,
-                    usage=common_pb2.Usage(output_tokens=len(self.generated))))
+            if self._feed(message.tokens.token_ids, message.tokens.logprobs):
+                await self._stop_at_string()
         elif kind == "finished" and generating:
             self._finish(message.finished)
         elif kind == "prefill_progress" and generating and not self.generated:
@@ -246,6 +311,11 @@ class ResponseRun:
             cut = [self._safety_event(stage, verdict, us, safety.checked_chars)]
             return cut + self._failure(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION,
                                                     f"{verdict.category}: {verdict.detail}"))
+        return self._releasable()
+
+    def _releasable(self) -> list[gateway_pb2.ConverseResponse]:
+        """The input check's verdict once it came, and the output events safety lets out now."""
+        safety = self.safety
         out = []
         if safety.input_verdict is not None and not self._input_reported:
             self._input_reported = True
@@ -315,7 +385,7 @@ class ResponseRun:
             uncached = max(0, len(ids) - cached) if start.WhichOneof("prompt") == "full" else len(ids)
             self.place.occupy(link.replica, uncached)
         self.gw.metrics.add("tokens_forwarded", self.model, len(ids))
-        await link.start(start, self.queue)
+        await link.start(start, self.inbox)
 
     def _params(self) -> inference_pb2.GenerationParams:
         s = self.create.sampling
@@ -344,9 +414,9 @@ class ResponseRun:
             params.top_logprobs = s.top_logprobs
         return params
 
-    async def _on_tokens(self, token_ids: Sequence[int],
-                         logprobs: Sequence[inference_pb2.TokenLogprobs] = ()) -> bool:
-        """Parse new tokens; True when a stop string ended the output (generation is cancelled)."""
+    def _feed(self, token_ids: Sequence[int], logprobs: Sequence[inference_pb2.TokenLogprobs] = ()) -> bool:
+        """Parse new tokens; True when a stop string ended the output (``_stop_at_string`` then ends
+        the generation)."""
         self.place.prefilled()
         if self.parser.done:
             return False
@@ -361,10 +431,13 @@ class ResponseRun:
             self._queue_events(outs, safety_from)
             if self.parser.stopped_by_string and len(token_ids) > 1:
                 del self.generated[self._tokens_to_stop(before):]
-        if self.parser.stopped_by_string:
-            await self.place.abandon(self.request_id)
-            return True
-        return False
+        return self.parser.stopped_by_string
+
+    async def _stop_at_string(self) -> None:
+        """A stop string ended the output: cancel the generation, which finishes as STOP."""
+        await self.place.abandon(self.request_id)
+        self._finish(inference_pb2.GenerationFinished(
+            finish_reason=common_pb2.FINISH_REASON_STOP, usage=common_pb2.Usage(output_tokens=len(self.generated))))
 
     def _feed_with_logprobs(self, token_ids: Sequence[int],
                             logprobs: Sequence[inference_pb2.TokenLogprobs]) -> list[OutputEvent]:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from loopwire.common import telemetry
@@ -78,7 +79,7 @@ class ConverseSession:
                         if isinstance(create, gateway_pb2.HoldKv):
                             out.put(await hold_kv(self, create))
                             continue
-                        async for event in self.respond(create):
+                        async for event in self.respond(create, out.put):
                             out.put(event)
                     except Exception as e:  # a bug fails one response, never the session's stream
                         log.exception("response failed")
@@ -114,13 +115,18 @@ class ConverseSession:
 
     # -- one response -----------------------------------------------------------------
 
-    async def respond(self, create: gateway_pb2.CreateResponse) -> AsyncIterator[gateway_pb2.ConverseResponse]:
-        """One response's events, inside a GenAI span; its timings feed the metrics."""
+    async def respond(
+        self, create: gateway_pb2.CreateResponse, sink: Callable[[gateway_pb2.ConverseResponse], None] | None = None
+    ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
+        """One response's events, inside a GenAI span; its timings feed the metrics. ``sink``: where the
+        output events parsed as the replica's batches are read go, instead of being yielded here (the
+        stream's outbox, which the yielded events join in order)."""
         response_id = new_response_id(self.gw.config.gateway_id)
         model = self.gw.model.name  # metrics are labelled with the model served (as inference labels them)
         with telemetry.response_span(create.model or model, response_id, conversation_id=self.stream_id,
                                      trace_context=create.trace_context) as span:
-            async for event in self._respond(create, response_id, model):
+            emit = None if sink is None else functools.partial(_emit_output, span, sink)
+            async for event in self._respond(create, response_id, model, emit):
                 kind = event.WhichOneof("event")
                 if kind in ("text_delta", "tool_call_started"):
                     span.first_chunk()
@@ -133,7 +139,8 @@ class ConverseSession:
                 yield event
 
     async def _respond(
-        self, create: gateway_pb2.CreateResponse, response_id: str, model: str
+        self, create: gateway_pb2.CreateResponse, response_id: str, model: str,
+        emit: Callable[[gateway_pb2.ConverseResponse], None] | None,
     ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         started = time.perf_counter()
         watch = Stopwatch()
@@ -157,7 +164,7 @@ class ConverseSession:
                     reused_tokens=prepared.reused_tokens,
                 ),
             )
-        run = ResponseRun(self, create, response_id, prepared, watch, started, model)
+        run = ResponseRun(self, create, response_id, prepared, watch, started, model, emit)
         self._in_flight = (response_id, run.queue)
         try:
             async for event in run.events():
@@ -165,3 +172,11 @@ class ConverseSession:
         finally:
             self._in_flight = None
             run.stop_safety()
+
+
+def _emit_output(span: telemetry.GenAISpan, sink: Callable[[gateway_pb2.ConverseResponse], None],
+                 event: gateway_pb2.ConverseResponse) -> None:
+    """An output event parsed as its tokens were read: to the stream's outbox, its first chunk timed."""
+    if event.WhichOneof("event") in ("text_delta", "tool_call_started"):
+        span.first_chunk()
+    sink(event)

@@ -233,3 +233,63 @@ def test_the_relay_sends_the_same_response_however_the_replica_batches(text, arg
     one_by_one, coalesced = asyncio.run(both())
     assert client_view(coalesced) == client_view(one_by_one)
     assert client_view(one_by_one)[-1][0] == "completed"
+
+
+async def converse_once(call: grpc.aio.StreamStreamCall, text: str) -> list[gateway_pb2.ConverseResponse]:
+    await call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
+        input=[user("go")], replay=common_pb2.ReplayOutput(text=text))))
+    events = []
+    # Bounded: a response that never ends (a lost batch) fails the test instead of hanging it.
+    while (event := await asyncio.wait_for(call.read(), 30)).WhichOneof("event") not in ("completed", "failed"):
+        events.append(event)
+    return [*events, event]
+
+
+def test_a_batch_that_fails_to_parse_in_the_links_reader_fails_its_response_and_the_stream_serves_on(monkeypatch):
+    """Token batches are parsed in the link's reader callback when nothing waits before them; a bug there
+    must fail that response (INTERNAL, as one in the response's task does), not kill the link's reader."""
+    from loopwire.gateway import relay as relay_module
+
+    feed = OutputParser.feed
+    state = {"armed": True, "in_reader": False, "raised": False}
+
+    def broken_once_in_the_reader(self: OutputParser, ids: Sequence[int]) -> list:
+        if state["armed"] and state["in_reader"]:
+            state["armed"], state["raised"] = False, True
+            raise RuntimeError("parser bug")
+        return feed(self, ids)
+
+    original = relay_module.ResponseRun.take_at_once
+
+    def noted(self: relay_module.ResponseRun, message: object) -> bool:
+        state["in_reader"] = True
+        try:
+            return original(self, message)
+        finally:
+            state["in_reader"] = False
+
+    monkeypatch.setattr(OutputParser, "feed", broken_once_in_the_reader)
+    monkeypatch.setattr(relay_module.ResponseRun, "take_at_once", noted)
+
+    async def run() -> tuple[list, list]:
+        replica = CuttingReplica(batch=1 << 20, cuts=[])
+        server, address = await start_replica(replica)
+        gateway = await start_gateway([address], poll_interval_s=0.05, model=MODEL,
+                                      authenticator=Authenticator.open(),
+                                      config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+        try:
+            call = gateway.stub.Converse()
+            bad = await converse_once(call, "some words")
+            good = await converse_once(call, "fine words")
+            await call.done_writing()
+            return bad, good
+        finally:
+            await gateway.close()
+            await server.stop(0)
+
+    bad, good = asyncio.run(run())
+    assert state["raised"], "no batch was parsed in the reader"
+    assert bad[-1].WhichOneof("event") == "failed"
+    assert bad[-1].failed.error.code == common_pb2.ERROR_CODE_INTERNAL and "parser bug" in bad[-1].failed.error.message
+    assert good[-1].WhichOneof("event") == "completed"
+    assert "".join(e.text_delta.text for e in good if e.WhichOneof("event") == "text_delta") == "fine words"

@@ -206,7 +206,8 @@ class _StampedCall:
         return response
 
 
-async def build_gateway(addresses: list[str], profile: str = "") -> tuple[int, Commands, Callable[[], Awaitable[None]]]:
+async def build_gateway(addresses: list[str], gateway_id: str,
+                        profile: str = "") -> tuple[int, Commands, Callable[[], Awaitable[None]]]:
     """A gateway as ``loopwire gateway`` builds it, its hop stamped (and its event loop profiled
     into ``profile`` when given)."""
     reads: list[tuple[float, str, int]] = []
@@ -226,7 +227,8 @@ async def build_gateway(addresses: list[str], profile: str = "") -> tuple[int, C
     GenerateLink.__init__ = init  # type: ignore[method-assign]
     GatewayServicer.Converse = stamped  # type: ignore[method-assign, assignment]
     gateway = await start_gateway(addresses, authenticator=Authenticator.open(), config=GatewayConfig(
-        allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, default_max_output_tokens=8192))
+        allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, default_max_output_tokens=8192,
+        gateway_id=gateway_id))
 
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
@@ -599,7 +601,7 @@ def main() -> int:
             params, time_scale = PACES[pace]
             replica = Child(build_replica, params, time_scale, args.window_ms / 1000, args.max_tokens)
             address = [f"127.0.0.1:{replica.port}"]
-            gateways = [Child(build_gateway, address, args.profile if k == 0 else "") for k in range(2)]
+            gateways = [Child(build_gateway, address, f"g{k}", args.profile if k == 0 else "") for k in range(2)]
             try:
                 for s in stream_counts:
                     for p in PATHS if s > 1 else PATHS[:2]:  # one stream cannot be shared
@@ -641,8 +643,9 @@ def main() -> int:
                    "GenerateLink's call and of GatewayServicer.Converse); end to end: the replica's hand-off of the "
                    "message holding the token to gRPC to the client's read (one CLOCK_MONOTONIC for all processes); "
                    "the stop token has no text and is not in either",
-                   "2 gateways: stream i pinned to gateway i % 2; response ids ('resp_' + 16 hex digits, no gateway "
-                   "in them) and conversations live in the gateway that made them, so a stream's turns stay on it",
+                   "2 gateways: stream i pinned to gateway i % 2 (as the api routes a continuation to the gateway its "
+                   "response id names: --gateway-id g0 and g1, ids resp_g0_<hex>); conversations live in the "
+                   "gateway that made them, so a stream's turns stay on it",
                    "CPU: each process's time.process_time_ns over the measured turns per wall second (1.00 = one "
                    "core busy); the machine's cores are shared by all processes (see machine)",
                    *verdicts]),

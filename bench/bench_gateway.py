@@ -53,7 +53,7 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from loopwire.common import grpc_server  # noqa: E402
+from loopwire.common import gc_tuning, grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import load_definition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
@@ -135,6 +135,7 @@ def _gateway_main(addresses: list[str], config: GatewayConfig, conn: multiproces
 
     async def serve() -> None:
         gateway = await start_gateway(addresses, authenticator=Authenticator.open(), config=config)
+        gc_tuning.tune_for_serving()  # as every loopwire server is once built
         loop = asyncio.get_running_loop()
         stopped = asyncio.Event()
 

@@ -57,7 +57,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import bench_gateway  # noqa: E402
-from loopwire.common import grpc_server  # noqa: E402
+from loopwire.common import gc_tuning, grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import load_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
@@ -93,6 +93,7 @@ def _child_main(conn: multiprocessing.connection.Connection, build: Callable[...
 
     async def serve() -> None:
         port, commands, close = await build(*args)
+        gc_tuning.tune_for_serving()  # as every loopwire server is once built (the clients too: both paths alike)
         loop = asyncio.get_running_loop()
         stopped = asyncio.Event()
 

@@ -27,6 +27,7 @@ from loopwire.api.context import ApiContext
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import GatewayClient
 from loopwire.api.store import ResponseStore
+from loopwire.common import gc_tuning
 from loopwire.common.config import env as _env
 from loopwire.common.config import env_int as _env_int
 from loopwire.common.service_flags import add_insecure_dev_argument, check_insecure_dev, load_authenticator
@@ -141,6 +142,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     server = ApiServer(config, ctx)
+    gc_tuning.tune_for_serving()
     log.info("api on http://%s (gateway %s, models %s)", args.listen, args.gateway, ", ".join(ctx.models))
     try:
         await server.serve()

@@ -12,7 +12,7 @@ from google.protobuf import descriptor_pool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from loopwire.common import service_auth, telemetry, tls
+from loopwire.common import gc_tuning, service_auth, telemetry, tls
 from loopwire.common.decode_guard import DecodeGuardInterceptor
 
 log = logging.getLogger("loopwire.server")
@@ -97,6 +97,7 @@ async def serve(
         raise SystemExit(f"cannot listen on {address}: the port is in use by another process, or the host is not "
                          "an address of this machine")
     await server.start()
+    gc_tuning.tune_for_serving()
     for name in ["", *service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("listening on %s (port %d): %s", address, port, ", ".join(service_names))

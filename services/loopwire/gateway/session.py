@@ -128,7 +128,7 @@ class ConverseSession:
             emit = None if sink is None else functools.partial(_emit_output, span, sink)
             async for event in self._respond(create, response_id, model, emit):
                 kind = event.WhichOneof("event")
-                if kind in ("text_delta", "tool_call_started"):
+                if kind in _FIRST_CHUNK_KINDS:
                     span.first_chunk()
                 elif kind == "completed":
                     span.set_usage(event.completed.usage)
@@ -174,9 +174,13 @@ class ConverseSession:
             run.stop_safety()
 
 
+# The events whose first one times the response's first chunk (yielded or emitted as parsed).
+_FIRST_CHUNK_KINDS = ("text_delta", "tool_call_started")
+
+
 def _emit_output(span: telemetry.GenAISpan, sink: Callable[[gateway_pb2.ConverseResponse], None],
                  event: gateway_pb2.ConverseResponse) -> None:
     """An output event parsed as its tokens were read: to the stream's outbox, its first chunk timed."""
-    if event.WhichOneof("event") in ("text_delta", "tool_call_started"):
+    if event.WhichOneof("event") in _FIRST_CHUNK_KINDS:
         span.first_chunk()
     sink(event)

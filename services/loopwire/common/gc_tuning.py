@@ -6,10 +6,9 @@ streams ran a young collection every ~30 ms and now and then a full one over eve
 process ever built (the model's tokenizer and template, the protobuf descriptors): six in a
 one-minute run, up to 225 ms each, which every stream's next token waited out (bench_relay,
 paced 64 streams: largest gateway hop 105-177 ms, end-to-end p99 38-136 ms; tuned: 13-38 ms and
-7.5-9.8 ms). Freezing what exists once serving
-starts takes it out of every later collection; a larger young generation costs less per object
-and promotes less; rarer old-generation passes keep the long-lived session state out of the
-hot path. Cycles are still collected, only later.
+7.5-9.8 ms). Freezing what exists once serving starts takes it out of every later collection;
+a larger young generation costs less per object and promotes less; rarer old-generation passes
+keep the long-lived session state out of the hot path. Cycles are still collected, only later.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ the harness's namespace only to a host:port the allow-list names. The proxy reso
 itself and connects to the address it checked; an address that is not global (loopback,
 private, link-local: the host's own services, cloud metadata) is reached only when the
 allow-list names that very IP literal and the request asks for it, never through a wildcard
-or a host name, so no DNS answer can turn an allowed name into the host's loopback.
+or a host name, so no DNS answer can turn an allowed name into the host's loopback. An IPv6
+address that carries an IPv4 one (mapped, compatible, translated, NAT64, 6to4, Teredo) is as
+public as the IPv4 it carries, never more: ``::127.0.0.1`` is loopback (``public``).
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class Egress:
                 return None, f"{host} cannot be resolved ({e})"
             addresses = [a for a in (_ip(str(i[4][0])) for i in infos) if a is not None]
         for address in addresses:
-            if address.is_global or (literal is not None and any(r.host == str(address) for r in rules)):
+            if public(address) or (literal is not None and any(r.host == str(address) for r in rules)):
                 return str(address), ""
         return None, (f"{host}:{port} is not a global address (loopback, private or link-local); only an IP literal "
                       "the allow-list names exactly is reached there")
@@ -168,6 +170,28 @@ def _target(method: str, target: str) -> tuple[str, int]:
     except ValueError:
         pass
     return "", 0
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052's well-known prefix: the IPv4 in the low 32 bits
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: the IPv4's place depends on the operator
+_COMPATIBLE = ipaddress.IPv6Network("::/96")  # RFC 4291's deprecated IPv4-compatible form (:: and ::1 too)
+_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # RFC 2765's IPv4-translated form
+
+
+def public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether the address is global (no loopback, private, link-local, reserved...), and so is
+    every IPv4 address it carries: the kernel, a NAT64 gateway or a 6to4/Teredo relay may deliver
+    to that IPv4 address, so an embedded one never passes where the plain one would not."""
+    if isinstance(address, ipaddress.IPv4Address):
+        return address.is_global
+    if address in _NAT64_LOCAL:  # where its IPv4 sits is the operator's choice: never public
+        return False
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_global
+    if any(address in net for net in (_COMPATIBLE, _TRANSLATED, _NAT64)):  # the IPv4 in the low 32 bits
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF).is_global
+    carried = [address.sixtofour] if address.sixtofour is not None else list(address.teredo or ())
+    return address.is_global and all(v4.is_global for v4 in carried)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -8,7 +8,6 @@ alone (this process holds no conversation) and the HTTP stack scales and restart
 from __future__ import annotations
 
 import argparse
-import asyncio
 import functools
 import json
 import logging
@@ -16,16 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h11
 import uvicorn
 from google.protobuf import json_format
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from loopwire.api.app import build_app
 from loopwire.api.background import BackgroundResponses
 from loopwire.api.context import ApiContext
-from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import GatewayClient
+from loopwire.api.protocol import MAX_HEADER_BYTES, BoundedH11Protocol
 from loopwire.api.store import ResponseStore
 from loopwire.common import gc_tuning
 from loopwire.common.config import env as _env
@@ -132,7 +129,7 @@ def load_replay(path: str) -> list[common_pb2.ReplayOutput]:
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     ctx = build_context(args)
     host, _, port = args.listen.rpartition(":")
-    protocol = functools.partial(TimedH11Protocol, header_timeout_s=args.header_timeout_s,
+    protocol = functools.partial(BoundedH11Protocol, header_timeout_s=args.header_timeout_s,
                                  body_timeout_s=args.body_timeout_s)
     config = uvicorn.Config(
         build_app(ctx), host=host.strip("[]") or "127.0.0.1", port=int(port), http=protocol,  # type: ignore[arg-type]
@@ -162,73 +159,3 @@ class ApiServer(uvicorn.Server):
     async def shutdown(self, sockets: list[Any] | None = None) -> None:
         await self.ctx.background.shutdown()
         await super().shutdown(sockets)
-
-
-MAX_HEADER_BYTES = 16 * 1024  # request line + headers; more is a 400 (h11's limit, said explicitly)
-_TIMEOUT_BODY = json.dumps(ApiError(408, "The request was not received in time.", code="request_timeout").body(),
-                           separators=(",", ":")).encode()
-
-
-class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with deadlines for receiving a request: uvicorn has none (a slowloris
-    client that never finishes its headers, or its body, holds the connection forever). Headers
-    must be in ``header_timeout_s`` after the connection opens or its last response completes, the
-    body ``body_timeout_s`` after the headers; past that a started request gets a 408 and the
-    connection closes. A WebSocket upgrade leaves these deadlines behind (its pings time it out)."""
-
-    def __init__(self, *args: Any, header_timeout_s: float, body_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._timeouts = {h11.IDLE: header_timeout_s, h11.SEND_BODY: body_timeout_s}
-        self._waiting_for: object = None  # the client's h11 state whose deadline runs
-        self._started = False  # bytes of the awaited request arrived (else a timeout closes silently)
-        self._deadline: asyncio.TimerHandle | None = None
-        self._upgraded = False
-
-    def _watch(self) -> None:
-        """(Re)arm the deadline when the client's side of the connection enters a new phase."""
-        state = self.conn.their_state
-        phase = state if state in self._timeouts and not self._upgraded and not self.transport.is_closing() else None
-        if phase is self._waiting_for:
-            return  # same phase: its deadline still runs from when it began
-        self._cancel()
-        self._waiting_for, self._started = phase, False
-        if phase is not None:
-            self._deadline = self.loop.call_later(self._timeouts[phase], self._timed_out)
-
-    def _cancel(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _timed_out(self) -> None:
-        self._deadline = None
-        if self.transport.is_closing():
-            return
-        started = self._started or self._waiting_for is h11.SEND_BODY
-        if started and self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # no response begun yet
-            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s"
-                                 % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
-        self.transport.close()
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._watch()
-
-    def data_received(self, data: bytes) -> None:
-        self._started = True
-        super().data_received(data)
-        self._watch()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        self._watch()
-
-    def handle_websocket_upgrade(self, event: h11.Request) -> None:
-        self._upgraded = True
-        self._cancel()
-        super().handle_websocket_upgrade(event)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
-        super().connection_lost(exc)

@@ -336,6 +336,6 @@ def replay_output(value: Any) -> common_pb2.ReplayOutput:
         out.function_calls.append(common_pb2.FunctionCall(
             call_id=items.want(call.get("call_id", ""), str, f"{p}.call_id", "a string"),
             name=items.want(call.get("name"), str, f"{p}.name", "a string"),
-            arguments=items.want(call.get("arguments", "{}"), str, f"{p}.arguments", "a string"),
+            arguments=items.call_arguments(call.get("arguments", "{}"), f"{p}.arguments"),
         ))
     return out

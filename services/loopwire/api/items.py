@@ -15,6 +15,7 @@ from collections.abc import Collection
 from typing import Any
 
 from loopwire.api.errors import ApiError, bad_request, invalid_type, unknown_parameter, unsupported
+from loopwire.common import json_limits
 from loopwire.v1 import common_pb2
 
 ROLES = {
@@ -149,7 +150,7 @@ def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
                 call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
                 name=_call_name(raw, p),
-                arguments=want(raw.get("arguments", "{}"), str, f"{p}.arguments", "a string"),
+                arguments=call_arguments(raw.get("arguments", "{}"), f"{p}.arguments"),
             )))
         elif kind == "custom_tool_call":
             check_keys(raw, {"type", "call_id", "name", "namespace", "input", "id", "status"}, p)
@@ -321,7 +322,7 @@ def chat_messages(value: Any, path: str = "messages") -> list[common_pb2.Item]:
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
                 call_id=want(call.get("id"), str, f"{cp}.id", "a string"),
                 name=want(fn.get("name"), str, f"{cp}.function.name", "a string"),
-                arguments=want(fn.get("arguments", "{}"), str, f"{cp}.function.arguments", "a string"),
+                arguments=call_arguments(fn.get("arguments", "{}"), f"{cp}.function.arguments"),
             )))
     return items
 
@@ -421,24 +422,41 @@ def loopwire_stats(timings: common_pb2.Timings, replica: str) -> dict[str, Any]:
     }
 
 
-MAX_JSON_DEPTH = 64
 MAX_JSON_INT = 2**64
 
 
 def json_object(body: bytes) -> dict[str, Any]:
     """A request body that must be one JSON object, whose every value the rest of the api (and
-    protobuf) can hold: nesting is bounded, strings are Unicode text (no lone surrogates),
-    numbers are finite doubles or integers within 64 bits."""
+    protobuf) can hold: nesting is bounded as in every tier (``json_limits``), strings are Unicode
+    text (no lone surrogates), numbers are finite doubles or integers within 64 bits."""
     try:
-        value = json.loads(body, parse_constant=_no_constant)
-    except RecursionError:
-        raise _invalid_json(f"nested deeper than {MAX_JSON_DEPTH} levels", None) from None
+        value = json_limits.loads(body, parse_constant=_no_constant)
+    except json_limits.JsonTooDeep as e:
+        raise _too_deep(e, None) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise _invalid_json(f"We could not parse the JSON body of your request: {e}", None) from None
     if not isinstance(value, dict):
         raise _invalid_json("The request body must be a JSON object.", None)
     _check_values(value)
     return value
+
+
+def call_arguments(value: Any, path: str) -> str:
+    """A function call's ``arguments``: a string, kept as it is (a model may write invalid JSON,
+    and clients send it back); when it is JSON, the gateway parses it, so its nesting is bounded."""
+    text: str = want(value, str, path, "a string")
+    if text.lstrip()[:1] in ("[", "{"):
+        try:
+            json_limits.loads(text)
+        except json_limits.JsonTooDeep as e:
+            raise _too_deep(e, path) from None
+        except ValueError:
+            pass
+    return text
+
+
+def _too_deep(e: json_limits.JsonTooDeep, path: str | None) -> ApiError:
+    return _invalid_json(f"JSON nested deeper than this server's limit of {e.limit} levels", path)
 
 
 def _no_constant(name: str) -> None:
@@ -460,11 +478,9 @@ def _is_text(s: str) -> bool:
 
 def _check_values(body: dict[str, Any]) -> None:
     """Walks the parsed body without recursion (a deep body must not exhaust the stack here)."""
-    stack: list[tuple[Any, str, int]] = [(body, "", 0)]
+    stack: list[tuple[Any, str]] = [(body, "")]
     while stack:
-        value, path, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise _invalid_json(f"nested deeper than {MAX_JSON_DEPTH} levels", path or None)
+        value, path = stack.pop()
         if isinstance(value, str) and not _is_text(value):
             raise _invalid_json("not valid Unicode text (a lone surrogate escape)", path or None)
         elif isinstance(value, float) and not math.isfinite(value):
@@ -476,6 +492,6 @@ def _check_values(body: dict[str, Any]) -> None:
             for key, v in value.items():
                 if not _is_text(key):  # checked before it becomes part of a path (and of a message)
                     raise _invalid_json("a key is not valid Unicode text (a lone surrogate escape)", path or None)
-                stack.append((v, f"{path}.{key}" if path else key, depth + 1))
+                stack.append((v, f"{path}.{key}" if path else key))
         elif isinstance(value, list):
-            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value))
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))

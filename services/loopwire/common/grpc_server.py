@@ -36,10 +36,13 @@ SERVER_OPTIONS = [
 ]
 
 
-def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
-    """A server that continues the caller's trace (W3C traceparent in metadata)."""
+def make_server(interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+                max_receive_bytes: int = MAX_MESSAGE_BYTES) -> grpc.aio.Server:
+    """A server that continues the caller's trace (W3C traceparent in metadata); a request message
+    over ``max_receive_bytes`` is refused by gRPC (RESOURCE_EXHAUSTED) before it is parsed."""
+    options = [o for o in SERVER_OPTIONS if o[0] != "grpc.max_receive_message_length"]
     return grpc.aio.server(interceptors=[DecodeGuardInterceptor(), *telemetry.server_interceptors(), *interceptors],
-                           options=SERVER_OPTIONS)
+                           options=[*options, ("grpc.max_receive_message_length", max_receive_bytes)])
 
 
 def service_channel(target: str, service_token: str = "") -> grpc.aio.Channel:

@@ -44,6 +44,16 @@ def _positive_mib(text: str) -> int:
     return value
 
 
+def _positive_bytes(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of bytes, 1 or more")
+    return value
+
+
 def _share(text: str) -> float:
     try:
         value = float(text)
@@ -79,6 +89,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds after which a running command detaches into a handle")
     parser.add_argument("--output-limit", type=int, default=int(_env("output-limit", "16384")),
                         help="bytes of tool output kept (head + tail)")
+    parser.add_argument("--max-input-bytes", type=_positive_bytes, default=_env("max-input-bytes", str(1 << 20)),
+                        metavar="BYTES",
+                        help="UTF-8 bytes of a task, instructions, an added user message or a denial reason; a "
+                             "larger one is refused on receipt with INVALID_ARGUMENT naming this limit, before "
+                             "anything is stored, counted or sent to the gateway (default 1 MiB; env "
+                             "LOOPWIRE_MAX_INPUT_BYTES)")
+    parser.add_argument("--max-tool-schema-bytes", type=_positive_bytes,
+                        default=_env("max-tool-schema-bytes", str(64 << 10)), metavar="BYTES",
+                        help="bytes of one client-declared tool schema (a replay's tools), refused on receipt "
+                             "with INVALID_ARGUMENT like one nested deeper than 64 levels (default 64 KiB; env "
+                             "LOOPWIRE_MAX_TOOL_SCHEMA_BYTES)")
+    parser.add_argument("--max-request-bytes", type=_positive_bytes,
+                        default=_env("max-request-bytes", str(16 << 20)), metavar="BYTES",
+                        help="bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) "
+                             "before it is parsed (default 16 MiB; env LOOPWIRE_MAX_REQUEST_BYTES)")
     parser.add_argument("--approval-retention", type=int, default=int(_env("approval-retention", "900")),
                         help="seconds the KV of a session waiting for approval stays held (released on the decision; 0: never held)")
     parser.add_argument("--tool-choice", choices=["auto", "required"], default=_env("tool-choice", "auto"),
@@ -171,6 +196,8 @@ def config_from_args(args: argparse.Namespace) -> HarnessConfig:
         gateway=args.gateway, api_key=args.api_key,
         workspace_root=Path(args.workspace_root) if args.workspace_root else state / "workspaces",
         shell_timeout=args.shell_timeout, background_after=args.background_after, output_limit=args.output_limit,
+        max_input_bytes=args.max_input_bytes, max_tool_schema_bytes=args.max_tool_schema_bytes,
+        max_request_bytes=args.max_request_bytes,
         approval_retention=args.approval_retention, max_turns=args.max_turns, tool_choice=args.tool_choice,
         tool_set=args.tool_set,
         mcp_servers=_mcp_servers(args.mcp_server), tool_search_budget=args.tool_search_budget,
@@ -241,7 +268,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
 
     store.on_cancel_requested = cancel_here
     store.start_heartbeat()
-    server = grpc_server.make_server()
+    server = grpc_server.make_server(max_receive_bytes=config.max_request_bytes)
     harness_pb2_grpc.add_HarnessServiceServicer_to_server(service, server)
     name = harness_pb2.DESCRIPTOR.services_by_name["HarnessService"].full_name
 

@@ -56,6 +56,7 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
                  authenticator: Authenticator) -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
         self.auth = authenticator
+        self.bounds = validation.Bounds(config.max_input_bytes, config.max_tool_schema_bytes)
         self.active: dict[str, ActiveRun] = {}
         self.parked: dict[str, BackgroundTasks] = {}  # commands of sessions waiting for approval
         self.sequences: dict[str, int] = {}
@@ -180,6 +181,7 @@ class RunStream:
         return session_ids.scoped(self.caller.tenant, client_id)
 
     async def _handle(self, request: harness_pb2.RunRequest) -> None:
+        validation.bounds(request, self.service.bounds)  # first: nothing is stored or counted past a limit
         kind = validation.action(request)
         if kind == "start":
             await self._start(request.start)
@@ -233,6 +235,7 @@ class RunStream:
         sid = self._sid(public)
         if await asyncio.to_thread(store.exists, sid):
             raise validation.already_exists("start.session_id", f"session {public!r}")
+        await asyncio.to_thread(self.service.sandbox.prepare_tenant, self.caller.tenant)  # its volume, if any
         try:
             workspace = await asyncio.to_thread(workspace_files.tenant_workspace, config.workspace_root,
                                                 self.caller.tenant, start.workspace, public)

@@ -1,10 +1,17 @@
-"""Checks of RunRequest actions; a bad one fails in-stream with the offending field named."""
+"""Checks of RunRequest actions; a bad one fails in-stream with the offending field named.
+
+Sizes come first (``bounds``): a request's texts and tool schemas are measured against the
+harness's limits on receipt, before anything stores, counts or forwards them, so an oversized
+task costs its sender an INVALID_ARGUMENT, not the harness (and the gateway) seconds of CPU.
+"""
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
+from loopwire.common import json_limits
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.v1 import common_pb2, harness_pb2
 
@@ -18,6 +25,62 @@ def session_id(value: str, field: str) -> str:
     if not _SESSION_ID.match(value):
         raise invalid(field, "must be 1-128 characters of letters, digits, '.', '_' or '-'")
     return value
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The harness's limits on what one RunRequest carries (flags --max-input-bytes and
+    --max-tool-schema-bytes); JSON nesting is `json_limits.MAX_JSON_DEPTH`, as in every tier."""
+
+    input_bytes: int = 1 << 20
+    tool_schema_bytes: int = 64 << 10
+
+
+def _utf8_over(text: str, limit: int) -> int:
+    """The UTF-8 size of ``text`` when it is over ``limit`` bytes, else 0 (measured only when a
+    text could be over: a character takes 1 to 4 bytes)."""
+    if len(text) > limit:
+        return len(text.encode())
+    if len(text) * 4 <= limit:
+        return 0
+    size = len(text.encode())
+    return size if size > limit else 0
+
+
+def _text(field: str, text: str, limit: int) -> None:
+    if size := _utf8_over(text, limit):
+        raise invalid(field, f"{size} bytes, over the harness's limit of {limit} bytes (--max-input-bytes)")
+
+
+def tool_schema(field: str, parameters: str, limit: int) -> None:
+    """A tool's parameters: at most ``limit`` bytes of JSON nested at most MAX_JSON_DEPTH deep."""
+    if size := _utf8_over(parameters, limit):
+        raise invalid(field, f"{size} bytes, over the harness's limit of {limit} bytes for a tool schema "
+                             "(--max-tool-schema-bytes)")
+    if not parameters:
+        return
+    try:
+        json_limits.loads(parameters)
+    except json_limits.JsonTooDeep as e:
+        raise invalid(field, f"a JSON schema {e} (the limit of every loopwire tier)") from None
+    except ValueError as e:
+        raise invalid(field, f"not JSON ({e})") from None
+
+
+def bounds(request: harness_pb2.RunRequest, limits: Bounds) -> None:
+    """The sizes of a request's texts and tool schemas, before anything else looks at them."""
+    kind = request.WhichOneof("action")
+    if kind == "start":
+        start = request.start
+        _text("start.task", start.task, limits.input_bytes)
+        _text("start.instructions", start.instructions, limits.input_bytes)
+        for n, tool in enumerate(start.replay.tools):
+            _text(f"start.replay.tools[{n}].description", tool.description, limits.input_bytes)
+            tool_schema(f"start.replay.tools[{n}].parameters", tool.parameters, limits.tool_schema_bytes)
+    elif kind == "user_message":
+        _text("user_message.text", request.user_message.text, limits.input_bytes)
+    elif kind == "approval":
+        _text("approval.reason", request.approval.reason, limits.input_bytes)  # the model reads it
 
 
 def start_task(start: harness_pb2.StartTask) -> None:

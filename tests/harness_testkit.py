@@ -219,9 +219,12 @@ TENANT_KEYS = {"t1": "test-key", "t2": "other-tenant-key"}
 
 
 def two_tenant_authenticator(tmp: Path) -> Authenticator:
-    """Two tenants with one key each, in the gateway's auth file format."""
+    """Two tenants with one key each, in the gateway's auth file format; t1 may hold KV for an hour,
+    t2 not at all (the default policy)."""
     path = tmp / "auth.json"
-    path.write_text(json.dumps({"tenants": {t: {"key_sha256": [hash_key(k)]} for t, k in TENANT_KEYS.items()}}))
+    tenants: dict = {t: {"key_sha256": [hash_key(k)]} for t, k in TENANT_KEYS.items()}
+    tenants["t1"]["max_retention_seconds"] = 3600
+    path.write_text(json.dumps({"tenants": tenants}))
     return Authenticator.from_file(path)
 
 

@@ -67,7 +67,8 @@ async def real_mesh():
     meshes: list[RealMesh] = []
 
     async def make(n: int = 1, time_scale: float = 0.0, routing: str = "cache-aware",
-                   refusing_generate: frozenset[int] = frozenset(), progress_interval_s: float = 0.25) -> RealMesh:
+                   refusing_generate: frozenset[int] = frozenset(), progress_interval_s: float = 0.25,
+                   authenticator: Authenticator | None = None) -> RealMesh:
         servers, engines, addresses = [], [], []
         for i in range(n):
             engine = build_engine(EngineOptions(engine="simulated", replica_id=f"sim-{i}", time_scale=time_scale))
@@ -83,7 +84,7 @@ async def real_mesh():
             engines.append(engine)
             addresses.append(f"127.0.0.1:{port}")
         gw = await start_gateway(addresses, routing=routing, poll_interval_s=0.1, model_timeout_s=10,
-                                 authenticator=Authenticator.open(),
+                                 authenticator=authenticator or Authenticator.open(),
                                  config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
         mesh = RealMesh(gw.servicer, gw.stub, servers, engines, [gw.close])
         meshes.append(mesh)
@@ -241,8 +242,15 @@ async def test_a_replica_lost_between_turns_is_routed_around_and_counted(real_me
     await call.done_writing()
 
 
+def retaining(seconds: int) -> Authenticator:
+    """The development tenant, allowed KV retention up to ``seconds``."""
+    authenticator = Authenticator.open()
+    authenticator.tenants["default"].policy.max_retention_seconds = seconds
+    return authenticator
+
+
 async def test_hold_kv_pins_a_stored_responses_blocks_on_its_replica_and_releases_them(real_mesh):
-    mesh = await real_mesh(1)
+    mesh = await real_mesh(1, authenticator=retaining(3600))
     call = mesh.stub.Converse()
     await call.write(create(model="m", input=[user("please wait for my approval " * 40)]))
     done = (await until_end(call))[-1]
@@ -270,6 +278,27 @@ async def test_hold_kv_pins_a_stored_responses_blocks_on_its_replica_and_release
     # The stream still serves a delta afterwards.
     await call.write(create(previous_response_id=rid, input=[user("approved")]))
     assert (await until_end(call))[-1].WhichOneof("event") == "completed"
+    call.cancel()
+
+
+@pytest.mark.parametrize("ceiling", [0, 600])
+async def test_hold_kv_past_the_tenants_max_retention_is_denied_and_pins_nothing(real_mesh, ceiling):
+    mesh = await real_mesh(1, authenticator=retaining(ceiling))
+    call = mesh.stub.Converse()
+    await call.write(create(model="m", input=[user("please wait for my approval " * 40)]))
+    rid = (await until_end(call))[-1].response_id
+    blocks = mesh.engines[0].core.blocks
+    await call.write(gateway_pb2.ConverseRequest(hold_kv=gateway_pb2.HoldKv(response_id=rid, retention_seconds=3600)))
+    denied = await call.read()
+    assert denied.WhichOneof("event") == "failed"
+    assert denied.failed.error.code == common_pb2.ERROR_CODE_PERMISSION_DENIED
+    assert denied.failed.error.field == "hold_kv.retention_seconds"
+    assert f"at most {ceiling} s for tenant 'default'" in denied.failed.error.message
+    assert blocks.num_retentions == 0  # nothing pinned
+    # Within the ceiling (or a release) is answered as before.
+    await call.write(gateway_pb2.ConverseRequest(hold_kv=gateway_pb2.HoldKv(response_id=rid, retention_seconds=ceiling)))
+    answer = await call.read()
+    assert answer.WhichOneof("event") == "kv_held" and blocks.num_retentions == (1 if ceiling else 0)
     call.cancel()
 
 

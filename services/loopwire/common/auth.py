@@ -181,6 +181,7 @@ def create_dev_config(path: str | Path) -> str:
                 "requests_per_minute": 6000,
                 "tokens_per_minute": 50_000_000,
                 "concurrent_streams": 256,
+                "max_retention_seconds": 900,  # the harness's KV hold while a session waits for approval
             }
         }
     }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from loopwire.common.errors import RequestError
+from loopwire.gateway import policy
 from loopwire.gateway.events import event, failed
 from loopwire.gateway.replica import Replica
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
@@ -36,6 +37,7 @@ async def hold_kv(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.Conv
         if hold.retention_seconds > MAX_HOLD_SECONDS:
             raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HOLD_SECONDS} seconds",
                                "hold_kv.retention_seconds")
+        policy.check_hold(hold, session.tenant)
         conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
     except RequestError as e:
         return failed(rid, e)

@@ -2,7 +2,7 @@
 
 A tenant's safety mode, priority ceiling and KV-retention ceiling come from the auth config;
 a request may only ask for less (a stricter safety mode, a lower priority, a shorter
-retention). The replay oracle (recorded output to emit, for replays and benchmarks) is test
+retention, in a response's hint as in a HoldKv). The replay oracle (recorded output to emit, for replays and benchmarks) is test
 scaffolding: accepted only from a gateway started with ``--allow-replay``.
 """
 
@@ -56,3 +56,11 @@ def check(create: gateway_pb2.CreateResponse, tenant: Tenant, gateway_safety: in
     if create.HasField("replay") and not allow_replay:
         raise _denied("create_response.replay", "recorded output is accepted only by a gateway started with "
                                                 "--allow-replay (replays and benchmarks)")
+
+
+def check_hold(hold: gateway_pb2.HoldKv, tenant: Tenant) -> None:
+    """A KV hold pins blocks as a retention hint does: never longer than the tenant's ceiling
+    (PERMISSION_DENIED, as for ``create_response.retention_seconds``); a release is always allowed."""
+    ceiling = tenant.policy.max_retention_seconds
+    if hold.retention_seconds > ceiling:
+        raise _denied("hold_kv.retention_seconds", f"at most {ceiling} s for tenant {tenant.name!r}")

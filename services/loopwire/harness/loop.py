@@ -62,7 +62,8 @@ class SessionRun:
     """Runs one session until it completes, fails, is cancelled or waits for approval."""
 
     def __init__(self, config: HarnessConfig, store: SessionStore, sandbox: Sandbox, stored: StoredSession,
-                 emit: Emit, api_key: str = "", background: BackgroundTasks | None = None) -> None:
+                 emit: Emit, api_key: str = "", background: BackgroundTasks | None = None,
+                 max_retention: int = 0) -> None:
         self.config, self.store, self.sandbox = config, store, sandbox
         self.stored = stored
         self.session_id = stored.session.session_id  # the store's key
@@ -91,6 +92,8 @@ class SessionRun:
         self.usage = common_pb2.Usage()
         self.final_text = ""
         self.cancel_status: int = Status.SESSION_STATUS_CANCELLED
+        # The longest KV hold the tenant's policy allows (max_retention_seconds): the approval hold is cut to it.
+        self.max_retention = max_retention
         self._emit = emit
         self._started_ns = time.perf_counter_ns()
         self._path_locks: dict[str, asyncio.Lock] = {}
@@ -162,10 +165,17 @@ class SessionRun:
             await self.conversation.close()
 
     async def _hold_kv(self, seconds: int) -> None:
-        """Keep the KV of the last response cached while a human decides (0: let it go). A hint:
-        when the gateway cannot, the session goes on and the diagnostic says why."""
+        """Keep the KV of the last response cached while a human decides (0: let it go), never
+        longer than the tenant's max_retention_seconds (the gateway refuses more: PERMISSION_DENIED).
+        A hint: when the gateway cannot, the session goes on and the diagnostic says why."""
         if not self.config.approval_retention or not self.conversation.stateful:
             return
+        if not self.max_retention:
+            if seconds:
+                self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=(
+                    "KV not held while waiting for approval: the tenant's max_retention_seconds is 0")))
+            return
+        seconds = min(seconds, self.max_retention)
         try:
             held = await self.conversation.hold_kv(seconds)
         except GatewayError as e:

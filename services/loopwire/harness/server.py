@@ -89,23 +89,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds after which a running command detaches into a handle")
     parser.add_argument("--output-limit", type=int, default=int(_env("output-limit", "16384")),
                         help="bytes of tool output kept (head + tail)")
-    parser.add_argument("--max-input-bytes", type=_positive_bytes, default=_env("max-input-bytes", str(1 << 20)),
+    parser.add_argument("--max-input-bytes", type=_positive_bytes, default=int(_env("max-input-bytes", str(1 << 20))),
                         metavar="BYTES",
                         help="UTF-8 bytes of a task, instructions, an added user message or a denial reason; a "
                              "larger one is refused on receipt with INVALID_ARGUMENT naming this limit, before "
                              "anything is stored, counted or sent to the gateway (default 1 MiB; env "
                              "LOOPWIRE_MAX_INPUT_BYTES)")
     parser.add_argument("--max-tool-schema-bytes", type=_positive_bytes,
-                        default=_env("max-tool-schema-bytes", str(64 << 10)), metavar="BYTES",
+                        default=int(_env("max-tool-schema-bytes", str(64 << 10))), metavar="BYTES",
                         help="bytes of one client-declared tool schema (a replay's tools), refused on receipt "
                              "with INVALID_ARGUMENT like one nested deeper than 64 levels (default 64 KiB; env "
                              "LOOPWIRE_MAX_TOOL_SCHEMA_BYTES)")
     parser.add_argument("--max-request-bytes", type=_positive_bytes,
-                        default=_env("max-request-bytes", str(16 << 20)), metavar="BYTES",
+                        default=int(_env("max-request-bytes", str(16 << 20))), metavar="BYTES",
                         help="bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) "
                              "before it is parsed (default 16 MiB; env LOOPWIRE_MAX_REQUEST_BYTES)")
     parser.add_argument("--approval-retention", type=int, default=int(_env("approval-retention", "900")),
-                        help="seconds the KV of a session waiting for approval stays held (released on the decision; 0: never held)")
+                        help="seconds the KV of a session waiting for approval stays held (released on the decision or a cancel; "
+                             "at most the tenant's max_retention_seconds, which the gateway enforces; 0: never held)")
     parser.add_argument("--tool-choice", choices=["auto", "required"], default=_env("tool-choice", "auto"),
                         help="sessions that do not choose: 'auto' (the model may answer or call a tool; an opened "
                              "call is always schema-valid) or 'required' (a tool call every turn until the model "

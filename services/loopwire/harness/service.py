@@ -49,6 +49,9 @@ class ActiveRun:
 class Caller:
     tenant: str
     key: str  # the bearer key it presented ('' in insecure dev mode)
+    # The tenant's KV-retention ceiling (the auth file's max_retention_seconds, which the gateway enforces
+    # too): no hold the harness asks for on the tenant's behalf is longer.
+    max_retention: int = 0
 
 
 class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
@@ -72,7 +75,7 @@ class HarnessService(harness_pb2_grpc.HarnessServiceServicer):
                                                 common_pb2.ERROR_REASON_BAD_CREDENTIALS)
                 return None
             await rpc_errors.abort(context, e.status_code, f"authorization: {e}", common_pb2.ERROR_REASON_BAD_CREDENTIALS)
-        return Caller(tenant.name, bearer_key(authorization_header(metadata)))
+        return Caller(tenant.name, bearer_key(authorization_header(metadata)), tenant.policy.max_retention_seconds)
 
     async def Run(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[harness_pb2.RunRequest], context: grpc.aio.ServicerContext
@@ -294,7 +297,7 @@ class RunStream:
         stored = await asyncio.to_thread(service.store.load, sid)
         assert stored is not None
         run = SessionRun(service.config, service.store, service.sandbox, stored, self._emit, self.caller.key,
-                         background=service.parked.pop(sid, None))
+                         background=service.parked.pop(sid, None), max_retention=self.caller.max_retention)
         task = asyncio.ensure_future(run.run(resumed=resumed))
         service.active[sid] = ActiveRun(run, task)
         self.runs.add(sid)

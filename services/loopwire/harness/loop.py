@@ -144,6 +144,7 @@ class SessionRun:
             if await self._settle_open_turn() is Step.SUSPENDED or await self._loop() is Step.SUSPENDED:
                 self.suspended = True
         except asyncio.CancelledError:
+            self.suspended = False  # cancelled while suspending: nothing is parked, its commands end below
             try:
                 self.store.set_status(self.session_id, self.cancel_status)
             except Exception:  # noqa: BLE001 - a full disk: it still shows (and resumes) as interrupted

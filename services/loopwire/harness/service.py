@@ -25,7 +25,7 @@ from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import extensions, session_ids, tools, validation, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import DEFAULT_INSTRUCTIONS, REQUIRED_TOOLS_INSTRUCTIONS, HarnessConfig
-from loopwire.harness.conversation import Conversation
+from loopwire.harness.conversation import Conversation, GatewayError
 from loopwire.harness.loop import SessionRun, user_message
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.store import Decision, SessionStore, Status
@@ -216,10 +216,37 @@ class RunStream:
             sid = self._sid(public)
             if not self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED) and not await asyncio.to_thread(
                     self.service.store.request_cancel, sid, self.caller.tenant):  # running on another replica
-                stored = await asyncio.to_thread(self.service.store.load, sid)
-                if stored is None or stored.tenant != self.caller.tenant:
-                    raise validation.not_found("cancel.session_id", f"session {public!r}")
-                raise invalid("cancel.session_id", "no run of this session is in progress")
+                await self._cancel_idle(sid, public)
+
+    async def _cancel_idle(self, sid: str, public: str) -> None:
+        """Cancel a session no run drives: its parked commands and exec programs end now (giving the
+        tenant's exec slots back), a wait for approval becomes CANCELLED (resumable: its approvals
+        are asked again) and its KV hold is let go. Any other state has nothing to stop."""
+        store = self.service.store
+        stored = await asyncio.to_thread(store.load, sid)
+        if stored is None or stored.tenant != self.caller.tenant:
+            raise validation.not_found("cancel.session_id", f"session {public!r}")
+        if parked := self.service.parked.pop(sid, None):
+            parked.kill_all()
+        if stored.session.status == Status.SESSION_STATUS_AWAITING_APPROVAL:
+            await asyncio.to_thread(store.set_status, sid, Status.SESSION_STATUS_CANCELLED)
+            await self._release_kv(stored.last_response_id)
+        self._emit(harness_pb2.RunResponse(session_id=public, failed=harness_pb2.RunFailed(error=common_pb2.Error(
+            code=common_pb2.ERROR_CODE_CANCELLED, message="cancelled; resume the session to continue"))))
+
+    async def _release_kv(self, response_id: str) -> None:
+        """Let go of the KV a suspended run held for its approval (a hint: a failure is only logged)."""
+        config = self.service.config
+        if not (response_id and config.approval_retention and self.caller.max_retention):
+            return
+        conversation = Conversation(config.gateway, self.caller.key or config.api_key, stateful=True,
+                                    last_response_id=response_id)
+        try:
+            await conversation.hold_kv(0)
+        except GatewayError as e:
+            log.warning("releasing the KV of cancelled session %s: %s", response_id, e.error.message)
+        finally:
+            await conversation.close()
 
     async def _load_idle(self, sid: str, field: str) -> harness_pb2.Session:
         stored = await asyncio.to_thread(self.service.store.load, sid)

@@ -416,8 +416,8 @@ class HoldKv(_message.Message):
     response_id: _builtins.str
     """A stored response of the caller's tenant (unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND)."""
     retention_seconds: _builtins.int
-    """How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT); 0 releases the hold on
-    every replica.
+    """How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT) and at most the tenant's
+    retention ceiling (else PERMISSION_DENIED); 0 releases the hold on every replica.
     """
     def __init__(
         self,

@@ -442,14 +442,18 @@ Global___AddUserMessage: _TypeAlias = AddUserMessage  # noqa: Y015
 
 @_typing.final
 class CancelRun(_message.Message):
-    """Cancel the run of a session: the model stream and running tools are stopped."""
+    """Cancel a session in any state: its model stream, running tools, background commands and
+    exec programs are stopped. Answered by a RunFailed event with code CANCELLED.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
-    """The session whose run to stop; it is stored as CANCELLED and can be resumed."""
+    """The session to stop. A running session, or one waiting for approval, is stored as CANCELLED
+    and can be resumed (pending approvals are asked again); another keeps its status.
+    """
     reason: _builtins.str
     """Why, for the client's own records; the harness does not use it today."""
     def __init__(

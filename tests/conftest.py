@@ -29,6 +29,25 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     m.stop()
 
 
+@pytest.fixture(autouse=True)
+def _tenant_volumes_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The tenant volumes a test's harness mounted in its tmp_path (as root) go with it, not left mounted."""
+    yield
+    if "tmp_path" in request.fixturenames:
+        from loopwire.harness.tenant_volumes import unmount_below
+
+        unmount_below(request.getfixturevalue("tmp_path"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_volumes_unmounted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """And those of session-wide services (the mesh's harness), at the end."""
+    yield
+    from loopwire.harness.tenant_volumes import unmount_below
+
+    unmount_below(tmp_path_factory.getbasetemp())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the listed slow tests; and tests that need Jaeger run last: on a cold machine its binary
     is still compiling in the background (scripts/install_tools.sh) while the rest of the suite runs."""

@@ -75,6 +75,13 @@ class HarnessConfig:
     sandbox_cpus: float = 0.0
     sandbox_cgroup: str = ""
     sandbox_workspace_quota_mb: int = 10240
+    # A filesystem of the quota's size per tenant (its tree loop-mounted; `tenant_volumes.py`; harness as root)
+    # bounds what its commands write; off, or where none can be mounted, the quota is a check per workspace.
+    sandbox_volumes: bool = True
+    # Each command's /tmp and /dev/shm (tmpfs, MiB each), and what a tenant's running commands and exec sessions
+    # may hold of them together (MiB; 2 x sandbox_tmp_mb per command): a command past it is refused.
+    sandbox_tmp_mb: int = 64
+    sandbox_tmpfs_budget_mb: int = 1536
     sandbox_egress_allow: list[str] = field(default_factory=lambda: ["*:80", "*:443"])
     # One sandbox per session, each command in namespaces of its own inside it (`session_sandbox.py`);
     # off: a sandbox per command.

@@ -19,7 +19,10 @@ every other tenant. The harness's file tools give what they create in a workspac
 
 Limits per tenant (``tenant_limits``): a cgroup v2 group (pids, memory, cpu) where the harness
 can make one, rlimits otherwise; the workspace quota is RLIMIT_FSIZE per file (kernel) plus a
-check of the workspace's size while and after a command runs. ``network=true`` never shares
+filesystem of the quota's size per tenant (``tenant_volumes``, kernel) where the harness can mount
+one, else a check of the workspace's size while and after a command runs. Each command's /tmp and
+/dev/shm are tmpfs of ``tmp_size``, counted against its tenant's ``tmpfs_budget`` while it runs: a
+command or exec session past the budget does not start (``ResourceExhausted``). ``network=true`` never shares
 the host's network namespace (``egress``): the command gets one of its own and reaches out
 only through the harness's allow-listed proxy.
 
@@ -44,15 +47,28 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from loopwire.harness import egress, seccomp, tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
-from loopwire.harness.tenant_limits import Cgroups, QuotaWatch, megabytes, resolve
-from loopwire.harness.workspace_files import check_workspace_path, open_workspace, set_file_owner
+from loopwire.harness.tenant_limits import (
+    Cgroups,
+    QuotaWatch,
+    TmpfsBudget,
+    TmpfsExhausted,
+    megabytes,
+    resolve,
+)
+from loopwire.harness.tenant_volumes import TenantVolumes, VolumeQuota
+from loopwire.harness.workspace_files import (
+    check_workspace_path,
+    open_workspace,
+    set_file_owner,
+    tenant_dir_name,
+)
 from loopwire.harness.workspace_quota import CommandQuota
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
@@ -92,6 +108,10 @@ class SandboxUnavailable(RuntimeError):
     """bubblewrap is missing or cannot create namespaces here."""
 
 
+class ResourceExhausted(SandboxUnavailable):
+    """A tenant limit refuses to start the command (its tmpfs budget, its workspace quota)."""
+
+
 @dataclass(frozen=True)
 class SandboxLimits:
     """Resource limits of sandboxed processes.
@@ -105,10 +125,11 @@ class SandboxLimits:
     file_size: int = 8 << 30  # RLIMIT_FSIZE, largest file a process may write (and never past the quota)
     cpu_seconds: int = 3600  # RLIMIT_CPU per process
     open_files: int = 4096  # RLIMIT_NOFILE
-    tmp_size: int = 1 << 30  # size of the /tmp and /dev/shm tmpfs
+    tmp_size: int = 64 << 20  # size of each of a command's /tmp and /dev/shm tmpfs (host memory once filled)
+    tmpfs_budget: int = 1536 << 20  # bytes of those a tenant's running commands may hold together (2 x tmp_size each)
     memory: int = 16 << 30  # memory.max of a tenant's cgroup: all its commands together (cgroup mode)
     cpus: float = 0.0  # cpu.max of a tenant's cgroup, in CPUs (0: uncapped; cgroup mode)
-    workspace_quota: int = 10 << 30  # bytes one workspace may hold (0: no quota)
+    workspace_quota: int = 10 << 30  # bytes a tenant's volume holds; without volumes, one workspace (0: no quota)
     quota_interval: float = 2.0  # seconds between checks of a workspace's size while a command runs
 
     @property
@@ -189,11 +210,13 @@ class Sandbox:
                  limits: SandboxLimits | None = None, host_uid: int | None = None, *,
                  uid_base: int = SANDBOX_UID_BASE, uid_count: int = SANDBOX_UID_COUNT,
                  uid_state: Path | None = None, workspace_root: Path | None = None,
-                 cgroup: str = "", egress_allow: Sequence[str] = egress.DEFAULT_ALLOW, per_session: bool = True) -> None:
+                 cgroup: str = "", egress_allow: Sequence[str] = egress.DEFAULT_ALLOW, per_session: bool = True,
+                 volumes: bool = True) -> None:
         """``host_uid`` given: every tenant's commands run as that one uid (no uid per tenant).
         ``cgroup``: a delegated cgroup v2 directory for the tenants' groups ('' finds one,
         'none' uses rlimits only). ``workspace_root``: where the tenants' trees are; a uid per
-        tenant needs it (without it every workspace runs as the uid of the key '')."""
+        tenant needs it (without it every workspace runs as the uid of the key ''). ``volumes``:
+        bound each tenant's tree by a filesystem of the quota's size where one can be mounted."""
         self.bwrap = shutil.which(bwrap) or bwrap
         self.prlimit = shutil.which("prlimit") or "prlimit"
         self.setpriv = shutil.which("setpriv") or "setpriv"
@@ -220,6 +243,9 @@ class Sandbox:
         self.cgroups: Cgroups | None = None
         self.cgroup_reason = "not probed"
         self._usage: dict[str, int] = {}  # workspace -> bytes at the end of its last command
+        self.volumes = (TenantVolumes(workspace_root, self.limits.workspace_quota)
+                        if volumes and workspace_root is not None and self.limits.workspace_quota > 0 else None)
+        self.tmpfs = TmpfsBudget(self.limits.tmpfs_budget)
         # Root drops to an unprivileged host uid per tenant; anyone else already is one.
         self.uids = (tenant_uids.TenantUids(uid_base, uid_count, uid_state)
                      if os.geteuid() == 0 and host_uid is None else None)
@@ -259,10 +285,19 @@ class Sandbox:
             limits = (f"limits: rlimits (no cgroup v2: {self.cgroup_reason}): RLIMIT_NPROC={lim.processes} per "
                       f"{'tenant uid' if self.uids is not None else 'uid'}; RLIMIT_AS={megabytes(lim.address_space)} "
                       f"and RLIMIT_CPU={lim.cpu_seconds}s per process")
-        disk = (f"disk: RLIMIT_FSIZE={megabytes(lim.largest_file)} per file (kernel); workspace total "
-                f"{megabytes(lim.workspace_quota)} checked every {lim.quota_interval:g}s while a command runs and "
-                "after it, which kills a command that grows it past the quota (a check, not a kernel quota)"
-                if lim.workspace_quota > 0 else f"disk: RLIMIT_FSIZE={megabytes(lim.file_size)} per file, no quota")
+        if lim.workspace_quota <= 0:
+            disk = f"disk: RLIMIT_FSIZE={megabytes(lim.file_size)} per file, no quota"
+        elif self.volumes is not None and self.volumes.enabled:
+            disk = (f"disk: RLIMIT_FSIZE={megabytes(lim.largest_file)} per file (kernel); each tenant's tree is a "
+                    f"filesystem of {megabytes(lim.workspace_quota)} (a loop-mounted ext4 image in "
+                    f"{self.volumes.images}), kernel-enforced")
+        else:
+            why = f" (no volume per tenant: {self.volumes.reason})" if self.volumes is not None else ""
+            disk = (f"disk: RLIMIT_FSIZE={megabytes(lim.largest_file)} per file (kernel); workspace total "
+                    f"{megabytes(lim.workspace_quota)} checked every {lim.quota_interval:g}s while a command runs and "
+                    f"after it, which kills a command that grows it past the quota (a check, not a kernel quota){why}")
+        disk += (f"; /tmp and /dev/shm {megabytes(lim.tmp_size)} each per command, "
+                 f"{megabytes(lim.tmpfs_budget)} per tenant's running commands")
         net = (self.egress.describe() if os.geteuid() == 0 else
                "network=true is refused: its egress proxy needs a harness running as root (never the host's network)")
         if self.per_session:
@@ -308,6 +343,9 @@ class Sandbox:
             self._set_file_owner()
         if failure:
             self.unavailable_reason = f"{failure}; shell commands are refused rather than run unsandboxed"
+        elif self.volumes is not None and (why := self.volumes.probe()):
+            self.warning = (f"{self.warning}; " if self.warning else "") + (
+                f"the workspace quota is a check, not a bound: no filesystem per tenant ({why})")
         return self.unavailable_reason
 
     def _try(self, scratch: Path) -> str:
@@ -428,8 +466,42 @@ class Sandbox:
         if network and os.geteuid() != 0:
             raise SandboxUnavailable("network=true needs a harness running as root (its egress proxy listens inside "
                                      "the command's own network namespace); the host's network is never shared")
-        return await self._launch(self._prepare(workspace, command, network=network), network=network,
-                                  stdin=stdin, buffer=buffer)
+        release = await self.admit(workspace)
+        try:
+            process = await self._launch(self._prepare(workspace, command, network=network), network=network,
+                                         stdin=stdin, buffer=buffer)
+        except BaseException:
+            release()
+            raise
+        process.releases.append(release)
+        return process
+
+    def tenant_tree(self, workspace: str | os.PathLike[str]) -> str:
+        """The tenant's tree holding ``workspace`` ('' outside every tenant's tree)."""
+        return tenant_uids.tenant_tree(check_workspace_path(workspace), self.workspace_root) or ""
+
+    def prepare_tenant(self, tenant: str) -> None:
+        """Mount ``tenant``'s volume before anything is made in its tree (a session's start), so that even
+        the files the harness's tools write before its first command are bound by it."""
+        if self.volumes is not None and self.volumes.enabled and self.workspace_root is not None:
+            self.bounded(os.path.join(os.path.realpath(self.workspace_root), tenant_dir_name(tenant)))
+
+    def bounded(self, tree: str) -> bool:
+        """Whether ``tree`` is a volume of the quota's size (mounted now if it can be; blocks a moment then)."""
+        return bool(tree) and self.volumes is not None and self.volumes.bounded(tree)
+
+    async def admit(self, workspace: str | os.PathLike[str]) -> Callable[[], None]:
+        """Let a command of ``workspace``'s tenant start, or say why not (``ResourceExhausted``): its /tmp and
+        /dev/shm fit the tenant's tmpfs budget. The function given back returns them to the budget (when the
+        command ends). The tenant's volume is mounted first, if it can be and is not yet: what the command
+        writes is bound by it from its first byte. (Full, it still starts: deleting files needs a command.)"""
+        tree = self.tenant_tree(workspace)
+        if self.volumes is not None and self.volumes.enabled and tree:
+            await asyncio.to_thread(self.bounded, tree)
+        try:
+            return self.tmpfs.take(tree, 2 * self.limits.tmp_size)
+        except TmpfsExhausted as e:
+            raise ResourceExhausted(str(e)) from None
 
     async def _launch(self, spawn: _Spawn, *, network: bool, stdin: bool,
                       buffer: HeadTailBuffer | None, quota: bool = True) -> SandboxedProcess:
@@ -481,8 +553,12 @@ class Sandbox:
         return process
 
     def watch_quota(self, process: SandboxedProcess, workspace: str) -> None:
-        """Check the workspace's size while ``process`` runs, and kill it past the quota."""
-        if self.limits.workspace_quota > 0:
+        """Check the workspace's size while ``process`` runs, and kill it past the quota (nothing to check on
+        a tenant's volume: it refuses a write past the quota itself)."""
+        tree = self.tenant_tree(workspace)
+        if self.volumes is not None and self.bounded(tree):
+            process.quota = VolumeQuota(self.volumes, tree)
+        elif self.limits.workspace_quota > 0:
             ws_fd, _ = open_workspace(workspace)
             process.quota = QuotaWatch(ws_fd, self.limits.workspace_quota, self.limits.quota_interval, process.kill,
                                        self._usage.get(workspace), functools.partial(self._usage.__setitem__, workspace))
@@ -612,7 +688,8 @@ class SandboxedProcess:
         self.timed_out = False
         self.largest_file = largest_file
         self.proxy: egress.Proxy | None = None
-        self.quota: QuotaWatch | CommandQuota | None = None
+        self.quota: QuotaWatch | CommandQuota | VolumeQuota | None = None
+        self.releases: list[Callable[[], None]] = []  # what the command holds of its tenant's budgets, given back
         self._init = -1  # pidfd of the sandbox's init, once bwrap told its pid
         self._noted = False
 
@@ -664,6 +741,8 @@ class SandboxedProcess:
             self.proxy.close()
         if self.quota is not None:
             self.quota.stop()
+        while self.releases:
+            self.releases.pop()()
 
     def _note_limits(self) -> None:
         """Say in the output why a limit stopped the command (once)."""

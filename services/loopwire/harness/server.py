@@ -166,8 +166,23 @@ def _add_sandbox_arguments(parser: argparse.ArgumentParser) -> None:
                               "one below the harness's own cgroup; 'none': rlimits only)")
     sandbox.add_argument("--sandbox-workspace-quota-mb", type=int,
                          default=int(_env("sandbox-workspace-quota-mb", "10240")),
-                         help="MiB one workspace may hold (every file bounded by RLIMIT_FSIZE; the total checked "
-                              "while a command runs, which is killed when it grows the workspace past it; 0: none)")
+                         help="MiB one tenant's workspaces may hold together, a filesystem of that size per "
+                              "tenant (--sandbox-volumes); without one, MiB one workspace may hold, checked while a "
+                              "command runs, which is killed when it grows the workspace past it (every file bounded "
+                              "by RLIMIT_FSIZE; 0: none; env LOOPWIRE_SANDBOX_WORKSPACE_QUOTA_MB)")
+    sandbox.add_argument("--sandbox-volumes", action=argparse.BooleanOptionalAction,
+                         default=_env("sandbox-volumes", "1") not in ("0", "false", "no"),
+                         help="bound each tenant's workspaces by an ext4 image of the quota's size, loop-mounted "
+                              "on its tree (<workspace-root>/.tenant-volumes; a harness running as root, where loop "
+                              "devices mount): a write past the quota fails with ENOSPC; where none can be mounted "
+                              "the quota stays a check (default on; env LOOPWIRE_SANDBOX_VOLUMES)")
+    sandbox.add_argument("--sandbox-tmp-mb", type=int, default=int(_env("sandbox-tmp-mb", "64")),
+                         help="MiB of each command's /tmp and of its /dev/shm (tmpfs: host memory once filled; "
+                              "env LOOPWIRE_SANDBOX_TMP_MB)")
+    sandbox.add_argument("--sandbox-tmpfs-budget-mb", type=int, default=int(_env("sandbox-tmpfs-budget-mb", "1536")),
+                         help="MiB of /tmp and /dev/shm one tenant's running commands and exec sessions may hold "
+                              "together (each takes 2 x --sandbox-tmp-mb while it runs); one past it is refused "
+                              "with RESOURCE_EXHAUSTED (env LOOPWIRE_SANDBOX_TMPFS_BUDGET_MB)")
     sandbox.add_argument("--sandbox-egress-allow", action="append", default=None, metavar="HOST:PORT",
                          help="where network=true commands may connect through the harness's proxy, a glob in "
                               "each part (e.g. *.example.org:443); repeat for more; a loopback or private address "
@@ -187,7 +202,8 @@ def _sandbox_config(args: argparse.Namespace) -> dict:
     return dict(sandbox_uid_base=args.sandbox_uid_base, sandbox_uid_count=args.sandbox_uid_count,
                 sandbox_processes=args.sandbox_processes, sandbox_memory_mb=args.sandbox_memory_mb,
                 sandbox_cpus=args.sandbox_cpus, sandbox_cgroup=args.sandbox_cgroup,
-                sandbox_workspace_quota_mb=args.sandbox_workspace_quota_mb,
+                sandbox_workspace_quota_mb=args.sandbox_workspace_quota_mb, sandbox_volumes=args.sandbox_volumes,
+                sandbox_tmp_mb=args.sandbox_tmp_mb, sandbox_tmpfs_budget_mb=args.sandbox_tmpfs_budget_mb,
                 sandbox_egress_allow=[] if allow == ["none"] else allow, sandbox_per_session=args.sandbox_per_session)
 
 
@@ -220,11 +236,13 @@ def _mcp_servers(specs: list[str]) -> list:
 def make_sandbox(config: HarnessConfig) -> Sandbox:
     """The shell sandbox of a harness's configuration: a uid, limits and a quota per tenant."""
     limits = SandboxLimits(processes=config.sandbox_processes, memory=config.sandbox_memory_mb << 20,
-                           cpus=config.sandbox_cpus, workspace_quota=config.sandbox_workspace_quota_mb << 20)
+                           cpus=config.sandbox_cpus, workspace_quota=config.sandbox_workspace_quota_mb << 20,
+                           tmp_size=config.sandbox_tmp_mb << 20, tmpfs_budget=config.sandbox_tmpfs_budget_mb << 20)
     sandbox = Sandbox(output_limit=config.output_limit, limits=limits, uid_base=config.sandbox_uid_base,
                       uid_count=config.sandbox_uid_count, uid_state=config.workspace_root / ".tenant-uids.json",
                       workspace_root=config.workspace_root, cgroup=config.sandbox_cgroup,
-                      egress_allow=config.sandbox_egress_allow, per_session=config.sandbox_per_session)
+                      egress_allow=config.sandbox_egress_allow, per_session=config.sandbox_per_session,
+                      volumes=config.sandbox_volumes)
     exec_sessions.configure(sandbox, config.exec_sessions_per_tenant)
     return sandbox
 

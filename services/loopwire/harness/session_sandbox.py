@@ -48,6 +48,7 @@ from pathlib import Path
 
 from loopwire.harness.output import HeadTailBuffer
 from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
+from loopwire.harness.tenant_volumes import VolumeQuota
 from loopwire.harness.workspace_files import ToolInputError, open_workspace
 from loopwire.harness.workspace_quota import SessionQuota
 
@@ -128,6 +129,7 @@ class _Supervisor:
         self.bound = ""
         self._spec: dict[str, object] = {}  # what each spare is made for: workspace, environment, bash_ahead
         self.quota: SessionQuota | None = None
+        self.volume = ""  # the tenant's tree, when it is a volume of the quota's size
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
@@ -151,7 +153,10 @@ class _Supervisor:
         self.alive = True
         self._top_up()
         lim = self.sandbox.limits
-        if lim.workspace_quota > 0:
+        tree = self.sandbox.tenant_tree(self.bound)
+        if self.sandbox.volumes is not None and self.sandbox.bounded(tree):
+            self.volume = tree  # the filesystem bounds what its commands write: nothing to check
+        elif lim.workspace_quota > 0:
             usage = self.sandbox._usage
             self.quota = SessionQuota(open_workspace(self.bound)[0], lim.workspace_quota, lim.quota_interval,
                                       usage.get(self.bound), functools.partial(usage.__setitem__, self.bound))
@@ -294,6 +299,8 @@ class _Supervisor:
             mark("pipes connected")
             if self.quota is not None:
                 process.quota = self.quota.watch(process.kill)
+            elif self.volume and self.sandbox.volumes is not None:
+                process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
             mark("quota watch started")
         except BaseException:
             _kill(pidfd)  # the command may have started: its namespace ends with its init
@@ -379,18 +386,27 @@ class SessionSandbox:
             return await self.sandbox.start(self.workspace, command, network=network, stdin=stdin, buffer=buffer)
         if self.sandbox.unavailable_reason:
             raise SandboxUnavailable(self.sandbox.unavailable_reason)
+        release = await self.sandbox.admit(self.workspace)  # before the sandbox binds the workspace: on its volume
         why = ""
-        for _ in range(2):  # a supervisor found dead as the command starts is replaced once
-            supervisor = await self._running()
-            if supervisor is None:
-                break
-            try:
-                return await supervisor.run(command, stdin=stdin, buffer=buffer)
-            except (OSError, SandboxUnavailable) as e:
-                if supervisor.alive:
-                    raise
-                supervisor.close()
-                why = str(e)
+        try:
+            for _ in range(2):  # a supervisor found dead as the command starts is replaced once
+                supervisor = await self._running()
+                if supervisor is None:
+                    break
+                try:
+                    process = await supervisor.run(command, stdin=stdin, buffer=buffer)
+                except (OSError, SandboxUnavailable) as e:
+                    if supervisor.alive:
+                        raise
+                    supervisor.close()
+                    why = str(e)
+                else:
+                    process.releases.append(release)
+                    return process
+        except BaseException:
+            release()
+            raise
+        release()  # the command starts a sandbox of its own below, which takes its own share
         if why:
             self.failed = why
             log.warning("a session's sandbox ends as it starts commands (%s): each of its commands gets a sandbox of "

@@ -9,10 +9,14 @@ there (only at a hierarchy's root: cgroup v2 lets no other group with processes 
 hand controllers to children). Otherwise the sandbox relies on rlimits, per process except
 RLIMIT_NPROC, which counts per real uid and so, with a uid per tenant, per tenant.
 
-Disk: RLIMIT_FSIZE (kernel) bounds every file a command writes to the quota; the total of a
-workspace is *checked* (``QuotaWatch``) while a command runs and when it ends, and a command
-that makes it grow past the quota is killed. No filesystem quota is used: project quotas
-need a filesystem mounted with them, which a harness cannot assume.
+Disk: RLIMIT_FSIZE (kernel) bounds every file a command writes to the quota; the total is bound
+by a filesystem of the quota's size per tenant where the harness can mount one
+(``tenant_volumes``), and otherwise *checked* (``QuotaWatch``) while a command runs and when it
+ends, and a command that makes it grow past the quota is killed. Project quotas are not used:
+they need the workspace root on a filesystem mounted with them, which a harness cannot assume.
+
+Memory outside the cgroup: each running command's /tmp and /dev/shm are tmpfs of a capped size,
+and a tenant's running commands together may mount at most ``TmpfsBudget`` bytes of them.
 """
 
 from __future__ import annotations
@@ -71,6 +75,47 @@ class Cgroups:
             (group / "cpu.max").write_text(f"{int(cpus * 100_000)} 100000" if cpus > 0 else "max 100000")
             self._made.add(str(group))
         return str(group / "cgroup.procs")
+
+
+class TmpfsExhausted(RuntimeError):
+    """A command's /tmp and /dev/shm would take its tenant past its tmpfs budget."""
+
+
+class TmpfsBudget:
+    """Bytes of tmpfs (/tmp and /dev/shm, each capped) a tenant's running commands may hold together.
+
+    tmpfs pages are host memory that no rlimit counts (and, without a cgroup, nothing at all), so
+    their sizes are charged when a command starts, whether or not it fills them, and given back
+    when it ends: a tenant's commands can never pin more than the budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.held: dict[str, int] = {}
+
+    def take(self, tenant: str, size: int) -> Callable[[], None]:
+        """Charge ``size`` bytes to ``tenant``; the function that gives them back (once)."""
+        held = self.held.get(tenant, 0)
+        if held + size > self.budget:
+            raise TmpfsExhausted(
+                f"RESOURCE_EXHAUSTED: this tenant's running commands and exec sessions already hold "
+                f"{megabytes(held)} of /tmp and /dev/shm, and another needs {megabytes(size)}: past the tenant's "
+                f"tmpfs budget of {megabytes(self.budget)} (--sandbox-tmpfs-budget-mb); end a command or exec "
+                "session first")
+        self.held[tenant] = held + size
+        given = False
+
+        def give() -> None:
+            nonlocal given
+            if given:
+                return
+            given = True
+            left = self.held.get(tenant, 0) - size
+            if left > 0:
+                self.held[tenant] = left
+            else:
+                self.held.pop(tenant, None)
+
+        return give
 
 
 def _own_cgroup() -> str | None:

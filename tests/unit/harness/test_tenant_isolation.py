@@ -26,7 +26,7 @@ from harness_testkit import TENANT_KEYS, answer, harness_env, of
 from harness_testkit import call as model_call
 
 from loopwire.common.grpc_server import service_channel
-from loopwire.harness import file_edit, file_pool, tools, workspace_files
+from loopwire.harness import file_edit, file_pool, tenant_volumes, tools, workspace_files
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
 from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
@@ -35,9 +35,9 @@ pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(os.geteuid() != 0, reason="a uid per tenant needs a harness running as root")]
 
 
-def make_box(root: Path, **limits: object) -> Sandbox:
+def make_box(root: Path, volumes: bool = True, **limits: object) -> Sandbox:
     box = Sandbox(output_limit=1 << 16, limits=SandboxLimits(**limits),  # type: ignore[arg-type]
-                  workspace_root=root, uid_state=root / ".tenant-uids.json")
+                  workspace_root=root, uid_state=root / ".tenant-uids.json", volumes=volumes)
     if reason := box.probe(root / ".probe"):
         pytest.fail(f"bubblewrap sandbox unavailable: {reason}", pytrace=False)
     assert box.warning == "", box.warning
@@ -56,6 +56,7 @@ def open_root(parent: str):
     try:
         yield root
     finally:
+        tenant_volumes.unmount_below(root)
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -156,8 +157,9 @@ async def test_a_tenant_cannot_read_another_tenants_workspace(opt_root):
     assert appended.output.text.startswith("from the file tool\nfrom the command\n"), appended.output.text
 
 
-async def test_a_write_past_the_workspace_quota_is_stopped(root):
-    box = make_box(root, workspace_quota=8 << 20, quota_interval=0.1)
+async def test_without_volumes_a_write_past_the_workspace_quota_is_stopped(root):
+    """The check that stands in where no volume per tenant can be mounted (the bound is test_tenant_bounds)."""
+    box = make_box(root, volumes=False, workspace_quota=8 << 20, quota_interval=0.1)
     ws = workspace(root, "A")
     # One file: the kernel stops it at the quota (RLIMIT_FSIZE).
     one = await box.run(ws, "dd if=/dev/zero of=big bs=1M count=50 status=none", timeout=60)

@@ -81,10 +81,12 @@ def test_without_cgroup_controllers_the_sandbox_says_it_uses_rlimits(tmp_path):
 
 def test_the_start_log_says_what_is_enforced_and_what_is_checked(tmp_path):
     config = HarnessConfig(workspace_root=tmp_path / "ws", sandbox_workspace_quota_mb=64, sandbox_processes=77,
-                           sandbox_cgroup="none", sandbox_egress_allow=["*.example.org:443"])
+                           sandbox_cgroup="none", sandbox_egress_allow=["*.example.org:443"], sandbox_volumes=False,
+                           sandbox_tmp_mb=16, sandbox_tmpfs_budget_mb=96)
     box = make_sandbox(config)
     box.probe(tmp_path / "ws" / ".probe")
     text = "\n".join(box.describe())
     assert "RLIMIT_NPROC=77" in text and "cgroups disabled" in text
     assert "RLIMIT_FSIZE=64.00 MiB per file (kernel)" in text and "a check, not a kernel quota" in text
     assert "egress only through the harness's proxy to *.example.org:443" in text
+    assert "/tmp and /dev/shm 16.00 MiB each per command, 96.00 MiB per tenant's running commands" in text

@@ -244,7 +244,7 @@ class RunStream:
         try:
             await conversation.hold_kv(0)
         except GatewayError as e:
-            log.warning("releasing the KV of cancelled session %s: %s", response_id, e.error.message)
+            log.warning("releasing the KV of response %s (its session cancelled): %s", response_id, e.error.message)
         finally:
             await conversation.close()
 

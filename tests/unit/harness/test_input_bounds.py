@@ -5,15 +5,21 @@ on serving. A message over --max-request-bytes is refused by gRPC before it is p
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import grpc
 import pytest
-from harness_testkit import FakeGateway, HarnessProcess, harness_env, kinds, of, start_server
+from harness_testkit import TENANT_KEYS, FakeGateway, HarnessProcess, harness_env, kinds, of, start_server
 
 from loopwire.common.errors import RequestError
 from loopwire.common.grpc_server import service_channel
 from loopwire.harness import validation
 from loopwire.harness.config import HarnessConfig
 from loopwire.v1 import common_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
+
+sys.path.insert(0, str(Path(__file__).parents[3] / "bench"))  # the benchmarks' modules run as scripts
+from isolation_harness_loads import oversized_task  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
 R = harness_pb2.RunRequest
@@ -105,3 +111,12 @@ async def test_grpc_refuses_a_message_over_max_request_bytes_before_parsing_it(t
         harness.kill()
         await server.stop(0)
     assert HarnessConfig().max_request_bytes == 16 * MB
+
+
+async def test_the_isolation_benchmarks_load_gets_the_refusal_on_loopback_only(tmp_path):
+    async with harness_env(tmp_path) as h:
+        refusal = await oversized_task(h.address, TENANT_KEYS["t2"], task_bytes=2 * MB)
+        assert (refusal.code, refusal.field, refusal.refused) == ("ERROR_CODE_INVALID_ARGUMENT", "start.task", True)
+        assert refusal.latency_s > 0 and not h.gateway.requests
+    with pytest.raises(ValueError, match="loopback"):
+        await oversized_task("192.0.2.1:50051", "key")

@@ -1,6 +1,8 @@
 """The HTTP front door reads requests with bounds (issue 36): a head over 16 KiB or over 100
 header fields is a 431, a request with both Content-Length and Transfer-Encoding a 400, and in
 both cases the connection is closed, so nothing sent after it (a smuggled request) is served.
+A body of more zstd frames than the cap, or JSON nested past the shared bound (in the body or in
+a call's arguments), is a 400 naming the limit.
 Raw sockets, against the real ``loopwire api`` process; every wait is a read until the server acts."""
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import subprocess
 import sys
 
 import pytest
+import zstandard
 
+from loopwire.api.body import MAX_ZSTD_FRAMES
 from loopwire.api.protocol import MAX_HEADER_BYTES, MAX_HEADERS
+from loopwire.common.json_limits import MAX_JSON_DEPTH
 from loopwire.mesh import free_port, wait_http_healthy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -116,3 +121,32 @@ def test_content_length_and_transfer_encoding_are_400_and_the_smuggled_request_i
 def test_pipelined_requests_within_the_limits_are_all_served(api):
     one = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
     assert responses(exchange(api, one + one + head([]))) == [200, 200, 200]
+
+
+def post(address: str, body: bytes, encoding: str = "") -> tuple[int, dict]:
+    extra = b"content-encoding: %s\r\n" % encoding.encode() if encoding else b""
+    reply = exchange(address, b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                              b"connection: close\r\n%scontent-length: %d\r\n\r\n%s" % (extra, len(body), body))
+    return responses(reply)[0], error(reply)
+
+
+def test_a_body_of_many_empty_zstd_frames_is_400_naming_the_limit(api):
+    frames = zstandard.ZstdCompressor().compress(b"") * 1_700_000  # 15 MB, under the body limit
+    status, err = post(api, frames, "zstd")
+    assert (status, err["code"]) == (400, "too_many_frames")
+    assert f"more than {MAX_ZSTD_FRAMES} zstd frames" in err["message"]
+
+
+def test_a_100000_deep_tool_schema_is_400_naming_the_limit(api):
+    schema = '{"type":"object","properties":{"x":' + '{"items":' * 100_000 + "{}" + "}" * 100_000 + "}}"
+    body = '{"model":"loopwire","input":"hi","tools":[{"type":"function","name":"f","parameters":' + schema + "}]}"
+    for encoding, data in (("", body.encode()), ("zstd", zstandard.ZstdCompressor().compress(body.encode()))):
+        status, err = post(api, data, encoding)
+        assert (status, err["code"]) == (400, "invalid_json")
+        assert f"limit of {MAX_JSON_DEPTH} levels" in err["message"]
+
+
+def test_deep_call_arguments_are_400_not_the_gateways_to_find(api):
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "[" * 100_000 + "]" * 100_000}
+    status, err = post(api, json.dumps({"model": "loopwire", "input": [call]}).encode())
+    assert (status, err["param"]) == (400, "input[0].arguments")

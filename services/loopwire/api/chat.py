@@ -6,6 +6,7 @@ prefix cache (salted per tenant) still skips the prefill of what an earlier requ
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -17,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api import items, logprobs
+from loopwire.api.body import read_json
 from loopwire.api.context import (
     SSE_KEEPALIVE,
     context,
     error_response,
     feed_until_done,
     first_events,
-    read_body,
     request_span,
     with_keepalive,
 )
@@ -36,6 +37,7 @@ from loopwire.api.create import (
     tool_choice,
 )
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
+from loopwire.api.store import tenant_key
 from loopwire.v1 import common_pb2, gateway_pb2
 
 log = logging.getLogger("loopwire.api")
@@ -218,8 +220,9 @@ async def chat_completions(request: Request) -> Response:
     with request_span("POST /v1/chat/completions"):
         try:
             tenant = ctx.authorize(authorization)
-            body = items.json_object(await read_body(request, ctx.max_body_bytes))
-            create, stream_out, include_usage = parse_chat(body, ctx.models)
+            owner = tenant_key(tenant, authorization)
+            create, stream_out, include_usage = await read_json(
+                request, ctx.max_body_bytes, ctx.decoding, owner, functools.partial(parse_chat, models=ctx.models))
             ctx.apply_replay(create)
         except ApiError as e:
             return error_response(e)

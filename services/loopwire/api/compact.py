@@ -17,6 +17,7 @@ its items in full to the gateway, which never saw them). Its ``output`` may also
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import secrets
 import time
@@ -26,12 +27,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopwire.api import items, tools
+from loopwire.api.body import read_json
 from loopwire.api.context import (
     context,
     error_response,
     feed_until_done,
     first_events,
-    read_body,
     request_span,
 )
 from loopwire.api.create import ParsedCreate, parse_create
@@ -51,15 +52,19 @@ FIELDS = {"model", "input", "previous_response_id", "instructions", "prompt_cach
 MAX_CHAIN = 1000  # stored responses walked back for the user messages of a chain
 
 
+def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
+    items.check_keys(body, FIELDS, "")
+    return parse_create(body, models=models)
+
+
 async def compact_response(request: Request) -> Response:
     ctx = context(request)
     authorization = request.headers.get("authorization", "")
     with request_span("POST /v1/responses/compact"):
         try:
             owner = tenant_key(ctx.authorize(authorization), authorization)
-            body = items.json_object(await read_body(request, ctx.max_body_bytes))
-            items.check_keys(body, FIELDS, "")
-            parsed = parse_create(body, models=ctx.models)
+            parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
+                                     functools.partial(_parse, models=ctx.models))
             previous = parsed.create.previous_response_id
             users = chain_user_messages(ctx.store, owner, previous) + [
                 i for i in parsed.input_json if i.get("type") == "message" and i.get("role") == "user"]

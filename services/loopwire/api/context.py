@@ -6,21 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import logging
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import zstandard
 from opentelemetry import trace
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive
 
 from loopwire.api.background import BackgroundResponses
+from loopwire.api.body import Decoding
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import ConverseStream, GatewayClient
 from loopwire.api.store import ResponseStore
@@ -52,6 +49,8 @@ class ApiContext:
     # A WebSocket connection older than this starts no more responses and closes once its last
     # one ends (OpenAI's websocket_connection_limit_reached, after 60 minutes); 0: no limit.
     ws_max_age_s: float = 3600.0
+    # The worker threads that decode and parse large or compressed bodies, bounded per tenant.
+    decoding: Decoding = field(default_factory=Decoding)
 
     def apply_replay(self, create: gateway_pb2.CreateResponse) -> None:
         if self.replay and not create.HasField("replay"):
@@ -77,90 +76,6 @@ def context(request: Any) -> ApiContext:
 
 def error_response(e: ApiError) -> JSONResponse:
     return JSONResponse(e.body(), status_code=e.status, headers=e.headers())
-
-
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 past ``limit`` bytes (before reading it all when the length is declared).
-    A client gone mid-body (or cut off by the body deadline) is a 499 that no one reads, not a bug."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(size, limit)
-            chunks.append(chunk)
-    except ClientDisconnect:
-        raise ApiError(499, "The client closed the connection before its body arrived.", type="cancelled",
-                       code="cancelled") from None
-    return decode_body(b"".join(chunks), request.headers.get("content-encoding", ""), limit)
-
-
-def decode_body(body: bytes, encoding: str, limit: int) -> bytes:
-    """``body`` undone of its ``Content-Encoding`` (gzip, zstd: Codex compresses with zstd), each
-    step stopped past ``limit`` bytes of output, so a decompression bomb is a 413 after reading
-    at most ``limit`` + 1 bytes of it; an encoding not known here is a 415."""
-    codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
-    for coding in reversed(codings):  # the last one applied is undone first
-        if coding == "identity":
-            continue
-        if coding in ("gzip", "x-gzip"):
-            body = _gunzip(body, limit)
-        elif coding == "zstd":
-            body = _unzstd(body, limit)
-        else:
-            raise ApiError(415, f"Unsupported Content-Encoding {coding!r}: send gzip, zstd or identity.",
-                           param="content-encoding", code="unsupported_encoding")
-        if len(body) > limit:
-            raise _too_large(len(body), limit, decompressed=True)
-    return body
-
-
-def _gunzip(body: bytes, limit: int) -> bytes:
-    d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = d.decompress(body, limit + 1)
-        if len(out) <= limit and not d.eof:  # all input consumed (else the output bound stopped it)
-            out += d.flush()
-    except zlib.error as e:
-        raise _bad_encoding("gzip", e) from None
-    if len(out) <= limit and (not d.eof or d.unused_data):
-        raise _bad_encoding("gzip", "truncated, or trailing data after the stream")
-    return out
-
-
-# A frame that needs a larger window (memory) to decode is refused; ordinary levels use 8 MiB at most.
-ZSTD_MAX_WINDOW = 1 << 24
-
-
-def _unzstd(body: bytes, limit: int) -> bytes:
-    decompressor = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
-    try:
-        with decompressor.stream_reader(io.BytesIO(body), read_across_frames=True) as reader:
-            out = bytearray()
-            while len(out) <= limit:
-                chunk = reader.read(min(1 << 20, limit + 1 - len(out)))
-                if not chunk:
-                    break
-                out += chunk
-    except zstandard.ZstdError as e:
-        raise _bad_encoding("zstd", e) from None
-    if not out and body:
-        raise _bad_encoding("zstd", "no frame")
-    return bytes(out)
-
-
-def _bad_encoding(coding: str, problem: object) -> ApiError:
-    return ApiError(400, f"The request body is not valid {coding}: {problem}.", param="content-encoding",
-                    code="invalid_body")
-
-
-def _too_large(size: int, limit: int, *, decompressed: bool = False) -> ApiError:
-    what = "Decompressed, the request body is" if decompressed else "Request body is"
-    return ApiError(413, f"{what} {size} bytes or more, over this server's {limit}-byte limit.",
-                    code="request_too_large")
 
 
 def sse(event: dict[str, Any]) -> bytes:

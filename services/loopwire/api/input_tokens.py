@@ -4,14 +4,17 @@ client learns it exactly without running the request."""
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopwire.api import items
+from loopwire.api.body import read_json
 from loopwire.api.compact import check_previous
-from loopwire.api.context import context, error_response, read_body
-from loopwire.api.create import parse_create
+from loopwire.api.context import context, error_response
+from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, from_rpc_error, previous_not_found
 from loopwire.api.store import tenant_key
 
@@ -19,17 +22,21 @@ from loopwire.api.store import tenant_key
 _NOT_COUNTED = ("stream", "store", "background", "generate")
 
 
+def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
+    for name in _NOT_COUNTED:
+        if name in body:
+            raise ApiError(400, f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
+    return parse_create(body, models=models)
+
+
 async def count_input_tokens(request: Request) -> Response:
     ctx = context(request)
     authorization = request.headers.get("authorization", "")
     try:
-        tenant = ctx.authorize(authorization)
-        body = items.json_object(await read_body(request, ctx.max_body_bytes))
-        for name in _NOT_COUNTED:
-            if name in body:
-                raise ApiError(400, f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-        parsed = parse_create(body, models=ctx.models)
-        check_previous(ctx.store, tenant_key(tenant, authorization), parsed)
+        owner = tenant_key(ctx.authorize(authorization), authorization)
+        parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
+                                 functools.partial(_parse, models=ctx.models))
+        check_previous(ctx.store, owner, parsed)
     except ApiError as e:
         return error_response(e)
     try:

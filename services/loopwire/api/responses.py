@@ -7,6 +7,7 @@ task of this process, polled and cancelled by id (``background.py``)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,7 +16,7 @@ from opentelemetry.trace import Span
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from loopwire.api import items
+from loopwire.api.body import read_json
 from loopwire.api.compact import check_previous
 from loopwire.api.context import (
     SSE_KEEPALIVE,
@@ -24,7 +25,6 @@ from loopwire.api.context import (
     error_response,
     feed_until_done,
     first_events,
-    read_body,
     request_span,
     sse,
     with_keepalive,
@@ -45,8 +45,8 @@ async def create_response(request: Request) -> Response:
         try:
             tenant = ctx.authorize(authorization)
             owner = tenant_key(tenant, authorization)
-            body = items.json_object(await read_body(request, ctx.max_body_bytes))
-            parsed = parse_create(body, models=ctx.models)
+            parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
+                                     functools.partial(parse_create, models=ctx.models))
             check_previous(ctx.store, owner, parsed)
             ctx.apply_replay(parsed.create)
             if not parsed.generate:

@@ -20,6 +20,7 @@ from google.protobuf import json_format
 
 from loopwire.api.app import build_app
 from loopwire.api.background import BackgroundResponses
+from loopwire.api.body import Decoding
 from loopwire.api.context import ApiContext
 from loopwire.api.gateway_client import GatewayClient
 from loopwire.api.protocol import MAX_HEADER_BYTES, BoundedH11Protocol
@@ -31,6 +32,8 @@ from loopwire.common.service_flags import add_insecure_dev_argument, check_insec
 from loopwire.v1 import common_pb2
 
 log = logging.getLogger("loopwire.api")
+# Worker threads: --decode-per-tenant for each tenant of the tenants file, up to this many tenants.
+MAX_DECODE_TENANTS = 32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,6 +84,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="background responses (background: true) one tenant may have queued or in progress "
                              "at once; more is 429; they run in this process and are cancelled when it stops "
                              "(0: background mode off) (env LOOPWIRE_BACKGROUND_RESPONSES)")
+    parser.add_argument("--decode-per-tenant", type=int, default=_env_int("decode_per_tenant", 2),
+                        help="request bodies of one tenant decompressed and parsed at once, in worker threads off "
+                             "the event loop (a body over 64 KiB or compressed); more wait their turn, behind that "
+                             "tenant's own only (env LOOPWIRE_DECODE_PER_TENANT)")
     add_insecure_dev_argument(parser)
 
 
@@ -102,6 +109,8 @@ def build_context(args: argparse.Namespace) -> ApiContext:
         raise SystemExit("api: --stored-responses and --stored-bytes must be 0 or positive, --stored-ttl-s positive")
     if args.background_responses < 0:
         raise SystemExit("api: --background-responses must be 0 (off) or positive")
+    if args.decode_per_tenant <= 0:
+        raise SystemExit("api: --decode-per-tenant must be positive")
     # In all, as much as the tenants of the tenants file may keep (without one: as for 16 keys).
     tenants = max(1, len(authenticator.tenants)) if authenticator is not None else 16
     store = ResponseStore(per_tenant=args.stored_responses, total=args.stored_responses * tenants,
@@ -115,7 +124,8 @@ def build_context(args: argparse.Namespace) -> ApiContext:
         raise SystemExit(f"api: --gateway: {e}") from None
     return ApiContext(gateway, models, args.max_body_bytes, authenticator, turns,
                       sse_keepalive_s=args.sse_keepalive_s, store=store, background=background,
-                      ws_max_age_s=args.ws_max_age_s)
+                      ws_max_age_s=args.ws_max_age_s,
+                      decoding=Decoding(args.decode_per_tenant, min(tenants, MAX_DECODE_TENANTS)))
 
 
 def load_replay(path: str) -> list[common_pb2.ReplayOutput]:
@@ -146,6 +156,7 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
     finally:
         await ctx.background.shutdown()
         await ctx.gateway.close()
+        ctx.decoding.shutdown()
 
 
 class ApiServer(uvicorn.Server):

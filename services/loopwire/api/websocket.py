@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -38,6 +39,7 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from loopwire.api import items
+from loopwire.api.body import INLINE_BYTES
 from loopwire.api.compact import check_previous
 from loopwire.api.context import ApiContext, context, request_span
 from loopwire.api.create import GATEWAY_PARAMS, ParsedCreate, parse_create, request_param
@@ -170,7 +172,9 @@ class Connection:
                                          "limit.", code="request_too_large").event())
                 continue
             try:
-                body = items.json_object(text.encode())
+                data = text.encode()
+                body = items.json_object(data) if len(data) <= INLINE_BYTES else \
+                    await self.ctx.decoding.run(self.owner, items.json_object, data)
                 if body.get("type") != "response.create":
                     raise bad_request(f"Unknown event type {body.get('type')!r}: send 'response.create'.", "type",
                                       "invalid_event")
@@ -254,7 +258,8 @@ class Connection:
             await stream.close()
 
     async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
-        parsed = parse_create(body, models=self.ctx.models, websocket=True)
+        parsed = await self.ctx.decoding.run(
+            self.owner, functools.partial(parse_create, models=self.ctx.models, websocket=True), body)
         previous = parsed.create.previous_response_id
         if previous in self.evicted:
             raise previous_not_found(previous)

@@ -27,7 +27,7 @@ class HarnessConfig:
     # whole message, which gRPC refuses (RESOURCE_EXHAUSTED) before it is even parsed.
     max_input_bytes: int = 1 << 20
     max_tool_schema_bytes: int = 64 << 10
-    max_request_bytes: int = 16 << 20
+    max_request_bytes: int = 4 << 20
     # Seconds the KV of a session waiting for approval is held (HoldKv; released on the decision).
     approval_retention: int = 900
     max_turns: int = 200

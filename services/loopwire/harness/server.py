@@ -101,9 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "with INVALID_ARGUMENT like one nested deeper than 64 levels (default 64 KiB; env "
                              "LOOPWIRE_MAX_TOOL_SCHEMA_BYTES)")
     parser.add_argument("--max-request-bytes", type=_positive_bytes,
-                        default=int(_env("max-request-bytes", str(16 << 20))), metavar="BYTES",
+                        default=int(_env("max-request-bytes", str(4 << 20))), metavar="BYTES",
                         help="bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) "
-                             "before it is parsed (default 16 MiB; env LOOPWIRE_MAX_REQUEST_BYTES)")
+                             "before it is parsed (default 4 MiB, room for a task and instructions at --max-input-bytes; "
+                             "env LOOPWIRE_MAX_REQUEST_BYTES)")
     parser.add_argument("--approval-retention", type=int, default=int(_env("approval-retention", "900")),
                         help="seconds the KV of a session waiting for approval stays held (released on the decision or a cancel; "
                              "at most the tenant's max_retention_seconds, which the gateway enforces; 0: never held)")

@@ -36,26 +36,26 @@ class Bounds:
     tool_schema_bytes: int = 64 << 10
 
 
-def _utf8_over(text: str, limit: int) -> int:
-    """The UTF-8 size of ``text`` when it is over ``limit`` bytes, else 0 (measured only when a
-    text could be over: a character takes 1 to 4 bytes)."""
+def _over(text: str, limit: int) -> str:
+    """'' when ``text`` is at most ``limit`` bytes of UTF-8, else its size in words. A character
+    takes 1 to 4 bytes, so only a text that could be either way is encoded to tell."""
     if len(text) > limit:
-        return len(text.encode())
+        return f"{len(text)} characters"  # at least as many bytes: no need to encode megabytes to refuse them
     if len(text) * 4 <= limit:
-        return 0
+        return ""
     size = len(text.encode())
-    return size if size > limit else 0
+    return f"{size} bytes" if size > limit else ""
 
 
 def _text(field: str, text: str, limit: int) -> None:
-    if size := _utf8_over(text, limit):
-        raise invalid(field, f"{size} bytes, over the harness's limit of {limit} bytes (--max-input-bytes)")
+    if size := _over(text, limit):
+        raise invalid(field, f"{size}, over the harness's limit of {limit} bytes (--max-input-bytes)")
 
 
 def tool_schema(field: str, parameters: str, limit: int) -> None:
     """A tool's parameters: at most ``limit`` bytes of JSON nested at most MAX_JSON_DEPTH deep."""
-    if size := _utf8_over(parameters, limit):
-        raise invalid(field, f"{size} bytes, over the harness's limit of {limit} bytes for a tool schema "
+    if size := _over(parameters, limit):
+        raise invalid(field, f"{size}, over the harness's limit of {limit} bytes for a tool schema "
                              "(--max-tool-schema-bytes)")
     if not parameters:
         return

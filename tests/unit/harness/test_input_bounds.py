@@ -48,7 +48,7 @@ async def test_the_bound_counts_utf8_bytes_and_is_a_flag(tmp_path):
                              R(start=harness_pb2.StartTask(task="t", instructions="i" * 1001)),
                              R(start=harness_pb2.StartTask(task="é" * 500)))
         assert [(f.error.field, f.error.message.split(",")[0]) for f in of(events, "failed")] == [
-            ("start.task", "start.task: 1002 bytes"), ("start.instructions", "start.instructions: 1001 bytes")]
+            ("start.task", "start.task: 1002 bytes"), ("start.instructions", "start.instructions: 1001 characters")]
         assert kinds(events)[-1] == "completed"
 
 
@@ -86,7 +86,7 @@ async def test_a_client_declared_tool_schema_over_the_bounds_is_refused(tmp_path
 def test_bounds_measure_only_texts_that_could_be_over():
     limits = validation.Bounds(input_bytes=8, tool_schema_bytes=64)
     validation.bounds(R(start=harness_pb2.StartTask(task="é" * 4)), limits)  # 8 bytes: at the limit
-    with pytest.raises(RequestError, match="9 bytes"):
+    with pytest.raises(RequestError, match="9 bytes"):  # 5 characters
         validation.bounds(R(start=harness_pb2.StartTask(task="é" * 4 + "x")), limits)
     validation.tool_schema("p", "", 64)  # no parameters: the tool takes none
     with pytest.raises(RequestError, match="nested deeper than 64 levels"):
@@ -110,7 +110,7 @@ async def test_grpc_refuses_a_message_over_max_request_bytes_before_parsing_it(t
     finally:
         harness.kill()
         await server.stop(0)
-    assert HarnessConfig().max_request_bytes == 16 * MB
+    assert HarnessConfig().max_request_bytes == 4 * MB
 
 
 async def test_the_isolation_benchmarks_load_gets_the_refusal_on_loopback_only(tmp_path):

@@ -1,11 +1,13 @@
 """A harness load for the isolation benchmark: one tenant sends a task far over the harness's
 input bound (10 MB by default) and times how long the harness takes to refuse it.
 
-A harness with the bound (``--max-input-bytes``) answers INVALID_ARGUMENT on receipt; one without
-it stores the session, counts its tokens and sends it to the gateway, and the refusal comes from
-the model's context window seconds later (RESOURCE_EXHAUSTED). Either way the call returns at the
-first refusal (or completion), and at most after ``timeout_s``. Loopback only: a load is never
-aimed at another host.
+A harness with the bounds refuses it on receipt: gRPC answers RESOURCE_EXHAUSTED for a message over
+``--max-request-bytes`` (4 MiB) before it is parsed, and a task under that but over
+``--max-input-bytes`` (1 MiB) gets an in-stream INVALID_ARGUMENT. One without them stores the
+session, counts its tokens and sends it to the gateway, and the refusal comes from the model's
+context window a minute later (RESOURCE_EXHAUSTED). Either way the call returns at the first
+refusal (or completion), and at most after ``timeout_s``. Loopback only: a load is never aimed at
+another host.
 
     refusal = await oversized_task("127.0.0.1:50051", key)
     print(refusal.code, f"{refusal.latency_s:.3f} s", refusal.message)

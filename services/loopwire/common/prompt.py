@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loopwire.common import json_limits
 from loopwire.common.model_def import ModelDefinition
 from loopwire.v1 import common_pb2
 
@@ -36,8 +37,9 @@ HERMES_TOOLS_EPILOGUE = (
 
 
 def json_or_text(text: str) -> Any:
+    """Parsed JSON, or the text itself where it is not JSON (or nests past the shared bound)."""
     try:
-        return json.loads(text) if text else {}
+        return json_limits.loads(text) if text else {}
     except ValueError:
         return text
 
@@ -60,7 +62,7 @@ def render_call(call: common_pb2.FunctionCall) -> str:
     """
     args = call.arguments.strip() or "{}"
     try:
-        json.loads(args)
+        json_limits.loads(args)
     except ValueError:
         args = json.dumps(call.arguments, ensure_ascii=False)
     return f'<tool_call>\n{{"name": {json.dumps(call.name, ensure_ascii=False)}, "arguments": {args}}}\n</tool_call>'

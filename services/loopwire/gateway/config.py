@@ -18,6 +18,13 @@ class GatewayConfig:
     safety_serial: bool = False
     safety_chunk_chars: int = 256
     safety_overlap_chars: int = 64
+    # The input is classified a window of this many characters at a time (each on the work pool).
+    safety_input_window_chars: int = 64 * 1024
+    # The work pool (work_pool.py): threads for requests' heavy work, how many of them one tenant
+    # may hold at once, and the request size below which the work runs inline on the event loop.
+    work_threads: int = 4
+    work_tenant_share: int = 2
+    work_inline_bytes: int = 16 * 1024
     # The naive way, for benchmarks: every request re-tokenized and forwarded in full.
     stateless: bool = False
     default_max_output_tokens: int = 1024

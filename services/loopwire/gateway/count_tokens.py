@@ -4,7 +4,6 @@ conversation is read, never claimed or changed: the count appends to a copy."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from loopwire.common.auth import Tenant
@@ -25,17 +24,15 @@ _PREVIOUS = "request.previous_response_id"
 
 async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse) -> gateway_pb2.CountTokensResponse:
     cfg = gw.config
-    validation.check_size(create, cfg.max_request_bytes)
-    validation.check_header(create)
+    size = validation.check_size(create, cfg.max_request_bytes)
     policy.check(create, tenant, cfg.safety_mode, cfg.allow_replay)
     held: Conversation | None = None
     if create.previous_response_id:
         held = gw.store.peek(create.previous_response_id, tenant.name, _NO_STREAM, _PREVIOUS)
-        validation.check_items(create.input, held.call_ids)
-    else:
-        validation.check_items(create.input, ())
 
     def tokenize() -> int:
+        validation.check_header(create)
+        validation.check_items(create.input, held.call_ids if held is not None else ())
         conversation = (held.fork(held.item_count) if held is not None else
                         Conversation(gw.prompt, create.model, create.instructions, create.tools,
                                      cache_salt=tenant.name, incremental=cfg.incremental_render,
@@ -45,7 +42,7 @@ async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse)
         return len(conversation)
 
     try:
-        tokens = await asyncio.to_thread(tokenize)  # a long prompt never stalls the streams of this loop
+        tokens = await gw.offload(tenant.name, size, tokenize)  # a long prompt never stalls this loop's streams
     except ChatTemplateError as e:
         raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, str(e)[:500], "request.input") from None
     wait_ms = gw.limiter(tenant).admit(tokens)  # counting costs the gateway what tokenizing does

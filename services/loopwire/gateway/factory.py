@@ -111,6 +111,7 @@ class Gateway:
         await self.router.close()
         if isinstance(self.servicer.classifier, GuardModelClassifier):
             await self.servicer.classifier.close()
+        self.servicer.work.shutdown()
 
     async def close(self, grace: float | None = 0) -> None:
         """Close the channel to it, stop the server (``grace`` seconds for open streams), then

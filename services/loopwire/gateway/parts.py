@@ -8,7 +8,8 @@ that drive them, so the gateway's modules form no import cycle.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from loopwire.common.auth import Tenant
 from loopwire.common.model_def import ModelDefinition
@@ -21,6 +22,8 @@ from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import SafetyClassifier
+
+T = TypeVar("T")
 
 
 class Gateway(Protocol):
@@ -42,6 +45,11 @@ class Gateway(Protocol):
     def classifier(self) -> SafetyClassifier: ...
 
     def limiter(self, tenant: Tenant) -> TenantLimiter: ...
+
+    async def offload(self, tenant: str, size: int, fn: Callable[[], T]) -> T:
+        """``fn()`` for a request of ``size`` bytes: on the fair work pool in ``tenant``'s turn, or
+        inline when small (the event loop serves every stream; see work_pool.py)."""
+        ...
 
 
 class Stream(Protocol):

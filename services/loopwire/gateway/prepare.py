@@ -3,12 +3,12 @@ tokenized, admitted under the tenant's rate limits.
 
 A delta (``previous_response_id``) continues the conversation the store holds; a full
 request on a stream that already holds one continues it when it extends it (or reports
-where it breaks: a cache break). Large requests are tokenized in a worker thread.
+where it breaks: a cache break). A large request's work runs on the gateway's fair work
+pool (work_pool.py), never on the event loop every stream shares.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,8 +24,17 @@ if TYPE_CHECKING:
 
 Code = common_pb2.ErrorCode
 
-# Requests larger than this are tokenized off the event loop.
-OFFLOAD_TOKENIZE_BYTES = 64 * 1024
+@dataclass
+class _Work:
+    """What the heavy part of preparing found."""
+
+    conversation: Conversation
+    new_items: list[common_pb2.Item]
+    tokenized: int
+    tokenize_ns: int
+    difference: Difference | None
+    reused: int
+    constraint: inference_pb2.Constraint | None
 
 
 @dataclass
@@ -55,27 +64,30 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
     gw = session.gw
     cfg = gw.config
     received = validation.check_size(create, cfg.max_request_bytes)
-    validation.check_header(create)
     policy.check(create, session.tenant, cfg.safety_mode, cfg.allow_replay)
-    difference: Difference | None = None
-    reused = 0
     held: Conversation | None = None
     if create.previous_response_id:
         held = gw.store.resolve(create.previous_response_id, session.tenant.name, session.stream_id)
         check_delta_header(create, held)
-        validation.check_items(create.input, held.call_ids)
-    else:
-        validation.check_items(create.input, ())
-        previous = None if (cfg.stateless or create.no_store) else session.conversation
-        if previous is not None:
-            shared, difference = previous.difference(create.model, create.instructions, create.tools, create.input)
-            if not (difference and difference.first_differing_item == -1):
-                held = previous.fork(shared)  # copies ids, re-tokenizes nothing
-                reused = len(held.ids)
+    previous = None if (cfg.stateless or create.no_store) else session.conversation
 
-    def tokenize() -> tuple[Conversation, list[common_pb2.Item], int, bool, int]:
+    def work() -> _Work:
+        """Everything that grows with the request: checks, the cache-break walk, rendering,
+        tokenizing, the grammar (on a worker when the request is large)."""
+        validation.check_header(create)
+        difference: Difference | None = None
+        conversation, reused, tokenized = held, 0, 0
+        if conversation is not None:
+            validation.check_items(create.input, conversation.call_ids)
+        else:
+            validation.check_items(create.input, ())
+            if previous is not None:
+                shared, difference = previous.difference(create.model, create.instructions, create.tools,
+                                                         create.input)
+                if not (difference and difference.first_differing_item == -1):
+                    conversation = previous.fork(shared)  # copies ids, re-tokenizes nothing
+                    reused = len(conversation.ids)
         t0 = time.thread_time_ns()
-        conversation, tokenized = held, 0
         if conversation is None:
             conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools,
                                         cache_salt=session.tenant.name, incremental=cfg.incremental_render,
@@ -86,18 +98,16 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
         breaks_before = conversation.template_breaks
         tokenized += conversation.append(new)
-        return (conversation, new, tokenized, conversation.template_breaks != breaks_before,
-                time.thread_time_ns() - t0)
+        tokenize_ns = time.thread_time_ns() - t0
+        if conversation.template_breaks != breaks_before and difference is None:
+            difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
+        # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
+        constraint = None if create.HasField("replay") or cfg.unconstrained else tool_grammar.constraint(
+            create, gw.model, conversation.tools, think=create.sampling.reasoning_budget_tokens)
+        return _Work(conversation, new, tokenized, tokenize_ns, difference, reused, constraint)
 
-    # A large request is tokenized in a worker thread (the tokenizers release the GIL), so one
-    # huge prompt never stalls the other streams on this event loop.
-    work = await asyncio.to_thread(tokenize) if received > OFFLOAD_TOKENIZE_BYTES else tokenize()
-    conversation, new_items, tokenized, broke, tokenize_ns = work
-    # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
-    constraint = None if create.HasField("replay") or cfg.unconstrained else tool_grammar.constraint(
-        create, gw.model, conversation.tools, think=create.sampling.reasoning_budget_tokens)
-    if broke and difference is None:
-        difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
+    done = await gw.offload(session.tenant.name, received, work)
+    conversation, tokenized = done.conversation, done.tokenized
     window = gw.model.context_length
     if window and len(conversation) >= window:
         raise RequestError(
@@ -129,8 +139,8 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         )
     gw.metrics.add("tokens_tokenized", model, tokenized)
     naive = cfg.stateless or (create.no_store and not create.previous_response_id)
-    return Prepared(conversation, new_items, received, tokenized, tokenize_ns // 1000, difference, reused, naive,
-                    constraint)
+    return Prepared(conversation, done.new_items, received, tokenized, done.tokenize_ns // 1000, done.difference,
+                    done.reused, naive, done.constraint)
 
 
 def thinking(create: gateway_pb2.CreateResponse) -> bool | None:

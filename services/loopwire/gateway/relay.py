@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -119,7 +120,8 @@ class ResponseRun:
             else []
         )
         mode = policy.safety_mode(create, session.tenant, self.gw.config.safety_mode)
-        self.safety = SafetyGate(self.gw.classifier, mode, self.queue)
+        self.safety = SafetyGate(self.gw.classifier, mode, self.queue,
+                                 functools.partial(self.gw.offload, session.tenant.name))
         self.place = Placement(session, prepared.conversation, watch, model)
         self.generated: list[int] = []
         self.remote_prefill = False  # the generation in flight pulls its prompt's KV from a prefill replica
@@ -195,7 +197,7 @@ class ResponseRun:
         out = [self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))]
         if safety.on:
             await safety.start(input_text(self.p.new_items), cfg.safety_chunk_chars, cfg.safety_overlap_chars,
-                               cfg.safety_serial)
+                               cfg.safety_serial, cfg.safety_input_window_chars)
         if safety.input_verdict is not None and not safety.input_verdict.verdict.allowed:
             out.append(self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0))
             return out + self._failure(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, "input failed the safety check"))

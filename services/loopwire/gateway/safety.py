@@ -13,7 +13,9 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
+
+import re2
 
 from loopwire.common import grpc_server
 from loopwire.common.model_def import ModelDefinition
@@ -56,6 +58,13 @@ class SafetyClassifier(Protocol):
     async def classify(self, text: str, stage: int) -> Verdict: ...
 
 
+@runtime_checkable
+class LocalClassifier(Protocol):
+    """A classifier computed in this process: its input check runs on the gateway's work pool."""
+
+    def classify_now(self, text: str) -> Verdict: ...
+
+
 # Phrases, not single words: agent transcripts are full of "kill", "exploit", "attack"
 # in their technical sense, and a false positive cuts a working session.
 _LEXICON: dict[str, list[str]] = {
@@ -64,7 +73,7 @@ _LEXICON: dict[str, list[str]] = {
            r"\bbuy (?:stolen credit cards|fake passports)\b"],
     "S3": [r"\bhow to (?:traffic|sexually assault) (?:a person|someone|people)\b"],
     "S4": [r"\b(?:child|minor|underage)\s+(?:porn|sexual abuse material|nudes?)\b", r"\bcsam\b"],
-    "S7": [r"-----BEGIN (?:RSA |EC |OPENSSH )?PRIVATE KEY-----", r"\b\d{3}-\d{2}-\d{4}\b(?=.*\bssn\b)"],
+    "S7": [r"-----BEGIN (?:RSA |EC |OPENSSH )?PRIVATE KEY-----", r"\b\d{3}-\d{2}-\d{4}\b.*\bssn\b"],
     "S9": [r"\bhow (?:do i|to|can i) (?:build|make|synthesi[sz]e) (?:a |an )?(?:pipe bomb|nerve agent|bioweapon|"
            r"dirty bomb|nuclear bomb|sarin|ricin)\b"],
     "S10": [r"\b(?:exterminate|gas) (?:all|the) (?:jews|muslims|christians|blacks|whites|immigrants)\b"],
@@ -76,14 +85,24 @@ _LEXICON: dict[str, list[str]] = {
 
 
 class LexiconClassifier:
-    """Offline rule classifier: regular expressions per Llama Guard category."""
+    """Offline rule classifier: regular expressions per Llama Guard category, matched by RE2.
+
+    RE2 matches in time linear in the text whatever the rules, and lets go of the GIL while it
+    matches, so a long input is classified in a worker thread beside the event loop (Python's
+    ``re`` held the GIL: 67 ms on a 117 kB prompt, against 0.6 ms for the rules joined here)."""
 
     def __init__(self, lexicon: dict[str, list[str]] | None = None) -> None:
-        self._rules = [
-            (cat, re.compile(p, re.IGNORECASE | re.DOTALL)) for cat, ps in (lexicon or _LEXICON).items() for p in ps
-        ]
+        options = re2.Options()
+        options.case_sensitive = False
+        options.dot_nl = True
+        rules = [(cat, p) for cat, ps in (lexicon or _LEXICON).items() for p in ps]
+        self._rules = [(cat, re2.compile(p, options)) for cat, p in rules]
+        # One pass over the text says whether any rule matches; only then is each asked.
+        self._any = re2.compile("|".join(f"(?:{p})" for _, p in rules), options)
 
     def classify_now(self, text: str) -> Verdict:
+        if not self._any.search(text):
+            return ALLOWED
         for category, rule in self._rules:
             m = rule.search(text)
             if m:
@@ -131,8 +150,12 @@ class GuardModelClassifier:
         )
         decoder = Utf8Stream()
         answer = ""
-        call = self._stub.Generate(iter([inference_pb2.GenerateRequest(start=start)]))
+        # Written, not handed over as a request iterator: grpc consumes an iterator in a task of its
+        # own, which formats a traceback whenever the call ends before it finished writing.
+        call = self._stub.Generate()
         try:
+            await call.write(inference_pb2.GenerateRequest(start=start))
+            await call.done_writing()
             async for event in call:
                 kind = event.WhichOneof("event")
                 if kind == "tokens":

@@ -1,20 +1,34 @@
 """One response's safety checks beside inference, and which output may leave yet.
 
-The input check races prefill (or runs first, the naive way); the output checker reads
-the text as it is generated. Events wait here until the mode lets them out: nothing
+The input check races prefill (or runs first, the naive way), a window at a time, each window
+of a local classifier on the gateway's fair work pool (a long prompt is never classified on
+the event loop); the output checker reads the text as it is generated. Events wait here until the mode lets them out: nothing
 before the input check passed, and in buffer mode no text past what the checker passed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from loopwire.gateway.events import PROGRESS
-from loopwire.gateway.safety import INPUT, OUTPUT, OutputChecker, SafetyClassifier, Verdict
+from loopwire.gateway.safety import (
+    ALLOWED,
+    INPUT,
+    OUTPUT,
+    LocalClassifier,
+    OutputChecker,
+    SafetyClassifier,
+    Verdict,
+)
 from loopwire.v1 import gateway_pb2
+
+# Runs a classification of so many characters on the work pool, in the caller's tenant's turn.
+Offload = Callable[[int, Callable[[], Verdict]], Awaitable[Verdict]]
 
 
 @dataclass
@@ -24,8 +38,10 @@ class InputVerdict:
 
 
 class SafetyGate:
-    def __init__(self, classifier: SafetyClassifier, mode: int, queue: asyncio.Queue[object]) -> None:
+    def __init__(self, classifier: SafetyClassifier, mode: int, queue: asyncio.Queue[object],
+                 offload: Offload) -> None:
         self.classifier = classifier
+        self._offload = offload
         self.on = mode != gateway_pb2.SAFETY_MODE_OFF
         self.buffered = mode == gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS
         self.queue = queue  # the response's work queue: verdicts and progress wake it
@@ -39,21 +55,34 @@ class SafetyGate:
         self._unsent_chars = 0
         self._chunk_chars = 1
 
-    async def start(self, text: str, chunk_chars: int, overlap_chars: int, serial: bool) -> None:
+    async def start(self, text: str, chunk_chars: int, overlap_chars: int, serial: bool,
+                    input_window_chars: int) -> None:
         """Start the input check on ``text`` (awaited when ``serial``) and the output checker."""
         self.checker = OutputChecker(self.classifier, chunk_chars, overlap_chars,
                                      lambda: self.queue.put_nowait(PROGRESS))
         self._chunk_chars = max(1, chunk_chars)
+        check = self._check_input(text, max(1, input_window_chars), max(0, overlap_chars))
         if serial:
-            await self._check_input(text)
+            await check
         else:
-            self.input_task = asyncio.create_task(self._check_input(text))
+            self.input_task = asyncio.create_task(check)
 
-    async def _check_input(self, text: str) -> None:
+    async def _check_input(self, text: str, window_chars: int, overlap_chars: int) -> None:
+        """Windows of ``window_chars``, each starting ``overlap_chars`` before it, as the output is
+        checked: one window's work is bounded, and tenants' windows take turns on the pool."""
         t0 = time.perf_counter_ns()
-        verdict = await self.classifier.classify(text, INPUT) if text else Verdict(True)
+        verdict = ALLOWED
+        for start in range(0, len(text), window_chars):
+            verdict = await self._classify_input(text[max(0, start - overlap_chars) : start + window_chars])
+            if not verdict.allowed:
+                break
         self.input_verdict = InputVerdict(verdict, (time.perf_counter_ns() - t0) // 1000)
         self.queue.put_nowait(PROGRESS)
+
+    async def _classify_input(self, window: str) -> Verdict:
+        if isinstance(self.classifier, LocalClassifier):
+            return await self._offload(len(window), functools.partial(self.classifier.classify_now, window))
+        return await self.classifier.classify(window, INPUT)  # a remote classifier: awaits its own service
 
     def stop(self) -> None:
         if self.input_task is not None:

@@ -56,8 +56,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accept recorded output to emit (CreateResponse.replay): for replays and benchmarks only")
     parser.add_argument("--safety-classifier", default=_env("safety_classifier", "lexicon"),
                         help="'lexicon' (offline rules) or 'guard:host:port' (a guard model on an inference service)")
-    parser.add_argument("--safety-chunk-chars", type=int, default=_env_int("safety_chunk_chars", 256))
-    parser.add_argument("--safety-overlap-chars", type=int, default=_env_int("safety_overlap_chars", 64))
+    parser.add_argument("--safety-chunk-chars", type=int, default=_env_int("safety_chunk_chars", 256),
+                        help="output is classified a chunk of this many characters at a time, lagging the stream")
+    parser.add_argument("--safety-overlap-chars", type=int, default=_env_int("safety_overlap_chars", 64),
+                        help="each chunk or input window is classified from this many characters before it, so a "
+                             "phrase split across two is still seen")
+    parser.add_argument("--safety-input-window-chars", type=int,
+                        default=_env_int("safety_input_window_chars", 64 * 1024),
+                        help="the input is classified a window of this many characters at a time, each a job on "
+                             "the work pool, so tenants' long prompts take turns")
+    parser.add_argument("--work-threads", type=int, default=_env_int("work_threads", 4),
+                        help="threads for requests' heavy work (checks, rendering, tokenizing, safety, grammar, "
+                             "counting) off the event loop that relays every stream")
+    parser.add_argument("--work-tenant-share", type=int, default=_env_int("work_tenant_share", 2),
+                        help="most work-pool threads one tenant holds at once; its other jobs wait their turn "
+                             "(round-robin across tenants)")
+    parser.add_argument("--work-inline-bytes", type=int, default=_env_int("work_inline_bytes", 16 * 1024),
+                        help="requests smaller than this run their work inline on the event loop (cheaper than "
+                             "the hop to a thread)")
     parser.add_argument("--safety-serial", action="store_true", default=_env("safety_serial", "") == "1",
                         help="finish the input check before inference starts (the naive way, for comparison)")
     parser.add_argument("--max-request-bytes", type=int, default=_env_int("max_request_bytes", 16 * 1024 * 1024))
@@ -97,6 +113,9 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
         classifier = LexiconClassifier()
     else:
         raise SystemExit(f"--safety-classifier: unknown classifier {args.safety_classifier!r}")
+    if args.work_threads < 1 or not 1 <= args.work_tenant_share <= args.work_threads:
+        raise SystemExit(f"--work-tenant-share: must be from 1 to --work-threads ({args.work_threads}), "
+                         f"got {args.work_tenant_share}")
     config = GatewayConfig(
         max_request_bytes=args.max_request_bytes,
         max_sessions=args.max_sessions,
@@ -106,6 +125,10 @@ def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Rou
         safety_serial=args.safety_serial,
         safety_chunk_chars=args.safety_chunk_chars,
         safety_overlap_chars=args.safety_overlap_chars,
+        safety_input_window_chars=args.safety_input_window_chars,
+        work_threads=args.work_threads,
+        work_tenant_share=args.work_tenant_share,
+        work_inline_bytes=args.work_inline_bytes,
         stateless=args.stateless,
         allow_replay=args.allow_replay,
         unconstrained=args.unconstrained,

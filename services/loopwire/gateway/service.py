@@ -18,7 +18,8 @@ may see of it and of a stream).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
 
 import grpc
 
@@ -35,7 +36,10 @@ from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import SafetyClassifier
 from loopwire.gateway.session import ConverseSession
+from loopwire.gateway.work_pool import FairWorkPool
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
+
+T = TypeVar("T")
 
 # The gRPC status of a unary call's refusal (a Converse stream carries the Error itself). A
 # foreign tenant's response id answers NOT_FOUND like a missing one: ids reveal nothing.
@@ -66,6 +70,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.config = config or GatewayConfig()
         self.store = ResponseStore(self.config.max_sessions, self.config.max_total_tokens, self.config.gateway_id)
         self.metrics = GatewayMetrics()
+        self.work = FairWorkPool(self.config.work_threads, self.config.work_tenant_share,
+                                 self.config.work_inline_bytes)
         self._limiters: dict[str, TenantLimiter] = {}
         self.sessions: dict[str, ConverseSession] = {}  # open Converse streams, by stream id
 
@@ -74,6 +80,9 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         if limiter is None:
             limiter = self._limiters[tenant.name] = TenantLimiter(tenant.limits)
         return limiter
+
+    async def offload(self, tenant: str, size: int, fn: Callable[[], T]) -> T:
+        return await self.work.run(tenant, size, fn)
 
     async def GetModel(  # noqa: N802 - gRPC method name
         self, request: gateway_pb2.GetModelRequest, context: grpc.aio.ServicerContext

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Container, Sequence
 
 import jsonschema
 
+from loopwire.common import json_limits
 from loopwire.common.errors import invalid
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -63,7 +63,9 @@ def _schema_problem(text: str) -> str:
     """What is wrong with one schema text ('' when nothing): cached, as a session sends the same
     tools on every turn and a meta-schema check costs about half a millisecond."""
     try:
-        schema = json.loads(text)
+        schema = json_limits.loads(text)
+    except json_limits.JsonTooDeep as e:
+        return f"{e} (the most any JSON may nest)"
     except ValueError as e:
         return f"not valid JSON: {e}"
     if not isinstance(schema, dict):
@@ -98,6 +100,7 @@ def check_items(items: Sequence[common_pb2.Item], known_call_ids: Container[str]
                 raise invalid(f"{field}.function_call.call_id", "call_id is empty")
             if not call.name:
                 raise invalid(f"{field}.function_call.name", "name is empty")
+            _check_arguments_depth(call.arguments, f"{field}.function_call.arguments")
             seen.add(call.call_id)
         elif kind == "function_call_output":
             call_id = item.function_call_output.call_id
@@ -106,3 +109,15 @@ def check_items(items: Sequence[common_pb2.Item], known_call_ids: Container[str]
         elif kind == "tool_search_output":
             for j, tool in enumerate(item.tool_search_output.tools):
                 check_schema(tool.parameters, f"{field}.tool_search_output.tools[{j}].parameters")
+
+
+def _check_arguments_depth(arguments: str, field: str) -> None:
+    """A call's arguments may be any text, but JSON nested past the shared bound is refused here,
+    as the api and the harness refuse it, before the template renders it."""
+    if arguments.lstrip()[:1] in ("{", "["):
+        try:
+            json_limits.loads(arguments)
+        except json_limits.JsonTooDeep as e:
+            raise invalid(field, f"{e} (the most any JSON may nest)") from None
+        except ValueError:
+            pass  # not JSON: rendered as the text it is

@@ -4,6 +4,7 @@ streams a call's arguments as they come, the safety checker gets its text a chun
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 import json
 import math
 
@@ -142,8 +143,9 @@ class Windows:
 def test_output_checks_see_the_same_windows_however_the_text_arrives(t, cuts, chunk, overlap):
     async def run() -> tuple[list[str], int]:
         classifier, queue = Windows(), asyncio.Queue()
-        gate = SafetyGate(classifier, gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT, queue)  # type: ignore[arg-type]
-        await gate.start("", chunk, overlap, serial=True)
+        gate = SafetyGate(classifier, gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT, queue,  # type: ignore[arg-type]
+                          _inline)
+        await gate.start("", chunk, overlap, serial=True, input_window_chars=64)
         bounds = sorted({c % (len(t) + 1) for c in cuts} | {0, len(t)})
         for a, b in zip(bounds, bounds[1:], strict=False):
             gate.add_output(t[a:b])
@@ -160,6 +162,54 @@ def test_output_checks_see_the_same_windows_however_the_text_arrives(t, cuts, ch
     # The windows tile the text in chunks, each starting ``overlap`` before its chunk.
     expected = [t[max(0, i - overlap): i + chunk] for i in range(0, len(t), chunk)]
     assert seen == expected and checked == len(t)
+
+
+async def _inline(size: int, fn: Callable[[], Verdict]) -> Verdict:
+    return fn()
+
+
+class InputWindows:
+    """A local classifier (classified on the work pool) that refuses a window holding ``bad``."""
+
+    def __init__(self, bad: str) -> None:
+        self.bad = bad
+        self.seen: list[str] = []
+
+    def classify_now(self, text: str) -> Verdict:
+        self.seen.append(text)
+        return Verdict(self.bad not in text, "S1" if self.bad in text else "")
+
+    async def classify(self, text: str, stage: int) -> Verdict:
+        raise AssertionError("a local classifier's input check goes through the work pool")
+
+
+@settings(max_examples=100, deadline=None)
+@given(t=st.text(min_size=1, max_size=300), window=st.integers(1, 64), overlap=st.integers(0, 16),
+       at=st.integers(0, 300))
+def test_input_windows_tile_the_text_and_a_phrase_no_longer_than_the_overlap_is_seen_anywhere(t, window, overlap, at):
+    bad = "\x00" * max(1, min(overlap, 4))
+    text = t[: at % (len(t) + 1)] + bad + t[at % (len(t) + 1):]
+    offloaded: list[int] = []
+
+    async def offload(size: int, fn: Callable[[], Verdict]) -> Verdict:
+        offloaded.append(size)
+        return fn()
+
+    async def run(text: str) -> tuple[list[str], Verdict]:
+        classifier = InputWindows(bad)
+        gate = SafetyGate(classifier, gateway_pb2.SAFETY_MODE_STREAM_THEN_CUT, asyncio.Queue(), offload)  # type: ignore[arg-type]
+        await gate.start(text, 8, overlap, serial=True, input_window_chars=window)
+        gate.stop()
+        assert gate.input_verdict is not None
+        return classifier.seen, gate.input_verdict.verdict
+
+    clean = t.replace("\x00", "")
+    seen, verdict = asyncio.run(run(clean))
+    assert seen == [clean[max(0, i - overlap): i + window] for i in range(0, len(clean), window)]
+    assert verdict.allowed and offloaded == [len(w) for w in seen]
+    # A phrase of at most overlap + 1 characters lies whole in some window, wherever it falls.
+    _, verdict = asyncio.run(run(text))
+    assert not verdict.allowed
 
 
 # -- end to end: a burst released by buffer mode leaves as one message -------------------------

@@ -4,9 +4,9 @@ streams a call's arguments as they come, the safety checker gets its text a chun
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 import json
 import math
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -109,6 +109,18 @@ async def test_bad_servers_give_clear_results_and_the_session_goes_on(tmp_path):
         assert ended["c_crash2"].is_error and "exited" in ended["c_crash2"].output
 
 
+async def test_a_tool_schema_over_the_bounds_is_left_out_and_the_servers_other_tools_stay(tmp_path):
+    async with harness_env(tmp_path, mcp_servers=[bad_server("big_schemas")]) as h:
+        h.gateway.script = [answer("", call("tool_search", json.dumps({"query": "fragile deep huge", "limit": 10}),
+                                            "s1")), answer("done")]
+        events = await h.start("x")
+        assert kinds(events)[-1] == "completed"
+        found = next(e.output for e in of(events, "tool_call_ended") if e.call_id == "s1")
+        assert "big_schemas__fragile" in found and "big_schemas__deep" not in found
+        assert "tool 'deep' left out: its schema is nested deeper than 64 levels" in found
+        assert "tool 'huge' left out: its schema is 100" in found and "(--max-tool-schema-bytes)" in found
+
+
 async def test_a_session_picks_servers_by_configured_name_only(tmp_path):
     servers = [bad_server("ok"), memory_server(tmp_path)]
     async with harness_env(tmp_path, mcp_servers=servers) as h:

@@ -7,6 +7,7 @@ It answers the handshake and tools/list correctly, then misbehaves as argv[1] sa
   hang_at_start never answers the handshake
   exit_at_start exits before reading anything
   ok            answers every tools/call with the arguments it got
+  big_schemas   as ok, and also lists a tool whose schema is nested 80 levels deep and one of 100 KB
 """
 
 import json
@@ -37,7 +38,15 @@ for line in sys.stdin:
             "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
             "serverInfo": {"name": "bad", "version": "0"}}})
     elif method == "tools/list":
-        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": [TOOL]}})
+        tools = [TOOL]
+        if MODE == "big_schemas":
+            deep: dict = {"type": "string"}
+            for _ in range(40):  # 80 levels: past 64, within what the MCP SDK parses
+                deep = {"type": "object", "properties": {"a": deep}}
+            tools += [{"name": "deep", "description": "Nested too deep.", "inputSchema": deep},
+                      {"name": "huge", "description": "Too large.",
+                       "inputSchema": {"type": "object", "description": "d" * 100_000}}]
+        send({"jsonrpc": "2.0", "id": mid, "result": {"tools": tools}})
     elif method == "tools/call":
         if MODE == "crash":
             sys.exit(3)

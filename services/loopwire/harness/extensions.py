@@ -150,8 +150,8 @@ class Extensions:
             if self.config.mcp_servers or self.start.mcp_servers:
                 from loopwire.harness import mcp_client  # the MCP SDK is imported only when used
 
-                tools, notes = await mcp_client.catalog_tools(self.config.mcp_servers,
-                                                              list(self.start.mcp_servers), self.tenant)
+                tools, notes = await mcp_client.catalog_tools(self.config.mcp_servers, list(self.start.mcp_servers),
+                                                              self.tenant, self.config.max_tool_schema_bytes)
                 self.notes += notes
                 self.notes += [f"tool name clash: {n} (kept the first)" for n in self.catalog.add(tools)]
         except Exception as e:  # noqa: BLE001 - a broken catalog is told to the model, never crashes the run

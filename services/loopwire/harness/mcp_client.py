@@ -30,6 +30,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CONNECTION_CLOSED
 
+from loopwire.common import json_limits
 from loopwire.harness.tool_catalog import DeferredTool, Result
 from loopwire.v1 import common_pb2
 
@@ -276,9 +277,22 @@ def _deferred(server: McpServer, tool: Any, tenant: str) -> DeferredTool:
                         source=f"mcp:{server.name}")
 
 
-async def catalog_tools(servers: list[McpServer], names: list[str],
-                        tenant: str = "") -> tuple[list[DeferredTool], list[str]]:
-    """The deferred tools of the selected servers, connecting in parallel; notes say what failed."""
+def _schema_problem(tool: Any, max_schema_bytes: int) -> str:
+    """Why a listed tool's schema is left out ('' when it is not): nested past the JSON bound every
+    tier shares, or larger than the harness takes from a client (--max-tool-schema-bytes)."""
+    schema = getattr(tool, "input_schema", None)
+    if json_limits.depth(schema) > json_limits.MAX_JSON_DEPTH:
+        return f"its schema is nested deeper than {json_limits.MAX_JSON_DEPTH} levels"
+    size = len(json.dumps(schema, sort_keys=True).encode()) if isinstance(schema, dict) else 0
+    if size > max_schema_bytes:
+        return f"its schema is {size} bytes, over the limit of {max_schema_bytes} (--max-tool-schema-bytes)"
+    return ""
+
+
+async def catalog_tools(servers: list[McpServer], names: list[str], tenant: str = "",
+                        max_schema_bytes: int = 64 << 10) -> tuple[list[DeferredTool], list[str]]:
+    """The deferred tools of the selected servers, connecting in parallel; notes say what failed
+    (a server that did not start, a tool whose schema is over the bounds: left out, the rest kept)."""
     chosen, unknown = selected(servers, names)
     notes = [f"no MCP server named {n!r} is configured" for n in unknown]
 
@@ -288,7 +302,13 @@ async def catalog_tools(servers: list[McpServer], names: list[str],
         except ServerError as e:
             notes.append(f"MCP server {server.name!r} {e}; its tools are unavailable")
             return []
-        return [_deferred(server, t, tenant) for t in conn.tools]
+        kept = []
+        for t in conn.tools:
+            if problem := _schema_problem(t, max_schema_bytes):
+                notes.append(f"MCP server {server.name!r}: tool {t.name!r} left out: {problem}")
+            else:
+                kept.append(_deferred(server, t, tenant))
+        return kept
 
     found = await asyncio.gather(*(one(s) for s in chosen))
     return [t for ts in found for t in ts], notes

@@ -23,8 +23,9 @@ class HarnessConfig:
     output_limit: int = 16384
     # What one RunRequest may carry, refused on receipt (INVALID_ARGUMENT naming the limit) before anything is
     # stored, counted or sent on: UTF-8 bytes of a task, instructions, an added user message or a denial reason;
-    # bytes of one client-declared tool schema (and JSON nesting: `json_limits.MAX_JSON_DEPTH`); bytes of the
-    # whole message, which gRPC refuses (RESOURCE_EXHAUSTED) before it is even parsed.
+    # bytes of one client-declared tool schema (and JSON nesting: `json_limits.MAX_JSON_DEPTH`; an MCP tool over
+    # either is left out of the catalog); bytes of the whole message, which gRPC refuses (RESOURCE_EXHAUSTED)
+    # before it is even parsed.
     max_input_bytes: int = 1 << 20
     max_tool_schema_bytes: int = 64 << 10
     max_request_bytes: int = 4 << 20

@@ -97,8 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "LOOPWIRE_MAX_INPUT_BYTES)")
     parser.add_argument("--max-tool-schema-bytes", type=_positive_bytes,
                         default=int(_env("max-tool-schema-bytes", str(64 << 10))), metavar="BYTES",
-                        help="bytes of one client-declared tool schema (a replay's tools), refused on receipt "
-                             "with INVALID_ARGUMENT like one nested deeper than 64 levels (default 64 KiB; env "
+                        help="bytes of one tool schema: a client-declared one (a replay's tools) over it, or "
+                             "nested deeper than 64 levels, is refused on receipt with INVALID_ARGUMENT; an MCP "
+                             "server's is left out of the catalog with a note (default 64 KiB; env "
                              "LOOPWIRE_MAX_TOOL_SCHEMA_BYTES)")
     parser.add_argument("--max-request-bytes", type=_positive_bytes,
                         default=int(_env("max-request-bytes", str(4 << 20))), metavar="BYTES",

@@ -331,6 +331,15 @@ class Conversation:
         other._append_rendered(self.items[cp.items : n_items], {i: r for i, r in self.raw.items() if cp.items <= i < n_items})
         return other
 
+    def with_header(self, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> tuple[Conversation, int]:
+        """These items under another model name, instructions or tools, as a chain may change them
+        (each request's header replaces the last one's, as in OpenAI's API), and the tokens tokenized.
+        The header opens the prompt, so the whole conversation renders again: the model's turns as
+        the text it generated."""
+        other = Conversation(self.prompt, model, instructions, tools, cache_salt=self.cache_salt,
+                             incremental=self.incremental, thinking=self.thinking)
+        return other, other.initial_tokens + other._append_rendered(list(self.items), dict(self.raw))
+
     # -- what the forwarder and the router ask ------------------------------------------
 
     def hash_at(self, length: int) -> int | None:
@@ -353,6 +362,16 @@ class Conversation:
 
     # -- full requests ------------------------------------------------------------------
 
+    def header_change(self, model: str, instructions: str, tools: Sequence[common_pb2.Tool]) -> Difference | None:
+        """What differs in the prompt's head (model, instructions, tools), None when nothing does."""
+        if model != self.model:
+            return Difference(-1, "model changed")
+        if instructions != self.instructions:
+            return Difference(-1, "instructions changed")
+        if tuple(t.SerializeToString(deterministic=True) for t in tools) != self.tools_key:
+            return Difference(-1, "tool list changed")
+        return None
+
     def difference(
         self, model: str, instructions: str, tools: Sequence[common_pb2.Tool], items: Sequence[common_pb2.Item]
     ) -> tuple[int, Difference | None]:
@@ -361,12 +380,9 @@ class Conversation:
         Returns ``(shared_items, difference)``; ``difference`` is None when the request
         extends the conversation (the prefix cache stays usable).
         """
-        if model != self.model:
-            return 0, Difference(-1, "model changed")
-        if instructions != self.instructions:
-            return 0, Difference(-1, "instructions changed")
-        if tuple(t.SerializeToString(deterministic=True) for t in tools) != self.tools_key:
-            return 0, Difference(-1, "tool list changed")
+        changed = self.header_change(model, instructions, tools)
+        if changed is not None:
+            return 0, changed
         for index, item in enumerate(self.items):
             if index >= len(items):
                 return index, Difference(index, "request drops items the previous prompt had")

@@ -1,7 +1,8 @@
 """A request made ready to generate: validated, its conversation found, only the new part
 tokenized, admitted under the tenant's rate limits.
 
-A delta (``previous_response_id``) continues the conversation the store holds; a full
+A delta (``previous_response_id``) continues the conversation the store holds (rendered again
+under a new header when it changes the model name, instructions or tools: a cache break); a full
 request on a stream that already holds one continues it when it extends it (or reports
 where it breaks: a cache break). A large request's work runs on the gateway's fair work
 pool (work_pool.py), never on the event loop every stream shares.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from loopwire.common.chat_template import ChatTemplateError
-from loopwire.common.errors import RequestError, invalid
+from loopwire.common.errors import RequestError
 from loopwire.gateway import policy, tool_grammar, validation
 from loopwire.gateway.conversation import Conversation, Difference
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
@@ -68,7 +69,6 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
     held: Conversation | None = None
     if create.previous_response_id:
         held = gw.store.resolve(create.previous_response_id, session.tenant.name, session.stream_id)
-        check_delta_header(create, held)
     previous = None if (cfg.stateless or create.no_store) else session.conversation
 
     def work() -> _Work:
@@ -76,9 +76,17 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         tokenizing, the grammar (on a worker when the request is large)."""
         validation.check_header(create)
         difference: Difference | None = None
-        conversation, reused, tokenized = held, 0, 0
+        conversation, reused, tokenized, header_ns = held, 0, 0, 0
         if conversation is not None:
             validation.check_items(create.input, conversation.call_ids)
+            # A delta inherits what it leaves empty; what it sets anew replaces the held header.
+            header = (create.model or conversation.model, create.instructions or conversation.instructions,
+                      create.tools or conversation.tools)
+            difference = conversation.header_change(*header)
+            if difference is not None:
+                t0 = time.thread_time_ns()
+                conversation, tokenized = conversation.with_header(*header)
+                header_ns = time.thread_time_ns() - t0
         else:
             validation.check_items(create.input, ())
             if previous is not None:
@@ -98,7 +106,7 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         new = list(create.input) if create.previous_response_id else list(create.input[conversation.item_count :])
         breaks_before = conversation.template_breaks
         tokenized += conversation.append(new)
-        tokenize_ns = time.thread_time_ns() - t0
+        tokenize_ns = time.thread_time_ns() - t0 + header_ns
         if conversation.template_breaks != breaks_before and difference is None:
             difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
         # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
@@ -147,13 +155,3 @@ def thinking(create: gateway_pb2.CreateResponse) -> bool | None:
     """The request's ``enable_thinking`` for the chat template (None: the template's default)."""
     s = create.sampling
     return s.enable_thinking if s.HasField("enable_thinking") else None
-
-
-def check_delta_header(create: gateway_pb2.CreateResponse, conversation: Conversation) -> None:
-    """A delta may leave model, instructions and tools empty (inherited) but not change them."""
-    if create.model and create.model != conversation.model:
-        raise invalid("create_response.model", "differs from the previous request's: send the full request")
-    if create.instructions and create.instructions != conversation.instructions:
-        raise invalid("create_response.instructions", "differs from the previous request's: send the full request")
-    if create.tools and not conversation.same_header(conversation.model, conversation.instructions, create.tools):
-        raise invalid("create_response.tools", "differ from the previous request's: send the full request")

@@ -191,3 +191,16 @@ def test_difference_names_the_first_differing_item():
     assert shared == 0 and diff is not None and diff.first_differing_item == -1
     shared, diff = conv.difference("m", "sys", [], items[:2])
     assert diff is not None and diff.first_differing_item == 2
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instructions=text, tool_list=tools, items=st.lists(item, max_size=10), new_instructions=text, new_tools=tools)
+def test_a_new_header_renders_the_held_items_as_the_reference_does(instructions, tool_list, items, new_instructions,
+                                                                    new_tools):
+    conv = Conversation(PROMPT, "m", instructions, tool_list)
+    conv.append(items)
+    changed, tokenized = conv.with_header("m", new_instructions, new_tools)
+    assert changed.prompt_ids() == reference(new_instructions, new_tools, items)
+    assert tokenized >= len(changed.prompt_ids())  # all of it tokenized anew (the head's tail twice)
+    assert conv.prompt_ids() == reference(instructions, tool_list, items)  # the held conversation is untouched
+    assert changed.header_change("m", new_instructions, new_tools) is None

@@ -102,15 +102,41 @@ async def test_bad_input_names_the_field_and_the_stream_stays_usable(make_mesh, 
     assert kinds(await conv.send(input=[user("fine")]))[-1] == "completed"
 
 
-async def test_delta_output_for_unknown_call_and_changed_tools_are_rejected(make_mesh):
+async def test_delta_output_for_an_unknown_call_is_rejected(make_mesh):
     mesh = await make_mesh()
     conv = mesh.open()
     rid = (await conv.send(tools=[BASH], input=[user("go")]))[0].response_id
     error = last(await conv.send(previous_response_id=rid, input=[call_output("nope", "x")]), "failed").error
     assert error.field == "create_response.input[0].function_call_output.call_id"
-    changed = common_pb2.Tool(name="other", parameters="{}")
-    error = last(await conv.send(previous_response_id=rid, tools=[changed], input=[user("more")]), "failed").error
-    assert error.field == "create_response.tools"
+
+
+@pytest.mark.parametrize("change", ["instructions", "tools", "model"])
+async def test_a_chain_that_changes_its_header_is_served_in_full_with_a_cache_break(make_mesh, change):
+    """As OpenAI's API does: each request's instructions and tools replace the last ones'."""
+    mesh = await make_mesh()
+    replica = mesh.replicas[0]
+    conv = mesh.open()
+    first = await conv.send(instructions="sys", tools=[BASH], input=[user("go")], replay=replay("Looking."))
+    header = {"instructions": "sys", "tools": [BASH], "model": ""}
+    new = {"instructions": "be brief", "tools": [common_pb2.Tool(name="other", parameters="{}")], "model": "m2"}[change]
+    header[change] = new
+    events = await conv.send(previous_response_id=first[0].response_id, input=[user("more")], replay=replay("Done."),
+                             **{change: new})
+    brk = last(events, "cache_break")
+    assert brk.first_differing_item == -1
+    assert brk.reason == {"instructions": "instructions changed", "tools": "tool list changed",
+                          "model": "model changed"}[change]
+    completed = last(events, "completed")
+    whole = [user("go"), *last(first, "completed").output, user("more")]
+    expected = PROMPT.encode_conversation(header["instructions"], header["tools"], whole, add_generation_prompt=True)
+    if change == "model":  # a name the template does not render: the same prompt, every block kept
+        assert replica.received[-1].kind == "append"
+    else:  # the head changed: the replica gets the prompt in full, rendered anew
+        assert replica.received[-1].kind == "full" and replica.received[-1].token_ids == expected
+    assert completed.usage.input_tokens == len(expected)
+    # The next delta continues the changed chain: only what is new is appended.
+    follow = await conv.send(previous_response_id=events[0].response_id, input=[user("again")], replay=replay("k"))
+    assert "cache_break" not in kinds(follow) and replica.received[-1].kind == "append"
 
 
 async def test_full_request_that_rewrites_history_reports_a_cache_break(make_mesh):

@@ -65,7 +65,7 @@ def test_a_page_ends_early_at_its_byte_budget_and_the_next_token_continues(store
 
 
 async def test_sessions_with_1mb_tasks_list_on_a_default_limit_client(tmp_path):
-    async with harness_env(tmp_path) as h:
+    async with harness_env(tmp_path, max_input_bytes=2 << 20) as h:  # tasks over the default 1 MiB bound
         h.gateway.script = [harness_pb2.ReplayTurn().output] * 6
         ids = [of(await h.start(f"{n} {MB_TASK}"), "started")[0].session_id for n in range(6)]
         auth = (("authorization", f"Bearer {TENANT_KEYS['t1']}"),)

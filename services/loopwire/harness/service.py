@@ -226,6 +226,8 @@ class RunStream:
         stored = await asyncio.to_thread(store.load, sid)
         if stored is None or stored.tenant != self.caller.tenant:
             raise validation.not_found("cancel.session_id", f"session {public!r}")
+        if self.service.cancel(sid, Status.SESSION_STATUS_CANCELLED):  # a decision started a run meanwhile
+            return
         if parked := self.service.parked.pop(sid, None):
             parked.kill_all()
         if stored.session.status == Status.SESSION_STATUS_AWAITING_APPROVAL:

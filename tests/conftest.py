@@ -32,11 +32,12 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 @pytest.fixture(autouse=True)
 def _tenant_volumes_unmounted(request: pytest.FixtureRequest) -> Iterator[None]:
     """The tenant volumes a test's harness mounted in its tmp_path (as root) go with it, not left mounted."""
+    path = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
     yield
-    if "tmp_path" in request.fixturenames:
+    if path is not None:
         from loopwire.harness.tenant_volumes import unmount_below
 
-        unmount_below(request.getfixturevalue("tmp_path"))
+        unmount_below(path)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,6 +1,6 @@
 """Request bodies are decoded and parsed off the event loop, at most ``per_tenant`` of a tenant's
 at once (issue 36): a tenant over its bound waits its turn, in order, and never holds up another
-tenant; a waiter that goes away gives up its place without leaking a slot."""
+tenant; a waiter that goes away (its client gone) gives up its place without leaking a slot."""
 
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ import zstandard
 from starlette.requests import Request
 
 from loopwire.api.body import INLINE_BYTES, Decoding, read_json
+from loopwire.api.context import ClientWatch
+from loopwire.api.errors import ApiError
+from loopwire.api.gateway_client import OWNER
 
 WAIT_S = 30  # a failsafe for a condition that should hold at once
 
@@ -119,4 +122,29 @@ async def test_large_or_compressed_bodies_are_parsed_in_a_worker_thread(body, en
     value = await read_json(request(body, encoding, length), 1 << 20, decoding, "a", parse)
     assert value in ({"a": 1}, json.loads(BIG))
     assert (threads == [threading.current_thread()]) is inline
+    decoding.shutdown()
+
+
+async def test_a_client_gone_while_its_body_waits_leaves_the_queue():
+    decoding = Decoding(per_tenant=1, tenants=1)
+    gate, started, parsed = threading.Event(), [], []
+    first = asyncio.create_task(decoding.run("a", blocker(gate, started, "a1")))
+    await until(lambda: started == ["a1"])
+    watch = ClientWatch(request(b"").receive, "POST /v1/responses", lambda: "a")
+    token = OWNER.set(watch)
+    try:
+        waiting = asyncio.create_task(read_json(request(gzip.compress(BIG), "gzip"), 1 << 20, decoding, "a",
+                                                parsed.append))
+    finally:
+        OWNER.reset(token)
+    await until(lambda: len(decoding._tenants["a"].waiting) == 1)
+    watch.left()
+    with pytest.raises(ApiError) as e:
+        await asyncio.wait_for(waiting, WAIT_S)
+    assert e.value.status == 499
+    assert not decoding._tenants["a"].waiting
+    gate.set()
+    await first
+    await until(lambda: decoding._tenants == {})
+    assert parsed == []
     decoding.shutdown()

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from loopwire.api import items
 from loopwire.api.errors import ApiError
+from loopwire.api.gateway_client import OWNER
 
 T = TypeVar("T")
 
@@ -61,12 +62,12 @@ class Decoding:
         self._executor = ThreadPoolExecutor(per_tenant * tenants, thread_name_prefix="api-decode")
 
     async def run(self, owner: str, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in a worker thread once one of ``owner``'s slots is free."""
+        """``fn(*args)`` in a worker thread once one of ``owner``'s slots is free. Cancelled while
+        it waits, it leaves the queue; once running, its slot is held until the thread is done."""
         await self._acquire(owner)
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        finally:
-            self._release(owner)
+        job = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        job.add_done_callback(lambda _: self._release(owner))
+        return await asyncio.shield(job)
 
     async def _acquire(self, owner: str) -> None:
         tenant = self._tenants.setdefault(owner, _Tenant())
@@ -112,7 +113,20 @@ async def read_json(request: Request, limit: int, decoding: Decoding, owner: str
     if encoding.strip().lower() in ("", "identity") and declared.isdigit() and int(declared) <= INLINE_BYTES:
         return parse(items.json_object(await read_body(request, limit)))
     body = await read_body(request, limit)
-    return await decoding.run(owner, _decode_and_parse, body, encoding, limit, parse)
+    work = asyncio.ensure_future(decoding.run(owner, _decode_and_parse, body, encoding, limit, parse))
+    watch = OWNER.get(None)
+    if watch is None:
+        return await work
+    gone = asyncio.ensure_future(watch.gone.wait())
+    try:
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not work.done():  # the client left while its body waited its turn: it leaves the queue
+        work.cancel()
+        raise ApiError(499, "The client closed the connection before its body was decoded.", type="cancelled",
+                       code="cancelled")
+    return work.result()
 
 
 def _decode_and_parse(body: bytes, encoding: str, limit: int, parse: Callable[[dict[str, Any]], T]) -> T:

@@ -26,6 +26,8 @@ from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 class StreamOwner(Protocol):
     """Whom the streams opened now are for: the app's watch on the client connection being served."""
 
+    gone: asyncio.Event  # set when the client has left
+
     def opened(self, stream: ConverseStream) -> None: ...
 
 

@@ -20,6 +20,10 @@ from loopwire.gateway.replica import Replica
 from loopwire.v1 import inference_pb2
 
 
+# How long a closing link waits for the replica to end an idle stream before cancelling it.
+CLOSE_WAIT_S = 5.0
+
+
 @dataclass
 class LinkDown:
     """The stream to the replica broke (replica died or stopped)."""
@@ -70,9 +74,14 @@ class GenerateLink:
         self._waiters.pop(request_id, None)
 
     async def close(self) -> None:
+        """Half-close the stream and, with no generation running on it, let the replica end it (it
+        does at once); cancel only what is still open after that. A call cancelled while gRPC still
+        writes its half-close makes gRPC format a traceback on the event loop, every stream."""
         if self.alive:
             with contextlib.suppress(grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 await self.call.done_writing()
+            if not self._waiters:
+                await asyncio.wait({self._reader}, timeout=CLOSE_WAIT_S)
         self.alive = False
         self.call.cancel()
         self._reader.cancel()

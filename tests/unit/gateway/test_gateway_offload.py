@@ -8,13 +8,16 @@ import threading
 
 import grpc
 import pytest
+from harness_testkit import until
 
+from loopwire.common.auth import Authenticator
 from loopwire.common.json_limits import MAX_JSON_DEPTH
+from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.safety import LexiconClassifier, Verdict
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import Conversation, kinds, last, user
+from .gateway_fakes import MODEL, Conversation, FakeReplica, kinds, last, start_replica, user
 
 
 class RecordingClassifier(LexiconClassifier):
@@ -87,3 +90,26 @@ async def test_a_call_with_too_deep_arguments_is_invalid_argument(make_mesh) -> 
     assert failed.error.code == common_pb2.ERROR_CODE_INVALID_ARGUMENT
     assert failed.error.field == "create_response.input[1].function_call.arguments"
     await conv.close()
+
+
+async def test_closing_a_generate_stream_formats_no_traceback(monkeypatch) -> None:
+    """With a service token the replica channel has interceptors, and gRPC then writes a stream's
+    requests from a task of its own: cancelling the call while that task still writes the
+    half-close made gRPC format a traceback on the event loop, once per stream."""
+    formatted: list[str] = []
+    monkeypatch.setattr(grpc.aio._call.traceback, "format_exc", lambda: formatted.append("tb") or "")
+    server, address = await start_replica(FakeReplica())
+    gateway = await start_gateway([address], poll_interval_s=0.05, model=MODEL, authenticator=Authenticator.open(),
+                                  config=GatewayConfig(allow_replay=True), service_token="token")
+    try:
+        for _ in range(3):
+            conv = Conversation(gateway.stub)
+            assert kinds(await conv.send(input=[user("hi")], replay=common_pb2.ReplayOutput(text="ok")))[-1] == "completed"
+            await conv.close()
+            assert await conv.call.read() is grpc.aio.EOF
+        (replica,) = gateway.router.replicas
+        await until(lambda: replica.sessions == 0 and not gateway.servicer.sessions, "every Generate stream closed")
+    finally:
+        await gateway.close()
+        await server.stop(0)
+    assert formatted == []

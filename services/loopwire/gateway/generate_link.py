@@ -19,7 +19,6 @@ from loopwire.common import telemetry
 from loopwire.gateway.replica import Replica
 from loopwire.v1 import inference_pb2
 
-
 # How long a closing link waits for the replica to end an idle stream before cancelling it.
 CLOSE_WAIT_S = 5.0
 

@@ -28,6 +28,7 @@ from loopwire.common.auth import Authenticator, AuthError, Tenant
 from loopwire.common.errors import RequestError
 from loopwire.common.model_def import TOOL_CALL_SYNTAX, ModelDefinition
 from loopwire.common.prompt import ChatPrompt
+from loopwire.common.work_pool import FairWorkPool
 from loopwire.gateway import count_tokens
 from loopwire.gateway.config import GatewayConfig
 from loopwire.gateway.metrics import GatewayMetrics
@@ -36,7 +37,6 @@ from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
 from loopwire.gateway.safety import SafetyClassifier
 from loopwire.gateway.session import ConverseSession
-from loopwire.gateway.work_pool import FairWorkPool
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 T = TypeVar("T")

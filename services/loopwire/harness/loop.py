@@ -304,7 +304,8 @@ class SessionRun:
 
     async def _turn_body(self, turn_no: int, running: TurnTools, on_event: EventHandler,
                          started: int) -> tuple[Step, ModelTurn]:
-        model = await self.conversation.respond(self._request(), compaction.view(self.items), on_event)
+        prompt = await compaction.prompt_view(self)  # off the loop when the log is large
+        model = await self.conversation.respond(self._request(), prompt, on_event)
         for note in model.diagnostics:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=note))
         await self.append(model.output, new_turn=True)

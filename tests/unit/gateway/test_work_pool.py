@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwire.gateway.work_pool import FairWorkPool
+from loopwire.common.work_pool import FairWorkPool
 
 
 class Tally:

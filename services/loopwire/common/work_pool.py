@@ -2,9 +2,11 @@
 
 One gateway event loop relays every stream's tokens, so a request's heavy work (rendering and
 tokenizing a long prompt, classifying its text, compiling its grammar, counting its tokens) runs
-here instead: in worker threads, because the costly calls release the GIL (measured, DESIGN §5:
-HF tokenizers' batch encode, tiktoken and RE2 do; a thread holding the GIL in Python's ``re`` or
-HF's single ``encode`` delayed the loop's wake-ups by 8-184 ms at the median, these by 0.1 ms).
+here instead, and so does the harness's cl100k counting for compaction (one harness loop runs
+every tenant's sessions). In worker threads, because the costly calls release the GIL (measured,
+DESIGN §5: HF tokenizers' batch encode, tiktoken and RE2 do; a thread holding the GIL in Python's
+``re`` or HF's single ``encode`` delayed the loop's wake-ups by 8-184 ms at the median, these by
+0.1 ms).
 
 Fair, not first come: each tenant queues its own jobs, and a free worker takes the next job of
 the next tenant in round-robin order that has fewer than ``tenant_share`` jobs running. So one
@@ -31,13 +33,14 @@ _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 class FairWorkPool:
     """``workers`` threads; each tenant runs at most ``tenant_share`` jobs at a time."""
 
-    def __init__(self, workers: int = 4, tenant_share: int = 2, inline_bytes: int = 16 * 1024) -> None:
+    def __init__(self, workers: int = 4, tenant_share: int = 2, inline_bytes: int = 16 * 1024,
+                 name: str = "gateway-work") -> None:
         if workers < 1 or not 1 <= tenant_share <= workers:
             raise ValueError(f"need workers >= 1 and 1 <= tenant_share <= workers (got {workers}, {tenant_share})")
         self.workers = workers
         self.tenant_share = tenant_share
         self.inline_bytes = inline_bytes
-        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="gateway-work")
+        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
         self._waiting: OrderedDict[str, deque[_Job]] = OrderedDict()  # round-robin order of tenants
         self._running: dict[str, int] = {}
         self._free = workers

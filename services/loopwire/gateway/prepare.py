@@ -82,7 +82,8 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
             # A delta inherits what it leaves empty; what it sets anew replaces the held header.
             header = (create.model or conversation.model, create.instructions or conversation.instructions,
                       create.tools or conversation.tools)
-            difference = conversation.header_change(*header)
+            if create.model or create.instructions or create.tools:
+                difference = conversation.header_change(*header)
             if difference is not None:
                 t0 = time.thread_time_ns()
                 conversation, tokenized = conversation.with_header(*header)

@@ -25,9 +25,10 @@ the end of its cell; bounded in requests and time):
 - ``task10mb``: a 10 MB task to the harness, one after another.
 
 Each cell: start the load, wait until every one of its workers sent its first request, take the
-samples, stop the load, then wait until the canaries are back near idle (what the load left
-running drains) before the next cell. The ratio of a cell is its median over the same mode's idle
-median in the same run. Engines: ``simulated`` (the modelled H200, Llama 8B, paced in real time:
+samples (spread over at least ``--cell-s`` seconds, so every phase of a slow load is covered),
+stop the load, then wait until the canaries are back near idle (what the load left running
+drains) before the next cell. Idle is measured at the start of each mode and at its end, pooled.
+The ratio of a cell is its median over the same mode's idle median in the same run. Engines: ``simulated`` (the modelled H200, Llama 8B, paced in real time:
 ``--time-scale 1``) and ``reference`` (the real SmolLM2-135M on this CPU; its window is 8,192
 tokens, so the gateway refuses the 20k / 64k prompts once it has tokenized them: still its load).
 
@@ -37,7 +38,7 @@ at the end, also on Ctrl-C) and its services run from there (``PYTHONPATH``), wi
     .venv/bin/python bench/bench_isolation.py [--quick] [--engines simulated,reference] [--out DIR]
 
 Writes isolation.md and isolation.png into ``--out`` (default .state/bench/). ``--quick``: the
-simulated engine only, 5 samples per canary and cell.
+simulated engine only, 5 samples per canary and cell, spread over 6 s.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ GOAL = 2.0  # every canary within 2x its idle median
 CANARY_TEXT = ("Please look at the failing test in the parser module, tell me which assertion fails first and why, "
                "and suggest the smallest change to the code that makes it pass again. Request {n}.")
 SAMPLE_TIMEOUT_S = 120.0
+WARM_UP = 5  # rounds of canaries before the idle ones count
 SETTLE_S = 60.0  # at most this long for the canaries to come back near idle after a load
 LOAD_MAX_S = 900.0  # a load stops by itself after this long, whatever happens to this process
 LOAD_MAX_REQUESTS = 100_000  # per worker
@@ -359,6 +361,15 @@ class CanaryFailed(Exception):
     pass
 
 
+class CanaryTimedOut(CanaryFailed):
+    """No answer within ``SAMPLE_TIMEOUT_S``: counted at the time it waited (a lower bound)."""
+
+
+def rpc_failed(what: str, e: grpc.RpcError) -> CanaryFailed:
+    kind = CanaryTimedOut if e.code() == grpc.StatusCode.DEADLINE_EXCEEDED else CanaryFailed
+    return kind(f"{what}: {e.code().name} {e.details()}")
+
+
 class Canaries:
     """Tenant canary's four small requests against one mesh, each timed in seconds."""
 
@@ -402,7 +413,7 @@ class Canaries:
                 if kind == "completed":
                     break
         except grpc.RpcError as e:
-            raise CanaryFailed(f"gateway: {e.code().name} {e.details()}") from None
+            raise rpc_failed("gateway", e) from None
         finally:
             requests.close()
             call.cancel()
@@ -432,7 +443,7 @@ class Canaries:
                     raise CanaryFailed(f"api: {event['type']} before any output text")
             raise CanaryFailed("api: the stream ended before any output text")
         except OSError as e:
-            raise CanaryFailed(f"api: {e}") from None
+            raise (CanaryTimedOut if isinstance(e, TimeoutError) else CanaryFailed)(f"api: {e!r}") from None
         finally:
             conn.close()
 
@@ -442,7 +453,7 @@ class Canaries:
         try:
             self.gateway.CountTokens(request, metadata=metadata(self.key), timeout=SAMPLE_TIMEOUT_S)
         except grpc.RpcError as e:
-            raise CanaryFailed(f"CountTokens: {e.code().name} {e.details()}") from None
+            raise rpc_failed("CountTokens", e) from None
         return time.perf_counter() - t0
 
     def harness_start(self) -> float:
@@ -461,7 +472,7 @@ class Canaries:
                 raise CanaryFailed(f"harness: first event {event.WhichOneof('event')}: {event}"[:200])
             return elapsed
         except grpc.RpcError as e:
-            raise CanaryFailed(f"harness: {e.code().name} {e.details()}") from None
+            raise rpc_failed("harness", e) from None
         finally:
             requests.close()
             call.cancel()  # the run stops (INTERRUPTED); the canary is its start
@@ -492,9 +503,11 @@ class _Requests:
 class Cell:
     samples: dict[str, list[float]] = field(default_factory=lambda: {c: [] for c in CANARIES})
     failures: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CANARIES})
+    timed_out: dict[str, list[str]] = field(default_factory=lambda: {c: [] for c in CANARIES})
     load: LoadStats | None = None
     ready_s: float = 0.0
     settle_s: float = 0.0
+    drift: dict[str, float] = field(default_factory=dict)  # idle: median at the end ÷ at the start
 
 
 def p(values: list[float], q: float) -> float:
@@ -502,17 +515,38 @@ def p(values: list[float], q: float) -> float:
     return float(np.percentile(values, q * 100)) if values else float("nan")
 
 
-def measure(canaries: Canaries, samples: int) -> Cell:
-    """``samples`` of each canary, one at a time, the canaries taking turns."""
+def measure(canaries: Canaries, samples: int, spread_s: float = 0.0, max_s: float = float("inf")) -> Cell:
+    """``samples`` of each canary, one at a time, the canaries taking turns; round ``i`` starts no
+    sooner than ``i * spread_s / samples`` in, so a cell covers every phase of a slow load, and no
+    round starts after ``max_s`` (a load that stalls the canaries for minutes gets fewer samples)."""
     cell = Cell()
+    t0 = time.monotonic()
     for i in range(samples):
+        if (wait := t0 + i * spread_s / samples - time.monotonic()) > 0:
+            time.sleep(wait)
+        if i and time.monotonic() - t0 > max_s:
+            break
         order = CANARIES[i % len(CANARIES):] + CANARIES[: i % len(CANARIES)]
         for canary in order:
+            started = time.perf_counter()
             try:
                 cell.samples[canary].append(canaries.sample(canary))
+            except CanaryTimedOut as e:
+                cell.samples[canary].append(time.perf_counter() - started)
+                cell.timed_out[canary].append(str(e))
             except CanaryFailed as e:
                 cell.failures[canary].append(str(e))
     return cell
+
+
+def pooled(*cells: Cell) -> Cell:
+    out = Cell()
+    for cell in cells:
+        for canary in CANARIES:
+            out.samples[canary] += cell.samples[canary]
+            out.failures[canary] += cell.failures[canary]
+            out.timed_out[canary] += cell.timed_out[canary]
+    return out
 
 
 def settle(canaries: Canaries, idle: Cell) -> float:
@@ -546,22 +580,28 @@ def run_mode(mode: str, engine: str, args: argparse.Namespace, auth: Path, keys:
             if not texts:
                 texts.update(zip(("texts", "counted", "used"),
                                  prompt_texts(mesh.gateway, keys["load"], args.sessions), strict=True))
-            measure(canaries, 2)  # warm-up: connections, first-call setup
-            cells["idle"] = measure(canaries, args.samples)
+            measure(canaries, WARM_UP)  # connections, first-call setup, the first sessions' storage
+            idle_start = measure(canaries, args.samples, args.cell_s)
+            cells["idle"] = idle_start
             console.print(f"  {engine} {mode} idle: " + ", ".join(
-                f"{c} {p(cells['idle'].samples[c], 0.5) * 1e3:.1f} ms" for c in CANARIES))
+                f"{c} {p(idle_start.samples[c], 0.5) * 1e3:.1f} ms" for c in CANARIES))
             spec = {"key": keys["load"], "gateway": mesh.gateway, "api": mesh.api, "harness": mesh.harness,
                     "texts": texts["texts"]}
             for kind in args.loads:
                 with RunningLoad(kind, spec) as load:
-                    cell = measure(canaries, args.samples)
+                    cell = measure(canaries, args.samples, args.cell_s, args.cell_max_s)
                 cell.load, cell.ready_s = load.stats, load.ready_s
-                cell.settle_s = settle(canaries, cells["idle"])
+                cell.settle_s = settle(canaries, idle_start)
                 cells[kind] = cell
                 console.print(f"  {engine} {mode} {kind}: " + ", ".join(
                     f"{c} {ratio(cells, kind, c):.1f}x" for c in CANARIES)
                     + f"; load {cell.load.requests} requests {dict(cell.load.outcomes)}; settled in "
                     f"{cell.settle_s:.1f} s")
+            # Idle again at the end, pooled with the first: the machine's own drift over the mode
+            # counts against no load in particular.
+            idle_end = measure(canaries, args.samples, args.cell_s)
+            cells["idle"] = pooled(idle_start, idle_end)
+            cells["idle"].drift = {c: p(idle_end.samples[c], 0.5) / p(idle_start.samples[c], 0.5) for c in CANARIES}
         finally:
             canaries.close()
             interrupts.stop(mesh)
@@ -630,8 +670,10 @@ def table(engine: str, results: dict[str, dict[str, Cell]], args: argparse.Names
             for mode in MODES:
                 cell = results[mode][kind]
                 values = cell.samples[canary]
-                failed = len(cell.failures[canary])
-                row += [ms(p(values, 0.5)) + (f" ({failed} failed)" if failed else ""), ms(p(values, 0.9)),
+                notes = [f"n={len(values)}"] if len(values) < args.samples else []
+                notes += [f"{len(cell.timed_out[canary])} timed out"] if cell.timed_out[canary] else []
+                notes += [f"{len(cell.failures[canary])} failed"] if cell.failures[canary] else []
+                row += [ms(p(values, 0.5)) + (f" ({', '.join(notes)})" if notes else ""), ms(p(values, 0.9)),
                         "1.00x" if kind == "idle" else fmt_ratio(ratio(results[mode], kind, canary))]
             t.add_row(*row)
     return t
@@ -659,9 +701,11 @@ def failures(all_results: dict[str, dict[str, dict[str, Cell]]]) -> list[str]:
     for engine, results in all_results.items():
         for mode, cells in results.items():
             for kind, cell in cells.items():
-                for canary, errors in cell.failures.items():
-                    if errors:
-                        out.append(f"- {engine} {mode} {kind} {canary}: {len(errors)} failed, e.g. {errors[0][:200]}")
+                for canary in CANARIES:
+                    for what, errors in (("failed", cell.failures[canary]), ("timed out", cell.timed_out[canary])):
+                        if errors:
+                            out.append(f"- {engine} {mode} {kind} {canary}: {len(errors)} {what}, e.g. "
+                                       f"{errors[0][:200]}")
     return out
 
 
@@ -710,6 +754,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="the simulated engine only, 5 samples (unless given)")
     parser.add_argument("--samples", type=int, default=12, help="samples per canary and cell (default: 12; --quick: 5)")
+    parser.add_argument("--cell-s", type=float, default=15.0,
+                        help="each cell's samples spread over at least this many seconds (default: 15; --quick: 6)")
+    parser.add_argument("--cell-max-s", type=float, default=150.0,
+                        help="no new round of canaries after this many seconds of a cell (default: %(default)s)")
     parser.add_argument("--engines", default="", help="comma-separated, of simulated,reference "
                                                       "(default: both; --quick: simulated)")
     parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {','.join(LOADS)} (default: all)")
@@ -723,6 +771,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.quick and args.samples == parser.get_default("samples"):
         args.samples = 5
+    if args.quick and args.cell_s == parser.get_default("cell_s"):
+        args.cell_s = 6.0
     engines = [e for e in (args.engines or ("simulated" if args.quick else ",".join(ENGINES))).split(",") if e]
     args.loads = [k for k in args.loads.split(",") if k]
     for name, given, known in (("engine", engines, ENGINES), ("load", args.loads, LOADS)):
@@ -780,13 +830,20 @@ def main(argv: list[str]) -> int:
             "small task, to `RunStarted`). Each load of tenant `load` runs in a process of its own while the "
             "canaries are measured:", "", *loads_text, "",
             "Ratio: the cell's median ÷ the idle median of the same mode in the same run; **goal: every ratio "
-            f"≤ {GOAL:g}x idle** (!! marks one over it).", "", *goal, "",
+            f"≤ {GOAL:g}x idle** (!! marks one over it). In a cell, n=k: fewer samples than asked (no round "
+            f"starts after {args.cell_max_s:g} s of a cell); timed out: no answer in {SAMPLE_TIMEOUT_S:g} s, counted "
+            "at that time; failed: left out.", "", *goal, "",
             "On the reference engine (window 8,192 tokens) the gateway refuses the 20k and 64k prompts once it "
             "has tokenized them: what they cost the gateway is still the load.", ""]
     for t in tables:
         body += [*provenance.table_markdown(t), ""]
+    body += ["Idle is measured at the start of each mode and again at its end, and the two pooled; how much the "
+             "machine itself drifted over a mode (idle median at the end ÷ at the start):", "",
+             *(f"- {e} {m}: " + ", ".join(f"{c} {d:.2f}x" for c, d in all_results[e][m]["idle"].drift.items())
+               for e in engines for m in MODES), ""]
     if fails := failures(all_results):
-        body += ["Canary samples that failed (left out of the percentiles):", "", *fails, ""]
+        body += [f"Canary samples that failed (left out of the percentiles) or timed out (after {SAMPLE_TIMEOUT_S:g} s; "
+                 "counted at the time waited, a lower bound):", "", *fails, ""]
     body += ["![isolation](isolation.png)"]
     png = provenance.save_figure(plot(all_results, args.loads, f"isolation, {', '.join(engines)}"), args.out,
                                  "isolation")

@@ -20,7 +20,7 @@ class GatewayConfig:
     safety_overlap_chars: int = 64
     # The input is classified a window of this many characters at a time (each on the work pool).
     safety_input_window_chars: int = 64 * 1024
-    # The work pool (work_pool.py): threads for requests' heavy work, how many of them one tenant
+    # The work pool (common/work_pool.py): threads for requests' heavy work, how many of them one tenant
     # may hold at once, and the request size below which the work runs inline on the event loop.
     work_threads: int = 4
     work_tenant_share: int = 2

@@ -48,7 +48,7 @@ class Gateway(Protocol):
 
     async def offload(self, tenant: str, size: int, fn: Callable[[], T]) -> T:
         """``fn()`` for a request of ``size`` bytes: on the fair work pool in ``tenant``'s turn, or
-        inline when small (the event loop serves every stream; see work_pool.py)."""
+        inline when small (the event loop serves every stream; see common/work_pool.py)."""
         ...
 
 

@@ -5,7 +5,7 @@ A delta (``previous_response_id``) continues the conversation the store holds (r
 under a new header when it changes the model name, instructions or tools: a cache break); a full
 request on a stream that already holds one continues it when it extends it (or reports
 where it breaks: a cache break). A large request's work runs on the gateway's fair work
-pool (work_pool.py), never on the event loop every stream shares.
+pool (common/work_pool.py), never on the event loop every stream shares.
 """
 
 from __future__ import annotations

@@ -84,10 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="background responses (background: true) one tenant may have queued or in progress "
                              "at once; more is 429; they run in this process and are cancelled when it stops "
                              "(0: background mode off) (env LOOPWIRE_BACKGROUND_RESPONSES)")
-    parser.add_argument("--decode-per-tenant", type=int, default=_env_int("decode_per_tenant", 2),
+    parser.add_argument("--decode-per-tenant", type=int, default=_env_int("decode_per_tenant", 1),
                         help="request bodies of one tenant decompressed and parsed at once, in worker threads off "
                              "the event loop (a body over 64 KiB or compressed); more wait their turn, behind that "
-                             "tenant's own only (env LOOPWIRE_DECODE_PER_TENANT)")
+                             "tenant's own only. Parsing holds the GIL, so more than one mostly takes more of the "
+                             "loop's turns (env LOOPWIRE_DECODE_PER_TENANT)")
     add_insecure_dev_argument(parser)
 
 

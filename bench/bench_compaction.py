@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from loopwire.common import masking
 from loopwire.common.recorded import RecordedSession, load_sessions
-from loopwire.harness import compaction, masking
+from loopwire.harness import compaction
 from loopwire.harness.config import HarnessConfig
 from loopwire.v1 import common_pb2
 

@@ -1,8 +1,10 @@
 """``POST /v1/responses/compact`` on the real mesh: the ``response.compaction`` object (kept user
 messages and one ``compaction`` item whose summary the model wrote through the gateway, from the
 harness's prompt), its id continuing as a ``previous_response_id`` and its items continuing in
-``input``, the summary call extending the held prefix, and as an attacker with two tenants sees
-it: another tenant's, a deleted, a ``store: false`` and an unknown id answer alike."""
+``input``, the summary call extending the held prefix, a summary the model botches (a loop, empty,
+cut at its cap) replaced by the masked conversation rather than an error, and as an attacker with
+two tenants sees it: another tenant's, a deleted, a ``store: false`` and an unknown id answer
+alike."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import pytest
 from api_mesh import KEYS, start_api_mesh
 from test_api_conformance import check_response, request
 
+from loopwire.api.compact import SUMMARY_TOKENS
 from loopwire.api.items import compaction_summary
 from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST
 
@@ -64,6 +67,7 @@ def test_compaction_object_keeps_user_messages_and_the_models_summary(api):
     assert all(u["role"] == "user" and u["status"] == "completed" for u in users)
     assert set(item) == {"type", "id", "encrypted_content"} and item["type"] == "compaction"
     assert compaction_summary(item["encrypted_content"], "x") == SUMMARY
+    assert r["loopwire_compaction"] == {"method": "summary"}
     # The summary call was the conversation with the harness's request as its last user turn.
     asked = count(api, input=[*HISTORY, {"role": "user", "content": f"{SUMMARY_INSTRUCTIONS}\n\n{SUMMARY_REQUEST}"}],
                   tools=[WEATHER], instructions="Be brief.")
@@ -161,9 +165,55 @@ def test_bad_requests_get_openai_errors(api, body, status, code, param):
     assert (reply["error"]["code"], reply["error"]["param"]) == (code, param)
 
 
-def test_an_unusable_summary_fails_clearly_and_the_service_goes_on(api):
-    status, reply = post(api, "/v1/responses/compact", model="loopwire", input=HISTORY,
-                         loopwire_replay={"text": "The task is still open. " * 8})
-    assert status == 500 and reply["error"]["code"] == "compaction_failed", reply
-    assert "repeats itself" in reply["error"]["message"]
-    assert compact(api, input=HISTORY)["object"] == "response.compaction"
+LOG = "\n".join(f"build step {i}: compiled module_{i}.c with 0 warnings" for i in range(300))
+WORK = [  # a tool output the model read (then elided), and one it has not read yet (kept)
+    {"role": "user", "content": "Build the project and tell me what fails."},
+    {"type": "function_call", "call_id": "call_b", "name": "shell", "arguments": '{"command": "make"}'},
+    {"type": "function_call_output", "call_id": "call_b", "output": LOG},
+    {"role": "assistant", "content": "The build passed; now the tests."},
+    {"role": "user", "content": "Run the tests too."},
+    {"type": "function_call", "call_id": "call_t", "name": "shell", "arguments": '{"command": "make test"}'},
+    {"type": "function_call_output", "call_id": "call_t", "output": "FAILED test_parse: expected 3, got 4"},
+]
+
+
+@pytest.mark.parametrize(("reply", "reason"), [
+    ("The task is still open. " * 8, "repeats itself"),
+    (" ".join(f"{i}. {i}. {i}." for i in range(1, 40)), "repeats itself"),  # a counting loop
+    ("", "no text"),
+    (" ".join(f"word{i}" for i in range(3 * SUMMARY_TOKENS)), f"{SUMMARY_TOKENS}-token output cap"),
+])
+def test_a_degenerate_summary_falls_back_to_the_masked_conversation(api, reply, reason):
+    r = compact(api, reply=reply, input=WORK)
+    assert r["loopwire_compaction"]["method"] == "masked", r["loopwire_compaction"]
+    assert reason in r["loopwire_compaction"]["reason"]
+    assert r["usage"]["output_tokens"] <= SUMMARY_TOKENS  # the summary call was cut at its cap
+    users, item = r["output"][:-1], r["output"][-1]
+    assert [u["content"] for u in users] == [[{"type": "input_text", "text": WORK[0]["content"]}],
+                                            [{"type": "input_text", "text": WORK[4]["content"]}]]
+    text = compaction_summary(item["encrypted_content"], "x")
+    assert text.startswith("[No summary was written (") and reason in text.splitlines()[0]
+    assert "[output of call call_b (shell), " in text and "module_299" not in text  # read: elided
+    assert "FAILED test_parse: expected 3, got 4" in text  # not read yet: kept
+    assert "assistant: The build passed; now the tests." in text and 'call shell (call_t): {"command": "make test"}' in text
+    assert WORK[0]["content"] not in text and WORK[4]["content"] not in text  # kept beside it, not twice
+    # It continues the conversation as a summary would.
+    status, follow = post(api, "/v1/responses", model="loopwire", previous_response_id=r["id"], input="Fix it.",
+                          loopwire_replay={"text": "Fixed."})
+    assert status == 200 and follow["output"][-1]["content"][0]["text"] == "Fixed.", follow
+
+
+def test_a_degenerate_summary_of_a_stored_chain_masks_the_whole_chain(api):
+    status, first = post(api, "/v1/responses", model="loopwire", input=WORK[:3], loopwire_replay={"text": WORK[3]["content"]})
+    assert status == 200, first
+    r = compact(api, reply="", previous_response_id=first["id"], input=WORK[4:])
+    assert r["loopwire_compaction"]["method"] == "masked"
+    assert [u["content"][0]["text"] for u in r["output"][:-1]] == [WORK[0]["content"], WORK[4]["content"]]
+    text = compaction_summary(r["output"][-1]["encrypted_content"], "x")
+    assert "[output of call call_b (shell), " in text and "FAILED test_parse" in text
+    assert "assistant: The build passed; now the tests." in text  # the stored response's own output
+    # Compacting the compaction again: its masked text is the earlier turns' summary, once.
+    again = compact(api, reply="", previous_response_id=r["id"], input="And the docs?")
+    text = compaction_summary(again["output"][-1]["encrypted_content"], "x")
+    assert text.count("summary of earlier turns: [No summary was written") == 1, text
+

@@ -5,8 +5,14 @@ messages kept as they were, then one ``compaction`` item holding a summary of th
 The summary is written by one model call through the gateway, with the harness's compaction
 prompt. It is asked as a last user turn of the conversation itself (not under other
 instructions), so the call extends the prefix the replica already holds and prefills only the
-request. A summary the harness would drop (cut off at its token cap, repeating itself, empty)
-fails the request rather than reaching the client.
+request. Its output is capped at ``SUMMARY_TOKENS``, so a small model that loops stops within
+seconds, not the 37-50 s a 1024-token cap took. A summary the harness would drop (cut off at
+that cap, repeating itself, empty) never fails the request: the ``compaction`` item then holds
+the conversation masked as the harness masks its log (``summaries.masked_history``: the tool
+outputs the model has read elided, the newest entries within ``HISTORY_TOKENS``). The object's
+``loopwire_compaction`` says which: ``{"method": "summary"}`` or ``{"method": "masked",
+"reason": why the summary was not used}``. Only a real fault (the gateway down, a refused
+request) is an error.
 
 With ``store`` (the default) the object is kept like a stored response, under the tenant, for
 as long as responses are: its id then continues as a ``previous_response_id`` (the api resends
@@ -16,6 +22,7 @@ its items in full to the gateway, which never saw them). Its ``output`` may also
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -29,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from loopwire.api import items, tools
 from loopwire.api.body import read_json
 from loopwire.api.context import (
+    ApiContext,
     context,
     error_response,
     feed_until_done,
@@ -39,8 +47,8 @@ from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, previous_not_found
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.store import ResponseStore, tenant_key
-from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_MAX_TOKENS, SUMMARY_REQUEST, degenerate
-from loopwire.v1 import common_pb2
+from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, degenerate, masked_history
+from loopwire.v1 import common_pb2, gateway_pb2
 
 log = logging.getLogger("loopwire.api")
 
@@ -49,7 +57,11 @@ OBJECT = "response.compaction"
 # model settings of its turns: a delta must keep them), ``store`` and the replay extension.
 FIELDS = {"model", "input", "previous_response_id", "instructions", "prompt_cache_key", "tools",
           "parallel_tool_calls", "reasoning", "text", "store", "loopwire_replay"}
-MAX_CHAIN = 1000  # stored responses walked back for the user messages of a chain
+MAX_CHAIN = 1000  # stored responses walked back for the items of a chain
+# The summary call's output cap: a useful summary fits, and a small model that loops (about
+# 25 tokens/s on CPU) is cut within about 20 s instead of running 37-50 s to 1024 tokens.
+SUMMARY_TOKENS = 512
+HISTORY_TOKENS = 2048  # cl100k tokens of masked conversation, at most, when no summary is usable
 
 
 def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
@@ -66,62 +78,84 @@ async def compact_response(request: Request) -> Response:
             parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
                                      functools.partial(_parse, models=ctx.models))
             previous = parsed.create.previous_response_id
-            users = chain_user_messages(ctx.store, owner, previous) + [
-                i for i in parsed.input_json if i.get("type") == "message" and i.get("role") == "user"]
+            history = chain_items(ctx.store, owner, previous) + parsed.input_json
             check_previous(ctx.store, owner, parsed)
-            create = parsed.create
-            create.no_store = True  # the summary call is not a turn of the conversation
-            create.sampling.max_output_tokens = SUMMARY_MAX_TOKENS
-            create.ClearField("text_format")
-            if create.tools or create.previous_response_id:
-                create.tool_choice.mode = common_pb2.TOOL_CHOICE_MODE_NONE
-            create.input.append(items.text_item(common_pb2.ROLE_USER, f"{SUMMARY_INSTRUCTIONS}\n\n{SUMMARY_REQUEST}"))
-            ctx.apply_replay(create)
             builder = ResponseBuilder(parsed)
-            stream = ctx.gateway.open(authorization, create.previous_response_id)
-            try:
-                events, _ = await first_events(stream, create, builder.feed)
-            except ApiError:
-                await stream.close()
-                raise
-            await feed_until_done(stream, events, builder)
-            failure = builder.failure()
-            if failure is not None:
-                raise failure
-            summary = _summary(builder)
+            summary, why = await _summarize(ctx, authorization, parsed.create, builder)
         except ApiError as e:
             log.info("POST /v1/responses/compact -> %d %s", e.status, e.code)
             return error_response(e)
+    if why:  # deterministic: the conversation masked, as the harness masks its log
+        summary = masked_history(_conversation(history), why, HISTORY_TOKENS)
+    users = [i for i in history if i.get("type", "message") == "message" and i.get("role") == "user"]
     kept = users[:1] + users[1:][-1:]
     output = [*copy.deepcopy(kept), {"type": "compaction", "id": f"cmp_{secrets.token_hex(12)}",
                                      "encrypted_content": items.compaction_content(summary)}]
-    resource = {"id": f"resp_{secrets.token_hex(16)}", "object": OBJECT, "created_at": int(time.time()),
-                "output": output, "usage": builder.usage}
+    resource: dict[str, Any] = {
+        "id": f"resp_{secrets.token_hex(16)}", "object": OBJECT, "created_at": int(time.time()), "output": output,
+        "usage": builder.usage,
+        "loopwire_compaction": {"method": "masked", "reason": why} if why else {"method": "summary"}}
     if parsed.store:
         ctx.store.put(owner, resource, parsed.input_json)
-    u = builder.usage or {}
-    log.info("POST /v1/responses/compact id=%s previous=%s in=%s cached=%s out=%s kept=%d", resource["id"],
-             previous or "-", u.get("input_tokens"), (u.get("input_tokens_details") or {}).get("cached_tokens"),
-             u.get("output_tokens"), len(kept))
+    u = resource["usage"]
+    log.info("POST /v1/responses/compact id=%s previous=%s in=%s cached=%s out=%s kept=%d method=%s%s",
+             resource["id"], previous or "-", u.get("input_tokens"),
+             (u.get("input_tokens_details") or {}).get("cached_tokens"), u.get("output_tokens"), len(kept),
+             "masked" if why else "summary", f" ({why})" if why else "")
     return JSONResponse(resource)
 
 
-def _summary(builder: ResponseBuilder) -> str:
-    """The summary's text (its reasoning left out), or the harness's reason to drop it as a 500."""
+async def _summarize(ctx: ApiContext, authorization: str, create: gateway_pb2.CreateResponse,
+                     builder: ResponseBuilder) -> tuple[str, str]:
+    """The model's summary of the conversation ``create`` holds, or why there is none it can use
+    (a real fault is the ApiError it raises)."""
+    create.no_store = True  # the summary call is not a turn of the conversation
+    create.sampling.max_output_tokens = SUMMARY_TOKENS
+    create.ClearField("text_format")
+    if create.tools or create.previous_response_id:
+        create.tool_choice.mode = common_pb2.TOOL_CHOICE_MODE_NONE
+    create.input.append(items.text_item(common_pb2.ROLE_USER, f"{SUMMARY_INSTRUCTIONS}\n\n{SUMMARY_REQUEST}"))
+    ctx.apply_replay(create)
+    stream = ctx.gateway.open(authorization, create.previous_response_id)
+    try:
+        events, _ = await first_events(stream, create, builder.feed)
+    except ApiError:
+        await stream.close()
+        raise
+    await feed_until_done(stream, events, builder)
+    failure = builder.failure()
+    if failure is not None:
+        raise failure
+    return _summary(builder)
+
+
+def _summary(builder: ResponseBuilder) -> tuple[str, str]:
+    """The summary's text (its reasoning left out), and the harness's reason to drop it ('' when
+    it is usable)."""
     text = "".join(part["text"] for item in builder.output if item["type"] == "message"
                    for part in item["content"]).strip()
     finish = common_pb2.FINISH_REASON_LENGTH if builder.status == "incomplete" else common_pb2.FINISH_REASON_STOP
     why = "the summary call returned no text" if not text else degenerate(
-        text, (builder.usage or {}).get("output_tokens", 0), SUMMARY_MAX_TOKENS, finish)
-    if why:
-        raise ApiError(500, f"The conversation could not be compacted: {why}.", type="server_error",
-                       code="compaction_failed")
-    return text
+        text, (builder.usage or {}).get("output_tokens", 0), SUMMARY_TOKENS, finish)
+    return text, why
 
 
-def chain_user_messages(store: ResponseStore, owner: str, previous: str) -> list[dict[str, Any]]:
-    """The user messages of the stored responses ``previous`` continues (as far back as they are
-    stored here), oldest first."""
+def _conversation(history: list[dict[str, Any]]) -> list[common_pb2.Item]:
+    """The conversation's items as loopwire items; a stored item the api cannot read back as
+    input is left out (the masked text is then shorter, never wrong)."""
+    with contextlib.suppress(ApiError):
+        return items.response_input(history)
+    out: list[common_pb2.Item] = []
+    for item in history:
+        with contextlib.suppress(ApiError):
+            out += items.response_input([item])
+    return out
+
+
+def chain_items(store: ResponseStore, owner: str, previous: str) -> list[dict[str, Any]]:
+    """The items of the stored responses ``previous`` continues (each one's input, then its
+    output; a compaction's output stands for all before it), as far back as they are stored here,
+    oldest first."""
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     while previous and previous not in seen and len(seen) < MAX_CHAIN:
@@ -129,9 +163,14 @@ def chain_user_messages(store: ResponseStore, owner: str, previous: str) -> list
         stored = store.get(owner, previous)
         if stored is None:
             break
-        source = stored.response["output"] if stored.response.get("object") == OBJECT else stored.input_items
-        out[:0] = [i for i in source if i.get("type") == "message" and i.get("role") == "user"]
+        if stored.response.get("object") == OBJECT:
+            out[:0] = stored.response["output"]
+            break
+        out[:0] = [*stored.input_items, *stored.response.get("output", [])]
         previous = stored.response.get("previous_response_id") or ""
+        before = store.get(owner, previous) if previous else None
+        if before is not None and before.response.get("object") == OBJECT:
+            break  # its input began with the compaction's items (``expand_compacted``)
     return out
 
 

@@ -11,7 +11,8 @@ only when it is shorter, so masking never makes an item larger.
 
 Masking old observations costs half of what LLM summaries do and solves as many tasks (Lindenbauer
 et al., "The Complexity Trap", arXiv 2508.21433); it is tried first, a summary only when it is not
-enough.
+enough. The harness's compaction masks its session log; the api's ``/v1/responses/compact`` masks
+a conversation into text when the model's summary is unusable (``summaries.masked_history``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Sequence
 
 from loopwire.v1 import common_pb2
 
@@ -64,15 +66,28 @@ def elided(call_id: str, name: str, tokens: int) -> str:
     return f"[output of call {call_id} ({name or 'tool'}), {tokens} tokens, elided]"
 
 
-def cut(text: str, cap: int, path: str) -> str:
-    """A head and a tail of `text` within about `cap` tokens, with a note naming the file."""
+def cut(text: str, cap: int, path: str = "") -> str:
+    """A head and a tail of `text` within about `cap` tokens, with a note naming the file that
+    holds all of it (`path`, where there is one)."""
     ids = encoding().encode(text, disallowed_special=())
-    note = f"\n[... {{n}} of {len(ids)} tokens cut here; the whole output is in {path}]\n"
+    where = f"; the whole output is in {path}" if path else ""
+    note = f"\n[... {{n}} of {len(ids)} tokens cut here{where}]\n"
     budget = max(2, cap - count(note.format(n=len(ids))))
     head = budget * 3 // 5
     tail = budget - head
     dropped = len(ids) - head - tail
     return (encoding().decode(ids[:head]) + note.format(n=dropped) + encoding().decode(ids[len(ids) - tail:]))
+
+
+def unseen(items: Sequence[common_pb2.Item]) -> int:
+    """The first position after the model's last output: outputs from there on it has not read
+    (never elided)."""
+    for i in range(len(items) - 1, -1, -1):
+        x = items[i]
+        if x.WhichOneof("item") == "function_call" or (
+                x.WhichOneof("item") == "message" and x.message.role == common_pb2.ROLE_ASSISTANT):
+            return i + 1
+    return 0
 
 
 def masked_output(item: common_pb2.Item, name: str, *, elide: bool, cap: int) -> common_pb2.Item:

@@ -40,9 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from loopwire.common import masking
 from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, degenerate
 from loopwire.common.work_pool import FairWorkPool
-from loopwire.harness import masking
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.conversation import Conversation, GatewayError
 from loopwire.v1 import common_pb2, gateway_pb2, harness_pb2
@@ -176,20 +176,11 @@ class Plan:
     reason: str = ""  # why there is no summary input although one is wanted
 
 
-def _unseen(items: Sequence[common_pb2.Item]) -> int:
-    """The first log position after the model's last output: outputs from there on it has not read."""
-    for i in range(len(items) - 1, -1, -1):
-        x = items[i]
-        if _kind(x) == "function_call" or (_kind(x) == "message" and x.message.role == common_pb2.ROLE_ASSISTANT):
-            return i + 1
-    return 0
-
-
 def _mask_plan(items: Sequence[common_pb2.Item], keep: int, *, full: bool, truncate: bool) -> tuple[int, int]:
     """A mask horizon and cap: outputs the model has not read yet are never elided (only cut to a
     share of `keep` each); older ones stay whole, newest first, while they fit in `keep` (`full`:
     none stays)."""
-    unseen = _unseen(items)
+    unseen = masking.unseen(items)
     fresh = sum(1 for x in items[unseen:] if _kind(x) == "function_call_output")
     cap = max(masking.MIN_CAP, min(keep, keep // max(1, fresh))) if truncate else 0
     horizon = unseen

@@ -12,8 +12,9 @@ from harness_testkit import answer, call, harness_env, kinds, of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loopwire.common import masking
 from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, degenerate
-from loopwire.harness import compaction, masking
+from loopwire.harness import compaction
 from loopwire.harness.compaction import compact_items, tokens, view
 from loopwire.harness.config import HarnessConfig
 from loopwire.v1 import common_pb2, gateway_pb2

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 from harness_testkit import answer, harness_env, kinds, until
 
-from loopwire.harness import compaction, masking
+from loopwire.common import masking
+from loopwire.harness import compaction
 from loopwire.v1 import common_pb2
 
 BIG = 64 * 1024  # a text this long is counted off the loop

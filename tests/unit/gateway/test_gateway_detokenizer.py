@@ -148,10 +148,12 @@ def test_stop_string_ends_output_before_the_stop_token():
     assert parser.stopped_by_string and parser.done and not parser.saw_stop_token
 
 
-def test_output_cut_by_length_keeps_text_and_drops_the_unfinished_call():
+def test_output_cut_by_length_keeps_text_and_marks_the_unfinished_call_incomplete():
     ids = PROMPT.output_ids("look", [common_pb2.FunctionCall(name="bash", arguments='{"command": "ls"}')])
     parser = OutputParser(MODEL)
     events = parser.feed(ids[:-4]) + parser.finish()  # cut before "</tool_call>" and the stop id
     assert parser.text == "look\n" and parser.calls == [] and not parser.saw_stop_token
+    assert parser.cut is not None and parser.cut.name == "bash"
+    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == [1]
     assert any(isinstance(e, CallStartedOut) for e in events)
     assert not any(isinstance(e, CallDoneOut) for e in events)

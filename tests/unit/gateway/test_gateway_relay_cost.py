@@ -104,7 +104,7 @@ def test_a_writer_that_keeps_up_gets_every_event_as_it_was(sent):
 @given(arguments=st.recursive(st.one_of(st.integers(), st.text(max_size=8)),
                               lambda kids: st.dictionaries(st.text(max_size=4), kids, max_size=3), max_leaves=8),
        cut=st.integers(0, 10_000))
-def test_arguments_stream_up_to_the_last_brace_before_the_call_closes(arguments, cut):
+def test_arguments_stream_as_they_are_written_before_the_call_closes(arguments, cut):
     written = json.dumps({"args": arguments, "n": 1}, ensure_ascii=False)
     call = common_pb2.FunctionCall(name="bash", arguments=written)
     ids = PROMPT.output_ids("", [call])
@@ -115,10 +115,9 @@ def test_arguments_stream_up_to_the_last_brace_before_the_call_closes(arguments,
     seen = decode(MODEL.tokenizer, ids[:cut])
     streamed = "".join(e.delta for e in events if isinstance(e, CallArgumentsOut))
     if seen.startswith(head) and "</tool_call>" not in seen and "\ufffd" not in seen:
-        so_far = seen[len(head):]
-        # Everything up to (not including) the last "}" seen so far has left, trailing spaces held.
-        expected = so_far[: so_far.rfind("}")].rstrip() if "}" in so_far else ""
-        assert streamed == expected
+        # The body is read as JSON: every character of the arguments seen so far has left, and
+        # nothing after them (the call object's own brace).
+        assert streamed == seen[len(head):][: len(written)]
     events += parser.feed(ids[cut:]) + parser.finish()
     assert [e.call.arguments for e in events if isinstance(e, CallDoneOut)] == [written]
     assert "".join(e.delta for e in events if isinstance(e, CallArgumentsOut)) == written

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 import pytest
-from api_mesh import KEYS, start_api_mesh
+from api_mesh import KEYS, sdk, start_api_mesh, until_end
 from test_api_conformance import check_response, request
 
 from loopwire.api.compact import SUMMARY_TOKENS
@@ -217,3 +217,18 @@ def test_a_degenerate_summary_of_a_stored_chain_masks_the_whole_chain(api):
     text = compaction_summary(again["output"][-1]["encrypted_content"], "x")
     assert text.count("summary of earlier turns: [No summary was written") == 1, text
 
+
+
+def test_a_websocket_chain_compacts_with_a_degenerate_summary(api):
+    turn = {"type": "response.create", "model": "loopwire"}
+    with sdk(api).responses.connect() as conn:
+        conn.send({**turn, "input": [WORK[0]], "loopwire_replay": {"text": "Building now."}})
+        first = until_end(conn)[-1].response
+        conn.send({**turn, "input": [{"role": "user", "content": "Any warnings?"}], "previous_response_id": first.id,
+                   "loopwire_replay": {"text": "None at all."}})
+        second = until_end(conn)[-1].response
+    r = compact(api, reply="1. 1. 1. 2. 2. 2. " * 20, previous_response_id=second.id)
+    assert r["loopwire_compaction"]["method"] == "masked" and "repeats itself" in r["loopwire_compaction"]["reason"]
+    assert [u["content"][0]["text"] for u in r["output"][:-1]] == [WORK[0]["content"], "Any warnings?"]
+    text = compaction_summary(r["output"][-1]["encrypted_content"], "x")
+    assert text.endswith("assistant: Building now.\nassistant: None at all."), text

@@ -175,19 +175,21 @@ class ChatBuilder:
                 lps = logprobs.entries(event.text_delta.logprobs)
                 self.logprobs += lps
             return [self._chunk({"content": event.text_delta.text}, lps=lps)]
+        # A call goes out whole, at its end: clients (the AI SDK) call every call they were shown
+        # when the stream ends, so one the token limit cut must never have been shown.
         if kind == "tool_call_started":
             s = event.tool_call_started
-            index = self._call_index[s.call_id] = len(self.calls)
+            self._call_index[s.call_id] = len(self.calls)
             self.calls.append({"id": s.call_id, "type": "function", "function": {"name": s.name, "arguments": ""}})
-            return [self._chunk({"tool_calls": [{"index": index, "id": s.call_id, "type": "function",
-                                                 "function": {"name": s.name, "arguments": ""}}]})]
-        if kind == "tool_call_arguments_delta":
-            d = event.tool_call_arguments_delta
-            at = self._call_index.get(d.call_id)
+            return []
+        if kind == "tool_call_done":
+            call = event.tool_call_done.call
+            at = self._call_index.get(call.call_id)
             if at is None:
                 return []
-            self.calls[at]["function"]["arguments"] += d.delta
-            return [self._chunk({"tool_calls": [{"index": at, "function": {"arguments": d.delta}}]})]
+            self.calls[at]["function"]["arguments"] = call.arguments
+            return [self._chunk({"tool_calls": [{"index": at, "id": call.call_id, "type": "function",
+                                                 "function": {"name": call.name, "arguments": call.arguments}}]})]
         if kind == "completed":
             c = event.completed
             self.done = True

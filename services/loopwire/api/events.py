@@ -299,6 +299,14 @@ class ResponseBuilder:
         if done.finish_reason == common_pb2.FINISH_REASON_LENGTH:
             self.status = "incomplete"
             self.incomplete = {"reason": "max_output_tokens"}
+            if done.message_incomplete:  # the cut came while the message was written
+                for item in self.output:
+                    if item["type"] == "message":
+                        item["status"] = "incomplete"
+            if done.HasField("incomplete_call"):  # announced, cut before its end: it stays, incomplete
+                item = tools.call_item(done.incomplete_call, self.parsed.tool_kinds, status="incomplete")
+                self.output.append(item)
+                out.append(self._event("response.output_item.done", output_index=len(self.output) - 1, item=item))
             return [*out, self._event("response.incomplete", response=self.response())]
         self.status = "completed"
         return [*out, self._event("response.completed", response=self.response())]

@@ -25,7 +25,7 @@ from loopwire.common.model_def import ModelDefinition
 from loopwire.gateway.detokenizer import StopStringFilter, TokenBytes, Utf8Stream
 from loopwire.gateway.tool_formats import parser_for
 from loopwire.gateway.tool_formats.base import partial_suffix
-from loopwire.v1 import common_pb2
+from loopwire.v1 import common_pb2, gateway_pb2
 
 
 @dataclass
@@ -260,24 +260,32 @@ class OutputParser:
 
     def output_items(self) -> list[common_pb2.Item]:
         """The response as transcript items: the assistant message (if any text or no calls), then
-        the calls, the one the output was cut inside last."""
+        the finished calls (a cut call is no item: see ``report_cut``)."""
         items = []
-        calls = [*self.calls, *([self.cut] if self.cut is not None else [])]
-        text = self.text.strip() if calls else self.text
-        if text or not calls:
+        text = self.text.strip() if self.calls else self.text
+        if text or not self.calls:
             items.append(common_pb2.Item(message=common_pb2.Message(
                 role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=text)])))
-        items += [common_pb2.Item(function_call=c) for c in calls]
+        items += [common_pb2.Item(function_call=c) for c in self.calls]
         return items
 
-    def incomplete_items(self, reason: int) -> list[int]:
-        """Indexes in ``output_items()`` of the items a cut left unfinished: the call it cut, or
-        the message when it was cut writing text (``reason``: the response's finish reason)."""
-        if reason != common_pb2.FINISH_REASON_LENGTH:
-            return []
-        items = self.output_items()
+    def finish_reason(self, engine: common_pb2.FinishReason.ValueType) -> common_pb2.FinishReason.ValueType:
+        """The response's finish reason, given the replica's: a stop string stops it; a cut inside a
+        call, or inside the text before any call, is LENGTH; finished calls make it TOOL_CALLS."""
+        if self._stop.stopped:
+            return common_pb2.FINISH_REASON_STOP
+        if self.cut is not None or (engine == common_pb2.FINISH_REASON_LENGTH and not self.calls):
+            return common_pb2.FINISH_REASON_LENGTH
+        if self.calls:
+            return common_pb2.FINISH_REASON_TOOL_CALLS
+        return engine or common_pb2.FINISH_REASON_STOP
+
+    def report_cut(self, completed: gateway_pb2.ResponseCompleted) -> None:
+        """Says in the completed event what a cut (finish reason LENGTH) left unfinished: the call
+        it was inside, or the message whose text it was writing."""
+        if completed.finish_reason != common_pb2.FINISH_REASON_LENGTH:
+            return
         if self.cut is not None:
-            return [len(items) - 1]
-        if self._text_open and items[0].WhichOneof("item") == "message" and not self.calls:
-            return [0]
-        return []
+            completed.incomplete_call.CopyFrom(self.cut)
+        elif self._text_open and any(i.WhichOneof("item") == "message" for i in completed.output):
+            completed.message_incomplete = True

@@ -530,12 +530,7 @@ class ResponseRun:
             if not gw.config.stateless:
                 gw.store.put(self.id, conversation, session.tenant.name, session.stream_id, self.create.no_store)
                 session.conversation = conversation
-            if self.parser.stopped_by_string:
-                reason = common_pb2.FINISH_REASON_STOP
-            elif self.parser.calls:
-                reason = common_pb2.FINISH_REASON_TOOL_CALLS
-            else:
-                reason = finished.finish_reason or common_pb2.FINISH_REASON_STOP
+            reason = self.parser.finish_reason(finished.finish_reason)
             session.limiter.tokens.charge(finished.usage.output_tokens)
             gw.metrics.add("responses", self.model)
             gw.metrics.add("tokens_tokenized", self.model, tokenized)
@@ -557,8 +552,9 @@ class ResponseRun:
         usage.CopyFrom(finished.usage)
         usage.reasoning_tokens = min(usage.output_tokens or len(self.generated),
                                      reasoning_tokens(gw.model, self.generated, self.parser.thought))
-        return self._event(completed=gateway_pb2.ResponseCompleted(
-            finish_reason=reason, usage=usage, timings=timings, output=output))
+        completed = gateway_pb2.ResponseCompleted(finish_reason=reason, usage=usage, timings=timings, output=output)
+        self.parser.report_cut(completed)
+        return self._event(completed=completed)
 
     def _event(self, **kwargs: object) -> gateway_pb2.ConverseResponse:
         return event(self.id, **kwargs)

@@ -768,8 +768,14 @@ class ResponseCompleted(_message.Message):
     USAGE_FIELD_NUMBER: _builtins.int
     TIMINGS_FIELD_NUMBER: _builtins.int
     OUTPUT_FIELD_NUMBER: _builtins.int
+    MESSAGE_INCOMPLETE_FIELD_NUMBER: _builtins.int
+    INCOMPLETE_CALL_FIELD_NUMBER: _builtins.int
     finish_reason: _common_pb2.FinishReason.ValueType
     """Why the output ended; TOOL_CALLS when it made any call."""
+    message_incomplete: _builtins.bool
+    """The output was cut by its token limit (finish_reason LENGTH) while writing the assistant
+    message's text: the last message in `output` is incomplete.
+    """
     @_builtins.property
     def usage(self) -> _common_pb2.Usage:
         """The generation's token accounting."""
@@ -782,6 +788,13 @@ class ResponseCompleted(_message.Message):
     def output(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]:
         """The response's output items (assistant message and function calls)."""
 
+    @_builtins.property
+    def incomplete_call(self) -> _common_pb2.FunctionCall:
+        """The output was cut by its token limit (finish_reason LENGTH) inside a call it had announced
+        (ToolCallStarted): that call, with the arguments streamed before the cut. It is not in
+        `output`: nothing runs it and the conversation does not keep it; a client shows it incomplete.
+        """
+
     def __init__(
         self,
         *,
@@ -789,10 +802,12 @@ class ResponseCompleted(_message.Message):
         usage: _common_pb2.Usage | None = ...,
         timings: _common_pb2.Timings | None = ...,
         output: _abc.Iterable[_common_pb2.Item] | None = ...,
+        message_incomplete: _builtins.bool = ...,
+        incomplete_call: _common_pb2.FunctionCall | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["timings", b"timings", "usage", b"usage"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["incomplete_call", b"incomplete_call", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "output", b"output", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finish_reason", b"finish_reason", "incomplete_call", b"incomplete_call", "message_incomplete", b"message_incomplete", "output", b"output", "timings", b"timings", "usage", b"usage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -154,6 +154,6 @@ def test_output_cut_by_length_keeps_text_and_marks_the_unfinished_call_incomplet
     events = parser.feed(ids[:-4]) + parser.finish()  # cut before "</tool_call>" and the stop id
     assert parser.text == "look\n" and parser.calls == [] and not parser.saw_stop_token
     assert parser.cut is not None and parser.cut.name == "bash"
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == [1]
+    assert parser.finish_reason(common_pb2.FINISH_REASON_LENGTH) == common_pb2.FINISH_REASON_LENGTH
     assert any(isinstance(e, CallStartedOut) for e in events)
     assert not any(isinstance(e, CallDoneOut) for e in events)

@@ -135,18 +135,27 @@ def cut_run(fmt: str, text: str) -> tuple[OutputParser, list[Any]]:
     return parse(fmt, [text.encode()])
 
 
+LENGTH = common_pb2.FINISH_REASON_LENGTH
+
+
+def completed(parser: OutputParser) -> gateway_pb2.ResponseCompleted:
+    """The completed event of an output the token limit cut, as the relay builds it."""
+    done = gateway_pb2.ResponseCompleted(finish_reason=parser.finish_reason(LENGTH), output=parser.output_items())
+    parser.report_cut(done)
+    return done
+
+
 @pytest.mark.parametrize("fmt", TOOL_CALL_FORMATS)
-def test_a_call_cut_after_it_was_announced_stays_marked_incomplete(fmt):
+def test_a_call_cut_after_it_was_announced_is_reported_incomplete(fmt):
     full = render(fmt, {"command": "echo hello world"})
-    text = full[: full.index("hello")]
-    parser, events = cut_run(fmt, text)
+    parser, events = cut_run(fmt, full[: full.index("hello")])
     assert [e.name for e in events if isinstance(e, CallStartedOut)] == ["shell"]
-    assert parser.calls == [] and parser.cut is not None and parser.cut.name == "shell"
     assert not any(isinstance(e, CallDoneOut) for e in events)
-    assert "shell" not in parser.text and "<" not in parser.text
-    items = parser.output_items()
-    assert [i.WhichOneof("item") for i in items] == ["function_call"]
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == [0]
+    assert parser.calls == [] and "shell" not in parser.text and "<" not in parser.text
+    done = completed(parser)
+    assert done.finish_reason == LENGTH and done.incomplete_call.name == "shell"
+    assert done.incomplete_call.arguments.startswith("{") and not done.message_incomplete
+    assert [i.WhichOneof("item") for i in done.output] == ["message"] and parser.text.strip() == ""
 
 
 def test_a_cut_second_parallel_call_leaves_no_markup_in_the_text():
@@ -154,15 +163,15 @@ def test_a_cut_second_parallel_call_leaves_no_markup_in_the_text():
     second = render("hermes", {"command": "cat /etc/hosts"})
     parser, _ = cut_run("hermes", first + "\n" + second[: second.index("cat")])
     assert "<tool_call>" not in parser.text and parser.text.strip() == ""
-    items = parser.output_items()
-    assert [i.WhichOneof("item") for i in items] == ["function_call", "function_call"]
-    assert items[0].function_call.arguments == '{"command": "ls"}'
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == [1]
+    done = completed(parser)
+    assert [i.WhichOneof("item") for i in done.output] == ["function_call"]
+    assert done.output[0].function_call.arguments == '{"command": "ls"}'
+    assert done.finish_reason == LENGTH and done.incomplete_call.arguments == '{"command": "'
     # A call cut before its name is known was never announced: no item, and its markup is no text.
     parser, events = cut_run("hermes", first + "\n<tool_call>\n{\"na")
     assert parser.text.strip() == "" and parser.raw_text.endswith('{"na')
-    assert [i.WhichOneof("item") for i in parser.output_items()] == ["function_call"]
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == []
+    done = completed(parser)
+    assert [i.WhichOneof("item") for i in done.output] == ["function_call"] and not done.HasField("incomplete_call")
     # The model itself ending there (its stop token) is no cut: what it wrote is its text.
     parser = OutputParser(MODEL, tools=[SHELL])
     parser.feed([BYTE[b] for b in b'<tool_call>\n{"na'] + MODEL.stop_token_ids[:1])
@@ -171,5 +180,6 @@ def test_a_cut_second_parallel_call_leaves_no_markup_in_the_text():
 
 def test_text_cut_by_the_limit_marks_the_message_incomplete():
     parser, _ = cut_run("hermes", "The answer is")
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_LENGTH) == [0]
-    assert parser.incomplete_items(common_pb2.FINISH_REASON_STOP) == []
+    done = completed(parser)
+    assert done.finish_reason == LENGTH and done.message_incomplete
+    assert parser.finish_reason(common_pb2.FINISH_REASON_STOP) == common_pb2.FINISH_REASON_STOP

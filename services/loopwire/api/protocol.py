@@ -117,10 +117,12 @@ class BoundedH11Protocol(H11Protocol):
         then the write side shut and the rest of the request dropped until the client stops."""
         assert isinstance(self.conn, BoundedConnection)
         error = self.conn.refusal or ApiError(400, msg, code="invalid_request")
-        self.transport.write(_reply(error))
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # else a response has begun: only close
+            self.transport.write(_reply(error))
         self._cancel()
         self._lingering = 0
-        self.transport.write_eof()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
         self.flow.resume_reading()
         self.loop.call_later(LINGER_S, self.transport.close)
 

@@ -7,8 +7,10 @@ import dataclasses
 import json
 from typing import Any
 
+import jsonschema
+import llguidance
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from loopwire.common.model_def import TOOL_CALL_FORMATS, dummy_definition
@@ -183,3 +185,67 @@ def test_text_cut_by_the_limit_marks_the_message_incomplete():
     done = completed(parser)
     assert done.finish_reason == LENGTH and done.message_incomplete
     assert parser.finish_reason(common_pb2.FINISH_REASON_STOP) == common_pb2.FINISH_REASON_STOP
+
+
+# -- what the grammar admits, the parser reads whole ------------------------------------------
+
+STRUCTURAL = list(b'"{}[],:\n 0tf')
+# The closers too, as a walk would hardly write them a byte at a time.
+WALK_TAGS = [*TAGS, "\n</parameter>\n", "</function>", "\n</tool_call>", '"}', "}}"]
+
+
+def walk(lark: str, data: st.DataObject, limit: int = 400) -> bytes | None:
+    """A text the grammar admits, drawn one byte (or one of the formats' tags) at a time; None
+    when the walk did not end within ``limit`` bytes."""
+    tok = llguidance.LLTokenizer("byte")
+    m = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_lark(lark), log_level=0)
+    out = bytearray()
+    while len(out) < limit:
+        forced = m.compute_ff_bytes()
+        if forced:
+            assert m.consume_tokens(list(forced))
+            out += forced
+            continue
+        mask = m.compute_bitmask()
+        allowed = [i for i in range(256) if mask[i // 8] >> (i % 8) & 1]
+        if m.is_accepting() and (not allowed or data.draw(st.integers(0, 9)) == 0):
+            return bytes(out)
+        if not allowed:
+            return None
+        choice = data.draw(st.integers(0, 3))
+        if choice == 0:  # a format's own tag where the grammar lets it in (inside a string, say)
+            tag = data.draw(st.sampled_from(WALK_TAGS)).encode()
+            n = m.try_consume_tokens(list(tag))
+            if n == len(tag):
+                out += tag
+                continue
+            m.rollback(n)
+        preferred = [b for b in STRUCTURAL if b in allowed]
+        b = data.draw(st.sampled_from(preferred if preferred and choice == 1 else allowed))
+        assert m.consume_token(b)
+        out.append(b)
+    return None
+
+
+@pytest.mark.parametrize("fmt", TOOL_CALL_FORMATS)
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@given(data=st.data())
+def test_what_the_grammar_admits_the_parser_reads_whole(fmt, data):
+    create = gateway_pb2.CreateResponse(tool_choice=common_pb2.ToolChoice(mode=common_pb2.TOOL_CHOICE_MODE_REQUIRED))
+    built = tool_grammar.constraint(create, model(fmt), [SHELL])
+    assert built is not None
+    text = walk(built.lark, data)
+    assume(text is not None)
+    assert text is not None
+    try:
+        text.decode()
+    except UnicodeDecodeError:
+        assume(False)  # the walk stopped inside a character
+    k = data.draw(st.integers(0, len(text)))
+    for chunks in ([text], [text[:k], text[k:]]):
+        parser, events = parse(fmt, chunks)
+        out, calls, cut = seen(parser, events)
+        assert out.strip() == "" and cut is None and calls, text
+        for name, args in calls:
+            assert name == "shell"
+            jsonschema.validate(args, tool_grammar.strict_schema(SCHEMA))

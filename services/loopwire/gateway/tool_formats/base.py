@@ -102,6 +102,7 @@ class FormatParser:
         return True
 
 
+_STRING_RUN = re.compile(r'[^"\\]+')
 _JSON_HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
@@ -167,7 +168,9 @@ class JsonCall:
         """Follows the JSON structure over ``text``; the index where the object closes, else -1."""
         depth, in_str, esc = self._depth, self._in_str, self._esc
         begin = None
-        for k, ch in enumerate(text):
+        k, n = 0, len(text)
+        while k < n:
+            ch = text[k]
             if args and self._value == 0:
                 self._value = 1 if ch == "{" else 3
                 begin = k
@@ -178,6 +181,9 @@ class JsonCall:
                     esc = True
                 elif ch == '"':
                     in_str = False
+                else:  # a run of a string's ordinary characters, skipped at once
+                    k = _STRING_RUN.match(text, k).end()  # type: ignore[union-attr]
+                    continue
             elif ch == '"':
                 in_str = True
             elif ch in "{[":
@@ -194,6 +200,7 @@ class JsonCall:
                     self._depth, self._in_str, self._esc = depth, in_str, esc
                     self.closed = True
                     return k
+            k += 1
         if args and self._value in (1, 3):
             piece = text[begin if begin is not None else 0 :]
             (self.args if self._value == 1 else self._raw).append(piece)

@@ -300,7 +300,8 @@ class ResponseBuilder:
             self.status = "incomplete"
             self.incomplete = {"reason": "max_output_tokens"}
             if done.message_incomplete:  # the cut came while the message was written
-                for item in self.output:
+                closed = [e["item"] for e in out if e["type"] == "response.output_item.done"]
+                for item in [*self.output, *closed]:
                     if item["type"] == "message":
                         item["status"] = "incomplete"
             if done.HasField("incomplete_call"):  # announced, cut before its end: it stays, incomplete

@@ -94,5 +94,6 @@ async def test_cut_text_is_an_incomplete_message(make_mesh):
                                     sampling=common_pb2.SamplingParams(max_output_tokens=2))
     done = last(events, "completed")
     assert done.finish_reason == common_pb2.FINISH_REASON_LENGTH and done.message_incomplete
-    b, _ = responses(events)
+    b, sse = responses(events)
     assert [(i["type"], i["status"]) for i in b.response()["output"]] == [("message", "incomplete")]
+    assert [e["item"]["status"] for e in sse if e["type"] == "response.output_item.done"] == ["incomplete"]

@@ -158,6 +158,8 @@ class TenantVolumes:
                 return False
 
     def _mount(self, tree: str) -> bool:
+        if tree in self._unbounded:
+            return False
         dirs = _empty_dirs(tree)
         if dirs is None:
             if tree not in self._unbounded:

@@ -12,7 +12,7 @@ from loopwire.harness import tenant_uids
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.egress import Egress
 from loopwire.harness.server import make_sandbox
-from loopwire.harness.tenant_limits import Cgroups
+from loopwire.harness.tenant_limits import Cgroups, TmpfsBudget, TmpfsExhausted
 from loopwire.harness.tenant_uids import TenantUids, UidRangeExhausted
 
 
@@ -90,3 +90,25 @@ def test_the_start_log_says_what_is_enforced_and_what_is_checked(tmp_path):
     assert "RLIMIT_FSIZE=64.00 MiB per file (kernel)" in text and "a check, not a kernel quota" in text
     assert "egress only through the harness's proxy to *.example.org:443" in text
     assert "/tmp and /dev/shm 16.00 MiB each per command, 96.00 MiB per tenant's running commands" in text
+
+
+def test_the_tmpfs_budget_charges_per_tenant_and_gives_back_once():
+    budget = TmpfsBudget(100)
+    first = budget.take("a", 60)
+    with pytest.raises(TmpfsExhausted, match=r"RESOURCE_EXHAUSTED: .* tmpfs budget of 0.00 MiB \(--sandbox-tmpfs-budget-mb\)"):
+        budget.take("a", 60)
+    second = budget.take("b", 60)  # another tenant's budget is its own
+    first()
+    first()  # given back once, however often a process releases
+    assert budget.held == {"b": 60}
+    budget.take("a", 100)
+    second()
+    assert budget.held == {"a": 100}
+
+
+def test_the_flags_size_each_commands_tmpfs_and_the_tenants_budget(tmp_path):
+    config = HarnessConfig(workspace_root=tmp_path / "ws", sandbox_tmp_mb=16, sandbox_tmpfs_budget_mb=96,
+                           sandbox_volumes=False)
+    box = make_sandbox(config)
+    assert (box.limits.tmp_size, box.limits.tmpfs_budget, box.volumes) == (16 << 20, 96 << 20, None)
+    assert make_sandbox(HarnessConfig(workspace_root=tmp_path / "ws")).volumes is not None

@@ -61,6 +61,7 @@ class CallDoneOut:
 
 OutputEvent = TextOut | CallStartedOut | CallArgumentsOut | CallDoneOut
 
+
 class Think(enum.Enum):
     """Where the output is with respect to the think block."""
 

@@ -83,7 +83,7 @@ def seen(parser: OutputParser, events: list[Any]) -> tuple[str, list[tuple[str, 
 
 @pytest.mark.parametrize("fmt", TOOL_CALL_FORMATS)
 def test_every_format_is_registered(fmt):
-    assert tool_formats.get(fmt).name == fmt
+    assert tool_formats.get(fmt).name == fmt and set(tool_formats.FORMATS) == set(TOOL_CALL_FORMATS)
     assert tool_formats.get("") is tool_formats.FORMATS["hermes"] and tool_formats.get("nope") is None
 
 

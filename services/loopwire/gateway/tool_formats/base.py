@@ -228,8 +228,6 @@ class ToolFormat:
 
     name: ClassVar[str]
     parser: ClassVar[type[FormatParser]]
-    # The opener that starts calls in free text ('' when the whole reply is the call).
-    opener: ClassVar[str]
 
     def grammar(self, auto: bool, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
         """The Lark grammar of a response that calls ``tools``: with ``auto``, free text (``text``: the

@@ -133,7 +133,6 @@ class HermesParser(FormatParser):
 class Hermes(ToolFormat):
     name = "hermes"
     parser = HermesParser
-    opener = OPEN
 
     def grammar(self, auto: bool, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
         more = ' ("\\n" call)*' if parallel else ""

@@ -48,7 +48,6 @@ class Llama3JsonParser(JsonCallsParser):
 class Llama3Json(ToolFormat):
     name = "llama3_json"
     parser = Llama3JsonParser
-    opener = ""
 
     def grammar(self, auto: bool, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
         body = f"body: {json_rule({'anyOf': [call_schema(t, 'parameters') for t in tools]})}"

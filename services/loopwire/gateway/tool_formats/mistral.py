@@ -31,7 +31,6 @@ class MistralParser(JsonCallsParser):
 class Mistral(ToolFormat):
     name = "mistral"
     parser = MistralParser
-    opener = OPEN
 
     def grammar(self, auto: bool, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
         body = f"body: {json_rule({'anyOf': [call_schema(t, id_schema=_ID) for t in tools]})}"

@@ -245,7 +245,6 @@ def _typed(value: str, kind: Kind) -> Any:
 class Qwen3Coder(ToolFormat):
     name = "qwen3_coder"
     parser = Qwen3CoderParser
-    opener = OPEN
 
     def grammar(self, auto: bool, tools: list[common_pb2.Tool], parallel: bool, text: str | None) -> str:
         rules = [*_xml_rules(tools), f'call: "{OPEN}\\n" body "\\n{CLOSE}"',

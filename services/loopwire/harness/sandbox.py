@@ -308,6 +308,14 @@ class Sandbox:
         return [who, limits, disk, net, spawn]
 
     def probe(self, scratch: Path) -> str:
+        """Whether sandboxed commands can run here ('' when they can; ``_probe_sandbox``), and whether each
+        tenant's tree can be a volume of the quota's size (else ``warning`` says the quota is a check)."""
+        if not (failure := self._probe_sandbox(scratch)) and self.volumes is not None and (why := self.volumes.probe()):
+            self.warning = (f"{self.warning}; " if self.warning else "") + (
+                f"the workspace quota is a check, not a bound: no filesystem per tenant ({why})")
+        return failure
+
+    def _probe_sandbox(self, scratch: Path) -> str:
         """Try a trivial sandboxed command; return why it failed ('' when it works).
 
         A harness running as root first tries the drop to the unprivileged host uid; when that
@@ -343,9 +351,6 @@ class Sandbox:
             self._set_file_owner()
         if failure:
             self.unavailable_reason = f"{failure}; shell commands are refused rather than run unsandboxed"
-        elif self.volumes is not None and (why := self.volumes.probe()):
-            self.warning = (f"{self.warning}; " if self.warning else "") + (
-                f"the workspace quota is a check, not a bound: no filesystem per tenant ({why})")
         return self.unavailable_reason
 
     def _try(self, scratch: Path) -> str:

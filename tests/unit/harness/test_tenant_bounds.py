@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from harness_testkit import until
+from harness_testkit import answer, call, harness_env, kinds, of, until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -219,7 +219,7 @@ async def test_tmp_and_dev_shm_are_small_by_default_and_full_is_enospc(root, per
         await end(ss)
 
 
-async def call(ctx: tools.ToolContext, name: str, **args: object) -> tools.ToolOutcome:
+async def tool(ctx: tools.ToolContext, name: str, **args: object) -> tools.ToolOutcome:
     return await tools.execute(common_pb2.FunctionCall(call_id="c", name=name, arguments=json.dumps(args)), ctx)
 
 
@@ -234,22 +234,22 @@ async def test_exec_sessions_past_the_tmpfs_budget_are_refused_until_one_ends(ro
     try:
         numbers = []
         for _ in range(2):
-            out = await call(a, "exec_command", cmd="cat", yield_time_ms=250)
+            out = await tool(a, "exec_command", cmd="cat", yield_time_ms=250)
             assert (m := _RUNNING.search(out.output)), out.output
             numbers.append(int(m.group(1)))
-        refused = await call(a, "exec_command", cmd="cat", yield_time_ms=250)
+        refused = await tool(a, "exec_command", cmd="cat", yield_time_ms=250)
         assert refused.is_error and "RESOURCE_EXHAUSTED" in refused.output, refused.output
         assert "tmpfs budget of 40.00 MiB (--sandbox-tmpfs-budget-mb)" in refused.output, refused.output
-        shell_refused = await call(a, "shell", command="echo hi")
+        shell_refused = await tool(a, "shell", command="echo hi")
         assert shell_refused.is_error and "RESOURCE_EXHAUSTED" in shell_refused.output, shell_refused.output
         # Another tenant has a budget of its own.
-        other = await call(b, "shell", command="echo from-b")
+        other = await tool(b, "shell", command="echo from-b")
         assert "from-b" in other.output and not other.is_error, other.output
         # One ends (Ctrl-D): its share is back, and a new one is admitted.
-        await call(a, "write_stdin", session_id=numbers[0], chars="\u0004", yield_time_ms=250)
+        await tool(a, "write_stdin", session_id=numbers[0], chars="\u0004", yield_time_ms=250)
         tree = box.tenant_tree(a.workspace)
         await until(lambda: box.tmpfs.held.get(tree, 0) == 16 << 20, "the ended session's tmpfs given back")
-        again = await call(a, "exec_command", cmd="echo admitted; cat", yield_time_ms=250)
+        again = await tool(a, "exec_command", cmd="echo admitted; cat", yield_time_ms=250)
         assert "admitted" in again.output and not again.is_error, again.output
     finally:
         for ctx in (a, b):
@@ -273,3 +273,20 @@ async def test_shell_commands_give_their_tmpfs_back_when_they_end(root):
         assert not box.tmpfs.held
     finally:
         await end(ss)
+
+
+async def test_through_the_service_a_session_starts_on_its_tenants_volume(tmp_path):
+    """StartTask mounts the tenant's volume before its workspace is made, so a file the model writes before
+    any command is on it too; the model sees a write past the quota fail with ENOSPC in the shell's output."""
+    async with harness_env(tmp_path, sandbox_workspace_quota_mb=16) as h:
+        volumes_or_skip(h.service.sandbox)
+        h.gateway.script = [answer("", call("edit_file", json.dumps({"path": "notes.txt", "search": "",
+                                                                     "replace": "first\n"}))),
+                            answer("", call("shell", json.dumps({"command": "head -c 40M /dev/zero > big"}))),
+                            answer("done")]
+        events = await h.start()
+        assert kinds(events)[-1] == "completed", of(events, "failed")
+        output = of(events, "tool_call_ended")[1].output
+        assert "No space left on device" in output and "all their quota of 16.00 MiB allows" in output, output
+        tree = h.config.workspace_root.resolve() / workspace_files.tenant_dir_name("t1")
+        assert os.path.ismount(tree)

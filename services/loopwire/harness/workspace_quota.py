@@ -1,5 +1,9 @@
 """The workspace quota of a session's sandbox, kept up to date from what changed (inotify).
 
+Where the tenant's tree is a volume of the quota's size (``tenant_volumes``) the filesystem is the
+bound and none of this runs; it is the quota where no volume can be mounted (not root, no loop
+devices, ``--no-sandbox-volumes``, a tree that held files before its volume).
+
 Walking a workspace to measure it costs milliseconds for a source tree (more for a large one), and
 the check of a sandbox per command (``tenant_limits.QuotaWatch``) walks it at the end of every
 command. A session's commands share one ``SessionQuota`` instead, which walks the workspace once

@@ -71,6 +71,7 @@ from rich.table import Table
 from loopwire.common.auth import hash_key, write_private_file
 from loopwire.common.grpc_server import CHANNEL_OPTIONS
 from loopwire.common.recorded import load_session
+from loopwire.harness import tenant_volumes
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
 
 import interrupts
@@ -572,6 +573,23 @@ def settle(canaries: Canaries, idle: Cell) -> float:
     return time.monotonic() - t0
 
 
+def start(state: Path, env: dict[str, str], extra_args: dict[str, list[str]], attempts: int = 3) -> Any:
+    """``start_mesh``, tried again when a service is not healthy in time (a busy machine, a port
+    taken meanwhile); each failure shows the end of that attempt's service logs."""
+    for attempt in range(1, attempts + 1):
+        state_dir = state / f"attempt{attempt}"
+        try:
+            return interrupts.start_mesh(state_dir, api=True, env=env, extra_args=extra_args)
+        except (TimeoutError, RuntimeError) as e:
+            console.print(f"[yellow]the mesh did not start ({e}); attempt {attempt} of {attempts}[/]")
+            for log in sorted((state_dir / "logs").glob("*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                console.print(f"  {log.name}: " + "\n    ".join(tail), markup=False)
+            if attempt == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_mode(mode: str, engine: str, args: argparse.Namespace, auth: Path, keys: dict[str, str],
              env: dict[str, str], texts: dict[str, Any]) -> dict[str, Cell]:
     """Start one mesh (this tree or the baseline), time the canaries idle and beside each load."""
@@ -580,8 +598,8 @@ def run_mode(mode: str, engine: str, args: argparse.Namespace, auth: Path, keys:
     auth_args = ["--auth-config", str(auth)]
     cells: dict[str, Cell] = {}
     with tempfile.TemporaryDirectory(prefix=f"loopwire-bench-isolation-{mode}-") as state:
-        mesh = interrupts.start_mesh(Path(state), api=True, env=env, extra_args={
-            "inference": inference, "gateway": auth_args, "api": auth_args, "harness": auth_args})
+        mesh = start(Path(state), env, {"inference": inference, "gateway": auth_args, "api": auth_args,
+                                        "harness": auth_args})
         canaries = Canaries(mesh, keys["canary"])
         try:
             if not texts:
@@ -612,6 +630,7 @@ def run_mode(mode: str, engine: str, args: argparse.Namespace, auth: Path, keys:
         finally:
             canaries.close()
             interrupts.stop(mesh)
+            tenant_volumes.unmount_below(state)  # the harness's tenant volumes outlive it, by design
     return cells
 
 
@@ -749,7 +768,8 @@ def plot(all_results: dict[str, dict[str, dict[str, Cell]]], loads: list[str], d
     for ax, engine in zip(axes[:, 0], engines, strict=True):
         for i, (mode, color) in enumerate((("before", "tab:red"), ("after", "tab:green"))):
             values = [ratio(all_results[engine][mode], kind, c) for kind in loads for c in CANARIES]
-            ax.bar(x + (i - 0.5) * 0.4, values, 0.4, color=color, label=f"{mode}")
+            bars = ax.bar(x + (i - 0.5) * 0.4, values, 0.4, color=color, label=mode)
+            ax.bar_label(bars, [f"{v:.0f}x" if v > GOAL else "" for v in values], fontsize=6, padding=1)
         ax.axhline(GOAL, color="0.2", linestyle="--", linewidth=1, label=f"goal: {GOAL:g}x idle")
         ax.set_yscale("log")
         ax.set_ylabel("canary median ÷ idle median (log)")
@@ -762,54 +782,10 @@ def plot(all_results: dict[str, dict[str, dict[str, Cell]]], loads: list[str], d
     return fig
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="the simulated engine only, 5 samples (unless given)")
-    parser.add_argument("--samples", type=int, default=12, help="samples per canary and cell (default: 12; --quick: 5)")
-    parser.add_argument("--cell-s", type=float, default=15.0,
-                        help="each cell's samples spread over at least this many seconds (default: 15; --quick: 6)")
-    parser.add_argument("--cell-max-s", type=float, default=150.0,
-                        help="no new round of canaries after this many seconds of a cell (default: %(default)s)")
-    parser.add_argument("--engines", default="", help="comma-separated, of simulated,reference "
-                                                      "(default: both; --quick: simulated)")
-    parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {','.join(LOADS)} (default: all)")
-    parser.add_argument("--baseline", default="e8f7bdf", help="the commit measured as 'before' (default: %(default)s)")
-    parser.add_argument("--time-scale", type=float, default=1.0,
-                        help="the simulated engine's real seconds per modelled second (default: %(default)s)")
-    parser.add_argument("--model", default="default", help="the reference engine's model (default: SmolLM2-135M)")
-    parser.add_argument("--data", default=str(provenance.DATA_SESSIONS),
-                        help="recorded sessions whose words make the long prompts (directory or file)")
-    provenance.add_out_argument(parser)
-    args = parser.parse_args(argv[1:])
-    if args.quick and args.samples == parser.get_default("samples"):
-        args.samples = 5
-    if args.quick and args.cell_s == parser.get_default("cell_s"):
-        args.cell_s = 6.0
-    engines = [e for e in (args.engines or ("simulated" if args.quick else ",".join(ENGINES))).split(",") if e]
-    args.loads = [k for k in args.loads.split(",") if k]
-    for name, given, known in (("engine", engines, ENGINES), ("load", args.loads, LOADS)):
-        if unknown := [g for g in given if g not in known]:
-            parser.error(f"unknown {name}(s) {', '.join(unknown)}: choose from {', '.join(known)}")
-    args.sessions = provenance.session_files(args.data)
-    if not args.sessions:
-        parser.error(f"no recorded sessions under {args.data}")
-    all_results: dict[str, dict[str, dict[str, Cell]]] = {}
-    prompts: dict[str, dict[str, Any]] = {}
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="loopwire-bench-isolation-") as tmp, \
-            baseline_tree(args.baseline) as (tree, commit):
-        auth = Path(tmp) / "auth.json"
-        keys = tenants_config(auth)
-        envs = {"before": {"PYTHONPATH": str(tree / "services")}, "after": {}}
-        imports = {"before": check_imports(envs["before"], tree / "services"),
-                   "after": check_imports(envs["after"], provenance.ROOT / "services")}
-        for i, engine in enumerate(engines):
-            prompts[engine] = {}
-            all_results[engine] = {}
-            for mode in (MODES if i % 2 == 0 else MODES[::-1]):  # alternate who goes first
-                console.print(f"[bold]{engine}, {mode}[/] ({'baseline ' + commit[:12] if mode == 'before' else 'this tree'})")
-                all_results[engine][mode] = run_mode(mode, engine, args, auth, keys, envs[mode], prompts[engine])
-    wall = time.monotonic() - t0
+def write_results(args: argparse.Namespace, all_results: dict[str, dict[str, dict[str, Cell]]],
+                  prompts: dict[str, dict[str, Any]], commit: str, imports: dict[str, str], wall: float) -> None:
+    """The tables on stdout, isolation.md and isolation.png for the engines measured so far."""
+    engines = list(all_results)
     tables = []
     for engine in engines:
         tables += [table(engine, all_results[engine], args), load_table(engine, all_results[engine], args)]
@@ -862,6 +838,57 @@ def main(argv: list[str]) -> int:
     md = provenance.write_markdown(args.out, "isolation", "No tenant stalls another: canaries beside heavy loads",
                                    header, body)
     console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the simulated engine only, 5 samples (unless given)")
+    parser.add_argument("--samples", type=int, default=12, help="samples per canary and cell (default: 12; --quick: 5)")
+    parser.add_argument("--cell-s", type=float, default=15.0,
+                        help="each cell's samples spread over at least this many seconds (default: 15; --quick: 6)")
+    parser.add_argument("--cell-max-s", type=float, default=150.0,
+                        help="no new round of canaries after this many seconds of a cell (default: %(default)s)")
+    parser.add_argument("--engines", default="", help="comma-separated, of simulated,reference "
+                                                      "(default: both; --quick: simulated)")
+    parser.add_argument("--loads", default=",".join(LOADS), help=f"comma-separated, of {','.join(LOADS)} (default: all)")
+    parser.add_argument("--baseline", default="e8f7bdf", help="the commit measured as 'before' (default: %(default)s)")
+    parser.add_argument("--time-scale", type=float, default=1.0,
+                        help="the simulated engine's real seconds per modelled second (default: %(default)s)")
+    parser.add_argument("--model", default="default", help="the reference engine's model (default: SmolLM2-135M)")
+    parser.add_argument("--data", default=str(provenance.DATA_SESSIONS),
+                        help="recorded sessions whose words make the long prompts (directory or file)")
+    provenance.add_out_argument(parser)
+    args = parser.parse_args(argv[1:])
+    if args.quick and args.samples == parser.get_default("samples"):
+        args.samples = 5
+    if args.quick and args.cell_s == parser.get_default("cell_s"):
+        args.cell_s = 6.0
+    engines = [e for e in (args.engines or ("simulated" if args.quick else ",".join(ENGINES))).split(",") if e]
+    args.loads = [k for k in args.loads.split(",") if k]
+    for name, given, known in (("engine", engines, ENGINES), ("load", args.loads, LOADS)):
+        if unknown := [g for g in given if g not in known]:
+            parser.error(f"unknown {name}(s) {', '.join(unknown)}: choose from {', '.join(known)}")
+    args.sessions = provenance.session_files(args.data)
+    if not args.sessions:
+        parser.error(f"no recorded sessions under {args.data}")
+    all_results: dict[str, dict[str, dict[str, Cell]]] = {}
+    prompts: dict[str, dict[str, Any]] = {}
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="loopwire-bench-isolation-") as tmp, \
+            baseline_tree(args.baseline) as (tree, commit):
+        auth = Path(tmp) / "auth.json"
+        keys = tenants_config(auth)
+        envs = {"before": {"PYTHONPATH": str(tree / "services")}, "after": {}}
+        imports = {"before": check_imports(envs["before"], tree / "services"),
+                   "after": check_imports(envs["after"], provenance.ROOT / "services")}
+        for i, engine in enumerate(engines):
+            prompts[engine] = {}
+            all_results[engine] = {}
+            for mode in (MODES if i % 2 == 0 else MODES[::-1]):  # alternate who goes first
+                console.print(f"[bold]{engine}, {mode}[/] ({'baseline ' + commit[:12] if mode == 'before' else 'this tree'})")
+                all_results[engine][mode] = run_mode(mode, engine, args, auth, keys, envs[mode], prompts[engine])
+            # Written after each engine, so a later failure keeps what was measured.
+            write_results(args, all_results, prompts, commit, imports, time.monotonic() - t0)
     return 0
 
 

@@ -32,6 +32,11 @@ command -v protoc >/dev/null || missing+=(protobuf-compiler)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 command -v dnsmasq >/dev/null || [ -x /usr/sbin/dnsmasq ] || missing+=(dnsmasq-base)
 command -v ip >/dev/null || missing+=(iproute2)
+# The tenants' workspace volumes: ext4 images made, checked and grown, then loop-mounted.
+for tool in mkfs.ext4 e2fsck resize2fs dumpe2fs; do
+  command -v "$tool" >/dev/null || { missing+=(e2fsprogs); break; }
+done
+command -v losetup >/dev/null || missing+=(mount)
 if [ ${#missing[@]} -gt 0 ]; then
   log "apt: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -226,16 +226,20 @@ class CacheBreak(_message.Message):
     def __init__(self, first_differing_item: _Optional[int] = ..., reason: _Optional[str] = ..., reused_tokens: _Optional[int] = ...) -> None: ...
 
 class ResponseCompleted(_message.Message):
-    __slots__ = ("finish_reason", "usage", "timings", "output")
+    __slots__ = ("finish_reason", "usage", "timings", "output", "message_incomplete", "incomplete_call")
     FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_CALL_FIELD_NUMBER: _ClassVar[int]
     finish_reason: _common_pb2.FinishReason
     usage: _common_pb2.Usage
     timings: _common_pb2.Timings
     output: _containers.RepeatedCompositeFieldContainer[_common_pb2.Item]
-    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., output: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ...) -> None: ...
+    message_incomplete: bool
+    incomplete_call: _common_pb2.FunctionCall
+    def __init__(self, finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., timings: _Optional[_Union[_common_pb2.Timings, _Mapping]] = ..., output: _Optional[_Iterable[_Union[_common_pb2.Item, _Mapping]]] = ..., message_incomplete: _Optional[bool] = ..., incomplete_call: _Optional[_Union[_common_pb2.FunctionCall, _Mapping]] = ...) -> None: ...
 
 class ResponseFailed(_message.Message):
     __slots__ = ("error",)

@@ -666,8 +666,8 @@ type HoldKv struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A stored response of the caller's tenant (unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND).
 	ResponseId string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
-	// How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT); 0 releases the hold on
-	// every replica.
+	// How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT) and at most the tenant's
+	// retention ceiling (else PERMISSION_DENIED); 0 releases the hold on every replica.
 	RetentionSeconds uint32 `protobuf:"varint,2,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
@@ -1413,9 +1413,16 @@ type ResponseCompleted struct {
 	// Where the time went, gateway and replica (see Timings).
 	Timings *Timings `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
 	// The response's output items (assistant message and function calls).
-	Output        []*Item `protobuf:"bytes,4,rep,name=output,proto3" json:"output,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Output []*Item `protobuf:"bytes,4,rep,name=output,proto3" json:"output,omitempty"`
+	// The output was cut by its token limit (finish_reason LENGTH) while writing the assistant
+	// message's text: the last message in `output` is incomplete.
+	MessageIncomplete bool `protobuf:"varint,5,opt,name=message_incomplete,json=messageIncomplete,proto3" json:"message_incomplete,omitempty"`
+	// The output was cut by its token limit (finish_reason LENGTH) inside a call it had announced
+	// (ToolCallStarted): that call, with the arguments streamed before the cut. It is not in
+	// `output`: nothing runs it and the conversation does not keep it; a client shows it incomplete.
+	IncompleteCall *FunctionCall `protobuf:"bytes,6,opt,name=incomplete_call,json=incompleteCall,proto3" json:"incomplete_call,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ResponseCompleted) Reset() {
@@ -1472,6 +1479,20 @@ func (x *ResponseCompleted) GetTimings() *Timings {
 func (x *ResponseCompleted) GetOutput() []*Item {
 	if x != nil {
 		return x.Output
+	}
+	return nil
+}
+
+func (x *ResponseCompleted) GetMessageIncomplete() bool {
+	if x != nil {
+		return x.MessageIncomplete
+	}
+	return false
+}
+
+func (x *ResponseCompleted) GetIncompleteCall() *FunctionCall {
+	if x != nil {
+		return x.IncompleteCall
 	}
 	return nil
 }
@@ -1926,12 +1947,14 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"CacheBreak\x120\n" +
 	"\x14first_differing_item\x18\x01 \x01(\x05R\x12firstDifferingItem\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12#\n" +
-	"\rreused_tokens\x18\x03 \x01(\rR\freusedTokens\"\xd8\x01\n" +
+	"\rreused_tokens\x18\x03 \x01(\rR\freusedTokens\"\xcb\x02\n" +
 	"\x11ResponseCompleted\x12>\n" +
 	"\rfinish_reason\x18\x01 \x01(\x0e2\x19.loopwire.v1.FinishReasonR\ffinishReason\x12(\n" +
 	"\x05usage\x18\x02 \x01(\v2\x12.loopwire.v1.UsageR\x05usage\x12.\n" +
 	"\atimings\x18\x03 \x01(\v2\x14.loopwire.v1.TimingsR\atimings\x12)\n" +
-	"\x06output\x18\x04 \x03(\v2\x11.loopwire.v1.ItemR\x06output\":\n" +
+	"\x06output\x18\x04 \x03(\v2\x11.loopwire.v1.ItemR\x06output\x12-\n" +
+	"\x12message_incomplete\x18\x05 \x01(\bR\x11messageIncomplete\x12B\n" +
+	"\x0fincomplete_call\x18\x06 \x01(\v2\x19.loopwire.v1.FunctionCallR\x0eincompleteCall\":\n" +
 	"\x0eResponseFailed\x12(\n" +
 	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"?\n" +
 	"\x06KvHeld\x12\x16\n" +
@@ -2047,29 +2070,30 @@ var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	33, // 18: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
 	34, // 19: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
 	27, // 20: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	35, // 21: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	11, // 22: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	12, // 23: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	15, // 24: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	16, // 25: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	17, // 26: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	18, // 27: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	19, // 28: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	20, // 29: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	21, // 30: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	22, // 31: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	36, // 32: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	10, // 33: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	4,  // 34: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	2,  // 35: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
-	23, // 36: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	5,  // 37: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	3,  // 38: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
-	36, // [36:39] is the sub-list for method output_type
-	33, // [33:36] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	31, // 21: loopwire.v1.ResponseCompleted.incomplete_call:type_name -> loopwire.v1.FunctionCall
+	35, // 22: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	11, // 23: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	12, // 24: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	15, // 25: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	16, // 26: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	17, // 27: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	18, // 28: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	19, // 29: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	20, // 30: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	21, // 31: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	22, // 32: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	36, // 33: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	10, // 34: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	4,  // 35: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	2,  // 36: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
+	23, // 37: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	5,  // 38: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	3,  // 39: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
+	37, // [37:40] is the sub-list for method output_type
+	34, // [34:37] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }

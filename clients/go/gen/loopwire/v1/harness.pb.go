@@ -761,10 +761,12 @@ func (x *AddUserMessage) GetText() string {
 	return ""
 }
 
-// Cancel the run of a session: the model stream and running tools are stopped.
+// Cancel a session in any state: its model stream, running tools, background commands and
+// exec programs are stopped. Answered by a RunFailed event with code CANCELLED.
 type CancelRun struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The session whose run to stop; it is stored as CANCELLED and can be resumed.
+	// The session to stop. A running session, or one waiting for approval, is stored as CANCELLED
+	// and can be resumed (pending approvals are asked again); another keeps its status.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Why, for the client's own records; the harness does not use it today.
 	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`

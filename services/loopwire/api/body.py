@@ -2,19 +2,19 @@
 
 Decoding a large body (zstd, gzip) and parsing its JSON into the request's protobuf are CPU work
 that, on the loop, stalls every other tenant's requests and streams (40 bodies near the limit:
-200-300x; 1.7 M empty zstd frames: 1.1 s each). So a body larger than ``INLINE_BYTES`` or
-compressed is handled in a worker thread, at most ``per_tenant`` of one tenant's at once: a
-tenant over its bound waits its turn in its own queue (first come, first served), never in
-another tenant's, and the pool has ``per_tenant`` threads for every tenant, so a tenant's work
-never queues behind another's.
+200-300x; 1.7 M empty zstd frames: 1.1 s each). So a body larger than ``INLINE_BYTES`` is
+handled by a worker, at most ``per_tenant`` of one tenant's at once: a tenant over its bound
+waits its turn in its own queue (first come, first served), never in another tenant's.
 
-Threads, not processes (measured on a body near the 16 MiB limit): zstd and zlib release the GIL
-while they decompress (loop stall 10-45 ms beside 70-95 ms of decoding). ``json.loads`` holds it
-for the whole parse (a body of 250,000 small items: 0.5-0.6 s), so the parse here calls a
-Python hook for each object, where the interpreter hands the GIL to the loop at its switch
-interval (worst stall 75-110 ms). A process would not help: its result has to be rebuilt here,
-under the same GIL (unpickling the same body: 0.4 s), and turning it into protobuf (seconds for
-such a body) runs in the thread too.
+A compressed body, or one over ``PROCESS_BYTES``, is decoded, parsed and converted in a worker
+process (spawned: it shares no lock or GIL with this one). Threads were not enough: ``json.loads``
+and the conversion into protobuf hold the GIL (a body of 250,000 small items: 0.6 s and 5.6 s),
+and even handing the GIL back at each object left another tenant's canary at 3-6x its idle time.
+The process sends back only what the route needs, with the large parts in slices (the request's
+input items as serialized protobuf, their JSON as pickles of a few thousand items), merged here
+in a worker thread slice by slice, so the loop gets the GIL between any two slices (rebuilding
+the whole body at once held it 0.4 s). A body between ``INLINE_BYTES`` and ``PROCESS_BYTES``,
+not compressed, is parsed in a thread: its parse is shorter than the round trip to a process.
 """
 
 from __future__ import annotations
@@ -22,9 +22,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import io
+import multiprocessing
+import os
+import pickle
 import zlib
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -32,13 +36,21 @@ import zstandard
 from starlette.requests import ClientDisconnect, Request
 
 from loopwire.api import items
+from loopwire.api.create import ParsedCreate
 from loopwire.api.errors import ApiError
 from loopwire.api.gateway_client import OWNER
+from loopwire.v1 import gateway_pb2
 
 T = TypeVar("T")
 
 INLINE_BYTES = 64 * 1024
 """An uncompressed body of at most this many bytes is parsed where it is read (cheaper than a hop)."""
+PROCESS_BYTES = 1024 * 1024
+"""A body of more bytes than this, or compressed (a small one may decompress to the limit), is
+decoded and parsed in a worker process."""
+SLICE_ITEMS = 2048
+"""Input items per slice of a result a worker process sends back (each merged here in about a
+millisecond, the GIL's switch interval)."""
 MAX_ZSTD_FRAMES = 16
 """zstd frames in one body (a client compresses a body as one); each costs the same whatever its
 size, so a body of empty frames is refused by their number, not its bytes. gzip allows one
@@ -54,12 +66,17 @@ class _Tenant:
 
 
 class Decoding:
-    """The worker threads that decode and parse bodies, with a per-tenant bound."""
+    """The workers that decode and parse bodies, with a per-tenant bound: ``per_tenant`` threads
+    for every tenant (a tenant's work never queues behind another's) and, started at first use,
+    ``processes`` worker processes (default: one per CPU, at most one per tenant slot), which
+    tenants share first come, first served, each with at most ``per_tenant`` bodies in them."""
 
-    def __init__(self, per_tenant: int = 1, tenants: int = 16) -> None:
+    def __init__(self, per_tenant: int = 1, tenants: int = 16, processes: int | None = None) -> None:
         self.per_tenant = per_tenant
         self._tenants: dict[str, _Tenant] = {}
         self._executor = ThreadPoolExecutor(per_tenant * tenants, thread_name_prefix="api-decode")
+        self.processes = processes or max(1, min(per_tenant * tenants, os.cpu_count() or 1))
+        self._processes: ProcessPoolExecutor | None = None
 
     async def run(self, owner: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in a worker thread once one of ``owner``'s slots is free. Cancelled while
@@ -68,6 +85,38 @@ class Decoding:
         job = asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
         job.add_done_callback(lambda _: self._release(owner))
         return await asyncio.shield(job)
+
+    async def run_in_process(self, owner: str, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (picklable, as its arguments) in a worker process once one of ``owner``'s
+        slots is free, its result merged back in a worker thread (``_pack``); an ``ApiError`` it
+        raises is raised here as it was. Cancelled while it waits, it leaves the queue; once
+        running, its slot is held until its result is merged."""
+        await self._acquire(owner)
+        job = asyncio.ensure_future(self._in_process(fn, *args))
+        job.add_done_callback(lambda _: self._release(owner))
+        return await asyncio.shield(job)
+
+    async def _in_process(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        pool = self._pool()
+        try:
+            packed = await loop.run_in_executor(pool, _packed_call, fn, *args)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): a fresh pool for the next body
+            if self._processes is pool:
+                self._processes = None
+                pool.shutdown(wait=False, cancel_futures=True)
+            raise ApiError(503, "The server could not decode the request body: retry it.", type="server_error",
+                           code="unavailable") from None
+        if isinstance(packed, _Refused):
+            raise packed.error()
+        result: T = await loop.run_in_executor(self._executor, _unpack, packed)
+        return result
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._processes is None:
+            self._processes = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_worker_start)
+        return self._processes
 
     async def _acquire(self, owner: str) -> None:
         tenant = self._tenants.setdefault(owner, _Tenant())
@@ -102,18 +151,99 @@ class Decoding:
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.shutdown(wait=False, cancel_futures=True)
+            self._processes = None
+
+
+def _worker_start() -> None:
+    """A worker process imports the routes' body conversions once, before its first body."""
+    import loopwire.api.chat  # noqa: F401 - imported for its parse_chat, which a body's job names
+    import loopwire.api.compact  # noqa: F401
+    import loopwire.api.input_tokens  # noqa: F401
+
+
+@dataclass
+class _Refused:
+    """An ``ApiError`` a worker process raised, by its fields (an exception's pickle keeps only its message)."""
+
+    status: int
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+    def error(self) -> ApiError:
+        return ApiError(self.status, self.message, type=self.type, param=self.param, code=self.code)
+
+
+@dataclass
+class _Packed:
+    """A worker process's result with its large parts emptied: ``inputs`` holds the input items of
+    its ``CreateResponse`` as serialized slices, ``input_json`` a ``ParsedCreate``'s input JSON as
+    pickled slices."""
+
+    value: Any
+    inputs: list[bytes]
+    input_json: list[bytes]
+
+
+def _create_of(value: Any) -> gateway_pb2.CreateResponse | None:
+    """The ``CreateResponse`` in a parse's result: a ``ParsedCreate``'s, or first in a tuple (chat)."""
+    if isinstance(value, ParsedCreate):
+        return value.create
+    if isinstance(value, tuple) and value and isinstance(value[0], gateway_pb2.CreateResponse):
+        return value[0]
+    return None
+
+
+def _packed_call(fn: Callable[..., Any], *args: Any) -> _Packed | _Refused:
+    """In a worker process: ``fn(*args)`` packed for the trip back."""
+    try:
+        value = fn(*args)
+    except ApiError as e:
+        return _Refused(e.status, e.message, e.type, e.param, e.code)
+    inputs: list[bytes] = []
+    create = _create_of(value)
+    if create is not None:
+        given = create.input
+        inputs = [gateway_pb2.CreateResponse(input=given[i:i + SLICE_ITEMS]).SerializeToString()
+                  for i in range(0, len(given), SLICE_ITEMS)]
+        del create.input[:]
+    input_json: list[bytes] = []
+    if isinstance(value, ParsedCreate):
+        given_json, value.input_json = value.input_json, []
+        input_json = [pickle.dumps(given_json[i:i + SLICE_ITEMS], pickle.HIGHEST_PROTOCOL)
+                      for i in range(0, len(given_json), SLICE_ITEMS)]
+    return _Packed(value, inputs, input_json)
+
+
+def _unpack(packed: _Packed) -> Any:
+    """In a worker thread: the result rebuilt slice by slice (a serialized message merged into
+    another appends its repeated fields)."""
+    value = packed.value
+    create = _create_of(value)
+    for part in packed.inputs:
+        assert create is not None
+        create.MergeFromString(part)
+    for part in packed.input_json:
+        value.input_json.extend(pickle.loads(part))
+    return value
 
 
 async def read_json(request: Request, limit: int, decoding: Decoding, owner: str,
                     parse: Callable[[dict[str, Any]], T]) -> T:
     """The body as one JSON object, passed to ``parse`` (which turns it into what the route needs),
-    all in a worker thread under ``owner``'s bound unless the body is small and not compressed."""
+    under ``owner``'s bound in a worker process (``parse`` picklable) when the body is compressed
+    or over ``PROCESS_BYTES``, else in a worker thread unless it is small."""
     encoding = request.headers.get("content-encoding", "")
     declared = request.headers.get("content-length", "")
-    if encoding.strip().lower() in ("", "identity") and declared.isdigit() and int(declared) <= INLINE_BYTES:
+    identity = encoding.strip().lower() in ("", "identity")
+    if identity and declared.isdigit() and int(declared) <= INLINE_BYTES:
         return parse(items.json_object(await read_body(request, limit)))
     body = await read_body(request, limit)
-    work = asyncio.ensure_future(decoding.run(owner, _decode_and_parse, body, encoding, limit, parse))
+    run = decoding.run if identity and len(body) <= PROCESS_BYTES else decoding.run_in_process
+    work = asyncio.ensure_future(run(owner, _decode_and_parse, body, encoding, limit, parse))
     watch = OWNER.get(None)
     if watch is None:
         return await work

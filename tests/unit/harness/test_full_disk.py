@@ -95,7 +95,7 @@ async def assert_not_running(h, session_id: str) -> None:  # noqa: ANN001
 async def test_runs_on_a_full_disk_fail_as_resource_exhausted_and_resume_once_space_is_freed(small_fs, tmp_path):
     big = {name: name + ":" + "x" * MB for name in ("done", "mid", "new")}  # 1 MB tasks
     ballast: list[Path] = []
-    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces") as h:
+    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces", max_input_bytes=2 * MB) as h:  # 1 MB tasks: over the default bound
         respond = h.gateway._respond
 
         async def filling(req):  # noqa: ANN001, ANN202 - the disk fills while the model answers, in 1 MB
@@ -193,7 +193,7 @@ async def test_a_start_whose_task_item_meets_the_full_disk_can_be_retried_with_i
     row again): the half-made session is not RUNNING, and the client's retried start (same id)
     works once space is freed."""
     ballast: list[Path] = []
-    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces") as h:
+    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces", max_input_bytes=2 * MB) as h:  # 1 MB tasks: over the default bound
         store = h.service.store
         create = store.create
 
@@ -223,7 +223,7 @@ async def test_a_start_whose_task_item_meets_the_full_disk_can_be_retried_with_i
 async def test_a_run_cancelled_on_a_full_disk_still_ends_with_its_event_and_resumes(small_fs, tmp_path):
     """The cancel's status write fails (a 2 MB row to rewrite on a full disk): the run still ends with
     its CANCELLED event, the session is not left RUNNING, and it resumes once space is freed."""
-    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces") as h:
+    async with harness_env(small_fs, workspace_root=tmp_path / "workspaces", max_input_bytes=2 * MB) as h:  # 1 MB tasks: over the default bound
         h.gateway.first_token_delay_s = 60  # the model takes its time: the run is in progress
         task = "big:" + "x" * MB
         run = asyncio.ensure_future(h.start(task, session_id="c1"))

@@ -144,4 +144,6 @@ def test_the_replica_still_serves_after_the_cancels(api):
             break
         reply += chunk
     sock.close()
-    assert reply.startswith(b"HTTP/1.1 200") and b'"status":"completed"' in reply
+    # Served to its end: completed, or incomplete when the two tokens cut the answer (as they usually do).
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert b'"status":"completed"' in reply or b'"reason":"max_output_tokens"' in reply

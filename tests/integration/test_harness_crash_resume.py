@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from harness_testkit import REPO, FakeGateway, HarnessProcess, answer, call, kinds, of, start_server
 
+from loopwire.common.auth import hash_key, write_private_file
 from loopwire.common.grpc_server import service_channel
 from loopwire.common.recorded import load_session
 from loopwire.v1 import gateway_pb2_grpc, harness_pb2, harness_pb2_grpc
@@ -26,13 +27,14 @@ async def gateway():
     await server.stop(0)
 
 
-async def events_until(address: str, request: R, stop_when, then=None) -> list[harness_pb2.RunResponse]:  # noqa: ANN001
+async def events_until(address: str, request: R, stop_when, then=None,  # noqa: ANN001
+                       metadata: tuple[tuple[str, str], ...] | None = None) -> list[harness_pb2.RunResponse]:
     """Stream events of ``request`` until ``stop_when(events)`` holds (then call ``then`` with
     the stream still open) or the stream ends."""
     events: list[harness_pb2.RunResponse] = []
     async with service_channel(address) as channel:
         stub = harness_pb2_grpc.HarnessServiceStub(channel)
-        async for event in stub.Run(iter([request]), timeout=120):
+        async for event in stub.Run(iter([request]), timeout=120, metadata=metadata):
             events.append(event)
             if stop_when(events):
                 if then:
@@ -115,10 +117,15 @@ async def test_approval_is_answered_after_a_restart(tmp_path, gateway):
     fake, gw = gateway
     fake.script = [answer("", call("shell", json.dumps({"command": "echo yes > approved.txt"}))), answer("done")]
     policy = harness_pb2.ApprovalPolicy(default_mode=harness_pb2.APPROVAL_MODE_ALWAYS)
-    first = HarnessProcess(tmp_path, gw)
+    # A tenant whose policy lets the harness hold its KV while it waits (the anonymous one may not).
+    auth = tmp_path / "auth.json"
+    write_private_file(auth, json.dumps({"tenants": {"t": {"key_sha256": [hash_key("k-t")],
+                                                           "max_retention_seconds": 900}}}))
+    key = (("authorization", "Bearer k-t"),)
+    first = HarnessProcess(tmp_path, gw, "--auth-config", str(auth))
     await first.wait_ready()
     events = await events_until(first.address, R(start=harness_pb2.StartTask(task="ask", approval_policy=policy)),
-                                lambda ev: False)
+                                lambda ev: False, metadata=key)
     assert kinds(events)[-1] == "approval_requested"
     approval = of(events, "approval_requested")[0]
     workspace = Path(of(events, "started")[0].workspace)
@@ -126,11 +133,11 @@ async def test_approval_is_answered_after_a_restart(tmp_path, gateway):
     # The gateway was asked to keep the KV while the session waits (not on every request).
     assert fake.requests[0].retention_seconds == 0 and fake.holds[0].retention_seconds > 0
 
-    second = HarnessProcess(tmp_path, gw)
+    second = HarnessProcess(tmp_path, gw, "--auth-config", str(auth))
     try:
         await second.wait_ready()
         decision = harness_pb2.ApprovalDecision(approval_id=approval.approval_id, approved=True)
-        events = await events_until(second.address, R(approval=decision), lambda ev: False)
+        events = await events_until(second.address, R(approval=decision), lambda ev: False, metadata=key)
         assert of(events, "started")[0].resumed and kinds(events)[-1] == "completed"
         assert (workspace / "approved.txt").read_text() == "yes\n"
         # The resumed turn continued the gateway's stored response: a delta, not a resend.

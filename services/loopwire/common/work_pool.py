@@ -21,6 +21,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import os
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -30,17 +32,30 @@ T = TypeVar("T")
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 
 
+# Workers run this much nicer than the event loop's thread: when they and the loop both want a
+# core, the loop (which relays every stream) runs first, and the heavy work takes what is left.
+WORKER_NICE = 10
+
+
+def _lower_priority(nice: int) -> None:
+    """Raise this worker thread's nice value (Linux schedules threads one by one); where the
+    system does not allow it, the worker runs at the process's priority."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + nice)
+
+
 class FairWorkPool:
     """``workers`` threads; each tenant runs at most ``tenant_share`` jobs at a time."""
 
     def __init__(self, workers: int = 4, tenant_share: int = 2, inline_bytes: int = 16 * 1024,
-                 name: str = "gateway-work") -> None:
+                 name: str = "gateway-work", nice: int = WORKER_NICE) -> None:
         if workers < 1 or not 1 <= tenant_share <= workers:
             raise ValueError(f"need workers >= 1 and 1 <= tenant_share <= workers (got {workers}, {tenant_share})")
         self.workers = workers
         self.tenant_share = tenant_share
         self.inline_bytes = inline_bytes
-        self._executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            workers, thread_name_prefix=name, initializer=_lower_priority, initargs=(nice,))
         self._waiting: OrderedDict[str, deque[_Job]] = OrderedDict()  # round-robin order of tenants
         self._running: dict[str, int] = {}
         self._free = workers

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwire.common.work_pool import FairWorkPool
+from loopwire.common.work_pool import WORKER_NICE, FairWorkPool
 
 
 class Tally:
@@ -119,3 +120,12 @@ def test_bad_sizes_are_refused() -> None:
         FairWorkPool(workers=2, tenant_share=3)
     with pytest.raises(ValueError):
         FairWorkPool(workers=0, tenant_share=0)
+
+
+async def test_workers_run_nicer_than_the_event_loop() -> None:
+    pool = FairWorkPool(workers=1, tenant_share=1, inline_bytes=0)
+    loop_nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    worker_nice = await pool.run("a", 1, lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    assert worker_nice == min(19, loop_nice + WORKER_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == loop_nice  # the loop's own is untouched
+    pool.shutdown()

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import gzip
 import json
+import multiprocessing
 import os
 import threading
 
@@ -209,4 +210,12 @@ async def test_a_client_gone_while_its_body_waits_leaves_the_queue():
     await first
     await until(lambda: decoding._tenants == {})
     assert parsed == []
+    decoding.shutdown()
+
+
+def test_started_workers_are_spawned_before_the_first_body():
+    before = set(multiprocessing.active_children())
+    decoding = Decoding(per_tenant=1, tenants=4, processes=2)
+    decoding.start()
+    assert len(set(multiprocessing.active_children()) - before) == 2  # the two, not one per body
     decoding.shutdown()

@@ -112,6 +112,13 @@ class Decoding:
         result: T = await loop.run_in_executor(self._executor, _unpack, packed)
         return result
 
+    def start(self) -> None:
+        """Spawn the worker processes now (each imports the conversions, about a second), not
+        when the first compressed body comes."""
+        pool = self._pool()
+        for _ in range(self.processes):  # each job finding no idle worker spawns one
+            pool.submit(os.getpid)
+
     def _pool(self) -> ProcessPoolExecutor:
         if self._processes is None:
             self._processes = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),

@@ -145,6 +145,7 @@ def load_replay(path: str) -> list[common_pb2.ReplayOutput]:
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     ctx = build_context(args)
+    ctx.decoding.start()
     host, _, port = args.listen.rpartition(":")
     protocol = functools.partial(BoundedH11Protocol, header_timeout_s=args.header_timeout_s,
                                  body_timeout_s=args.body_timeout_s)

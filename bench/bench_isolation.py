@@ -316,13 +316,14 @@ def _http_workers(kind: str, url: str, key: str, stats: LoadStats, first_sent: C
         return reply
 
     http_loads.exchange = counted
-    forever = {"rounds": LOAD_MAX_REQUESTS, "duration_s": LOAD_MAX_S}
+    rounds, duration_s = LOAD_MAX_REQUESTS, LOAD_MAX_S  # until stopped
     if kind == "bodies":
-        return [http_loads.compressed_bodies(url, key, encoding=e, concurrency=20, **forever) for e in ("zstd", "gzip")]
+        return [http_loads.compressed_bodies(url, key, encoding=e, concurrency=20, rounds=rounds, duration_s=duration_s)
+                for e in ("zstd", "gzip")]
     if kind == "frames":
-        return [http_loads.empty_zstd_frames(url, key, bodies=4, **forever)]
+        return [http_loads.empty_zstd_frames(url, key, bodies=4, rounds=rounds, duration_s=duration_s)]
     if kind == "headers":
-        return [http_loads.header_flood(url, concurrency=5, **forever)]
+        return [http_loads.header_flood(url, concurrency=5, rounds=rounds, duration_s=duration_s)]
     raise ValueError(f"unknown load {kind!r}")
 
 
@@ -769,7 +770,7 @@ def plot(all_results: dict[str, dict[str, dict[str, Cell]]], loads: list[str], d
         for i, (mode, color) in enumerate((("before", "tab:red"), ("after", "tab:green"))):
             values = [ratio(all_results[engine][mode], kind, c) for kind in loads for c in CANARIES]
             bars = ax.bar(x + (i - 0.5) * 0.4, values, 0.4, color=color, label=mode)
-            ax.bar_label(bars, [f"{v:.0f}x" if v > GOAL else "" for v in values], fontsize=6, padding=1)
+            ax.bar_label(bars, [(f"{v:.1f}x" if v < 10 else f"{v:.0f}x") if v > GOAL else "" for v in values], fontsize=6, padding=1)
         ax.axhline(GOAL, color="0.2", linestyle="--", linewidth=1, label=f"goal: {GOAL:g}x idle")
         ax.set_yscale("log")
         ax.set_ylabel("canary median ÷ idle median (log)")

@@ -62,7 +62,7 @@ from loopwire.harness.tenant_limits import (
     megabytes,
     resolve,
 )
-from loopwire.harness.tenant_volumes import TenantVolumes, VolumeQuota
+from loopwire.harness.tenant_volumes import TenantVolumes, VolumeQuota, unmount_below
 from loopwire.harness.workspace_files import (
     check_workspace_path,
     open_workspace,
@@ -490,6 +490,12 @@ class Sandbox:
         the files the harness's tools write before its first command are bound by it."""
         if self.volumes is not None and self.volumes.enabled and self.workspace_root is not None:
             self.bounded(os.path.join(os.path.realpath(self.workspace_root), tenant_dir_name(tenant)))
+
+    def release_volumes(self) -> None:
+        """The harness stops: detach the tenants' volumes, so its workspace root can be removed (a
+        temporary one, as a replay's); a restart mounts the images again."""
+        if self.volumes is not None and self.volumes.enabled:
+            unmount_below(self.volumes.root)
 
     def bounded(self, tree: str) -> bool:
         """Whether ``tree`` is a volume of the quota's size (mounted now if it can be; blocks a moment then)."""

@@ -295,5 +295,6 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
 
     async def on_stop() -> None:
         store.close()
+        service.sandbox.release_volumes()
 
     await grpc_server.serve(server, args.listen, [name], ready=ready, on_stop=on_stop)

@@ -13,8 +13,8 @@ The image needs a harness running as root where loop devices can be mounted (``p
 elsewhere the quota stays a check. A tree is mounted only while it holds no file (new, or only
 the empty directories ``tenant_workspace`` made, which are made again inside the volume):
 anything else would be hidden under the mount, so such a tree (made before volumes, or while
-they were off) stays checked. Volumes stay mounted while the harness runs and after it (a
-restart finds them mounted, or mounts the image again); a larger quota grows them (ext4 grows
+they were off) stays checked. Volumes stay mounted while the harness runs and are detached
+when it stops (a restart mounts the image again; after a kill it finds them still mounted); a larger quota grows them (ext4 grows
 online), a smaller one applies to new tenants only.
 """
 

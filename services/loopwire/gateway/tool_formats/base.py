@@ -223,6 +223,33 @@ class JsonCall:
         return value["name"], json.dumps(args, ensure_ascii=False)
 
 
+def stream_call(call: JsonCall, named: bool, text: str, sink: Sink, out: list[Any]) -> tuple[int, bool]:
+    """Feed ``text`` to the call being read: its name announced once known, its argument text handed
+    on as it comes. Returns the characters used and whether the name is announced."""
+    used = call.feed(text)
+    if call.name is not None and not named:
+        sink.start_call(call.name, out)
+        named = True
+    if call.args:
+        sink.add_args("".join(call.args), out)
+        call.args = []
+    return used, named
+
+
+def complete_call(call: JsonCall, named: bool, sink: Sink, out: list[Any]) -> bool:
+    """The call's object closed: announce it whole when its name was not streamed, or hand on the
+    raw value its arguments were written as. False when the object was no call (nothing announced)."""
+    if not named:
+        whole = call.whole()
+        if whole is None:
+            return False
+        sink.start_call(whole[0], out)
+        sink.add_args(whole[1], out)
+    elif call.raw_value is not None:
+        sink.add_args(as_object_text(call.raw_value), out)
+    return True
+
+
 class ToolFormat:
     """A tool-call format: how calls are told apart from text, parsed and constrained."""
 

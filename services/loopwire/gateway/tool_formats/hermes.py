@@ -16,8 +16,9 @@ from loopwire.gateway.tool_formats.base import (
     JsonCall,
     Sink,
     ToolFormat,
-    as_object_text,
+    complete_call,
     partial_suffix,
+    stream_call,
 )
 from loopwire.gateway.tool_formats.grammar import ANY_TEXT, call_schema, json_rule, opened, text_without
 from loopwire.v1 import common_pb2
@@ -65,28 +66,15 @@ class HermesParser(FormatParser):
                     return
                 self.state = State.OBJECT if s[0] == "{" else State.NOT_A_CALL
             elif state is State.OBJECT:
-                call = self.call
-                used = call.feed(self.pending)
+                used, self.named = stream_call(self.call, self.named, self.pending, sink, out)
                 self.pending = self.pending[used:]
-                if call.name is not None and not self.named:
-                    sink.start_call(call.name, out)
-                    self.named = True
-                if call.args:
-                    sink.add_args("".join(call.args), out)
-                    call.args = []
-                if not call.closed:
+                if not self.call.closed:
                     return
-                if not self.named:
-                    whole = call.whole()
-                    if whole is None:  # a JSON object, but no call: the block stays text
-                        self.head += call.head
-                        self.state = State.NOT_A_CALL
-                        continue
-                    sink.start_call(whole[0], out)
-                    sink.add_args(whole[1], out)
-                    self.named = True
-                elif call.raw_value is not None:
-                    sink.add_args(as_object_text(call.raw_value), out)
+                if not complete_call(self.call, self.named, sink, out):  # a JSON object, but no call: text
+                    self.head += self.call.head
+                    self.state = State.NOT_A_CALL
+                    continue
+                self.named = True
                 self.state = State.CLOSING
             elif state is State.CLOSING:
                 s = self.pending = self.pending.lstrip()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from loopwire.gateway.tool_formats.base import FormatParser, JsonCall, Sink, as_object_text
+from loopwire.gateway.tool_formats.base import FormatParser, JsonCall, Sink, complete_call, stream_call
 
 
 class State(enum.Enum):
@@ -65,28 +65,15 @@ class JsonCallsParser(FormatParser):
                     self.lead = ""
                     self.after_calls()
             else:
-                call = self.call
-                used = call.feed(p)
+                used, self.named = stream_call(self.call, self.named, p, sink, out)
                 self.pending = p[used:]
-                if call.name is not None and not self.named:
-                    sink.start_call(call.name, out)
-                    self.named = True
-                if call.args:
-                    sink.add_args("".join(call.args), out)
-                    call.args = []
-                if not call.closed:
+                if not self.call.closed:
                     return
-                if not self.named:
-                    whole = call.whole()
-                    if whole is None:  # not a call after all: what the model wrote stays text
-                        sink.model_text(self.lead + call.head, out)
-                        self.lead = ""
-                        self.after_calls()
-                        continue
-                    sink.start_call(whole[0], out)
-                    sink.add_args(whole[1], out)
-                elif call.raw_value is not None:
-                    sink.add_args(as_object_text(call.raw_value), out)
+                if not complete_call(self.call, self.named, sink, out):  # not a call after all: text
+                    sink.model_text(self.lead + self.call.head, out)
+                    self.lead = ""
+                    self.after_calls()
+                    continue
                 sink.end_call(out)
                 self.lead, self.seq_calls, self.state = "", self.seq_calls + 1, State.SEQUENCE
 

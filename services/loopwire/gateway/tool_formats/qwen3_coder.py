@@ -91,16 +91,12 @@ class Qwen3CoderParser(FormatParser):
                 return False
         if state is State.FUNCTION:
             if p.startswith(FUNCTION):
-                j = p.find(">")
-                if j < 0:
-                    if "\n" in p or "<" in p[1:]:
-                        self.state = State.NOT_A_CALL
-                        return True
-                    return False
-                self.name = p[len(FUNCTION) : j].strip()
+                name = self._tag_value(p, FUNCTION)
+                if name is None:
+                    return self.state is State.NOT_A_CALL
+                self.name = name
                 self.sink.start_call(self.name, out)
                 self.sent = []
-                self.pending = p[j + 1 :]
                 self.state, self.params = State.PARAMS, 0
                 self._args("{", out)
                 return True
@@ -110,15 +106,10 @@ class Qwen3CoderParser(FormatParser):
             return True
         if state is State.PARAMS:
             if p.startswith(PARAMETER):
-                j = p.find(">")
-                if j < 0:
-                    if "\n" in p or "<" in p[1:]:
-                        self.state = State.NOT_A_CALL
-                        return True
-                    return False
-                key = p[len(PARAMETER) : j].strip()
+                key = self._tag_value(p, PARAMETER)
+                if key is None:
+                    return self.state is State.NOT_A_CALL
                 self.kind = self._kind(key)
-                self.pending = p[j + 1 :]
                 head = (", " if self.params else "") + json.dumps(key, ensure_ascii=False) + ": "
                 self._args(head + ('"' if self.kind is Kind.STRING else ""), out)
                 self.state, self.value_started, self.params = State.VALUE, False, self.params + 1
@@ -206,6 +197,17 @@ class Qwen3CoderParser(FormatParser):
             self.sink.model_text(self.pending, out)
         self.pending = ""
         self.state = State.TEXT
+
+    def _tag_value(self, p: str, tag: str) -> str | None:
+        """The value of the ``<tag=value>`` that ``p`` starts with, the rest left pending; None when
+        more text is needed, or when the tag cannot close (the state is then NOT_A_CALL)."""
+        j = p.find(">")
+        if j < 0:
+            if "\n" in p or "<" in p[1:]:
+                self.state = State.NOT_A_CALL
+            return None
+        self.pending = p[j + 1 :]
+        return p[len(tag) : j].strip()
 
     def _kind(self, key: str) -> Kind:
         """How this call's parameter ``key`` is typed; unknown parameters are strings."""

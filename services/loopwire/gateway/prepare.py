@@ -70,6 +70,9 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
     if create.previous_response_id:
         held = gw.store.resolve(create.previous_response_id, session.tenant.name, session.stream_id)
     previous = None if (cfg.stateless or create.no_store) else session.conversation
+    # The router asks the prompt's block hashes at the replicas' block size: a long prompt's are
+    # hashed with the rest of its work, not on the loop (only a new tail of them later).
+    block_sizes = {replica.block_size for replica in gw.router.replicas}
 
     def work() -> _Work:
         """Everything that grows with the request: checks, the cache-break walk, rendering,
@@ -108,6 +111,8 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         breaks_before = conversation.template_breaks
         tokenized += conversation.append(new)
         tokenize_ns = time.thread_time_ns() - t0 + header_ns
+        if len(block_sizes) == 1:
+            conversation.block_hashes(*block_sizes)
         if conversation.template_breaks != breaks_before and difference is None:
             difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
         # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.

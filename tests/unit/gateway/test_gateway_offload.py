@@ -12,6 +12,7 @@ from harness_testkit import until
 
 from loopwire.common.auth import Authenticator
 from loopwire.common.json_limits import MAX_JSON_DEPTH
+from loopwire.gateway import conversation as conversation_module
 from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.safety import LexiconClassifier, Verdict
 from loopwire.gateway.service import GatewayConfig
@@ -113,3 +114,23 @@ async def test_closing_a_generate_stream_formats_no_traceback(monkeypatch) -> No
         await gateway.close()
         await server.stop(0)
     assert formatted == []
+
+
+async def test_a_long_prompts_block_hashes_are_computed_off_the_event_loop(make_mesh, monkeypatch) -> None:
+    """The router asks the prompt's chained block hashes; a long new prompt's are hashed on the pool."""
+    hashed: list[tuple[int, int]] = []  # (thread, ids hashed)
+    real = conversation_module.block_hashes
+
+    def recording(ids, block_size, parent):  # noqa: ANN001, ANN202
+        hashed.append((threading.get_ident(), len(ids)))
+        return real(ids, block_size, parent)
+
+    monkeypatch.setattr(conversation_module, "block_hashes", recording)
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, work_inline_bytes=1024))
+    loop_thread = threading.get_ident()
+    conv = Conversation(mesh.stub)
+    events = await conv.send(input=[user("word " * 20_000)], replay=common_pb2.ReplayOutput(text="ok"))
+    assert kinds(events)[-1] == "completed"
+    long_hashes = [thread for thread, n in hashed if n > 1000]
+    assert long_hashes and all(thread != loop_thread for thread in long_hashes)
+    await conv.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import importlib
 import io
 import multiprocessing
 import os
@@ -69,10 +70,14 @@ class Decoding:
     """The workers that decode and parse bodies, with a per-tenant bound: ``per_tenant`` threads
     for every tenant (a tenant's work never queues behind another's) and, started at first use,
     ``processes`` worker processes (default: one per CPU, at most one per tenant slot), which
-    tenants share first come, first served, each with at most ``per_tenant`` bodies in them."""
+    tenants share first come, first served, each with at most ``per_tenant`` bodies in them.
+    ``preload`` names the modules of the routes' conversions, which each worker imports before
+    its first body (the server names them: this module knows no route)."""
 
-    def __init__(self, per_tenant: int = 1, tenants: int = 16, processes: int | None = None) -> None:
+    def __init__(self, per_tenant: int = 1, tenants: int = 16, processes: int | None = None,
+                 preload: tuple[str, ...] = ()) -> None:
         self.per_tenant = per_tenant
+        self.preload = preload
         self._tenants: dict[str, _Tenant] = {}
         self._executor = ThreadPoolExecutor(per_tenant * tenants, thread_name_prefix="api-decode")
         self.processes = processes or max(1, min(per_tenant * tenants, os.cpu_count() or 1))
@@ -122,7 +127,7 @@ class Decoding:
     def _pool(self) -> ProcessPoolExecutor:
         if self._processes is None:
             self._processes = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                                  initializer=_worker_start)
+                                                  initializer=_worker_start, initargs=(self.preload,))
         return self._processes
 
     async def _acquire(self, owner: str) -> None:
@@ -163,11 +168,11 @@ class Decoding:
             self._processes = None
 
 
-def _worker_start() -> None:
-    """A worker process imports the routes' body conversions once, before its first body."""
-    import loopwire.api.chat  # noqa: F401 - imported for its parse_chat, which a body's job names
-    import loopwire.api.compact  # noqa: F401
-    import loopwire.api.input_tokens  # noqa: F401
+def _worker_start(preload: tuple[str, ...]) -> None:
+    """A worker process imports the routes' body conversions once, before its first body (the
+    pickled job would import them too, while that body waits)."""
+    for module in preload:
+        importlib.import_module(module)
 
 
 @dataclass

@@ -132,7 +132,12 @@ def build_context(args: argparse.Namespace) -> ApiContext:
     return ApiContext(gateway, models, args.max_body_bytes, authenticator, turns,
                       sse_keepalive_s=args.sse_keepalive_s, store=store, background=background,
                       ws_max_age_s=args.ws_max_age_s,
-                      decoding=Decoding(args.decode_per_tenant, min(tenants, MAX_DECODE_TENANTS)))
+                      decoding=Decoding(args.decode_per_tenant, min(tenants, MAX_DECODE_TENANTS),
+                                        preload=BODY_CONVERSIONS))
+
+
+# The modules whose functions parse a body in a decoding worker process (``api/body.py``).
+BODY_CONVERSIONS = ("loopwire.api.chat", "loopwire.api.compact", "loopwire.api.input_tokens")
 
 
 def load_replay(path: str) -> list[common_pb2.ReplayOutput]:

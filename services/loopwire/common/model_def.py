@@ -328,3 +328,10 @@ def _read_json(path: Path) -> dict[str, Any]:
     except ValueError as e:
         raise ModelError(f"{path}: not valid JSON ({e})") from None
     return data if isinstance(data, dict) else {}
+
+
+def check_vocabulary(weights_vocab: int, definition: ModelDefinition) -> None:
+    """The weights must cover every id the tokenizer can produce (an embedding may be padded larger)."""
+    if weights_vocab < definition.vocab_size:
+        raise ValueError(f"model {definition.source}: the weights have {weights_vocab} embeddings but the tokenizer "
+                         f"has {definition.vocab_size} tokens")

@@ -27,6 +27,7 @@ import numpy as np
 from loopwire.common.model_def import open_gguf
 from loopwire.inference.config import ModelConfig
 from loopwire.inference.quantized import KINDS, QuantizedWeight
+from loopwire.inference.tensor_layout import tensor_names, tensor_shape
 
 Weight = np.ndarray | QuantizedWeight
 
@@ -138,7 +139,6 @@ def load_gguf(path: str | Path, quantized: bool = False) -> tuple[ModelConfig, d
     ``quantized``, its matrices of a type the kernels multiply (Q4_1, Q8_0) as their codes."""
     import gguf
 
-    from loopwire.inference.weights import tensor_names, tensor_shape
 
     path = Path(path)
     reader = open_gguf(path)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from loopwire.common import grpc_server, telemetry
 from loopwire.common.config import env as _env
-from loopwire.common.model_def import ModelDefinition, load_definition
+from loopwire.common.model_def import check_vocabulary, load_definition
 from loopwire.common.service_auth import ServiceTokenInterceptor
 from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
 from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, model_preset
@@ -133,13 +133,6 @@ def build_engine(options: EngineOptions) -> Engine:
         )
     raise ValueError(f"unknown engine {options.engine!r}; choose reference, simulated or trtllm")
 
-
-
-def check_vocabulary(weights_vocab: int, definition: ModelDefinition) -> None:
-    """The weights must cover every id the tokenizer can produce (an embedding may be padded larger)."""
-    if weights_vocab < definition.vocab_size:
-        raise ValueError(f"model {definition.source}: the weights have {weights_vocab} embeddings but the tokenizer "
-                         f"has {definition.vocab_size} tokens")
 
 
 # Memory the reference engine's KV cache may take by default (float32 keys and values).

@@ -61,7 +61,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
-from loopwire.common.model_def import ModelDefinition
+from loopwire.common.model_def import ModelDefinition, check_vocabulary
 from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.constraint import Grammar
 from loopwire.inference.engine_core import EngineStats
@@ -271,7 +271,6 @@ class TrtLlmEngine:
     @classmethod
     def from_options(cls, options: EngineOptions, definition: ModelDefinition) -> TrtLlmEngine:
         from loopwire.inference.config import load_model_config
-        from loopwire.inference.server import check_vocabulary
 
         check_vocabulary(load_model_config(definition.source).vocab_size, definition)
         return cls.create(options, definition, load_api())

@@ -377,6 +377,36 @@ TOOL_CALL_FORMAT_QWEN3_CODER: ToolCallFormat.ValueType  # 4
 """<tool_call><function=name><parameter=p>value</parameter></function></tool_call> (Qwen3-Coder)."""
 Global___ToolCallFormat: _TypeAlias = ToolCallFormat  # noqa: Y015
 
+class _KvHintPhase:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _KvHintPhaseEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_KvHintPhase.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    KV_HINT_PHASE_UNSPECIFIED: _KvHintPhase.ValueType  # 0
+    """Not set: the request is a plain hold (HoldKv) or is refused (HoldPrefix with a hint)."""
+    KV_HINT_PHASE_PAUSE: _KvHintPhase.ValueType  # 1
+    """A tool call started: the session will be away for about expected_pause_ms. Its blocks are
+    not pinned: under memory pressure they leave the device first, for the host tier, where
+    they are kept ahead of other blocks until the retention runs out.
+    """
+    KV_HINT_PHASE_RESUME: _KvHintPhase.ValueType  # 2
+    """The tool ended: the session's blocks come back to the device now, before its next request."""
+
+class KvHintPhase(_KvHintPhase, metaclass=_KvHintPhaseEnumTypeWrapper):
+    """What a session's KV hint says (KvHint.phase)."""
+
+KV_HINT_PHASE_UNSPECIFIED: KvHintPhase.ValueType  # 0
+"""Not set: the request is a plain hold (HoldKv) or is refused (HoldPrefix with a hint)."""
+KV_HINT_PHASE_PAUSE: KvHintPhase.ValueType  # 1
+"""A tool call started: the session will be away for about expected_pause_ms. Its blocks are
+not pinned: under memory pressure they leave the device first, for the host tier, where
+they are kept ahead of other blocks until the retention runs out.
+"""
+KV_HINT_PHASE_RESUME: KvHintPhase.ValueType  # 2
+"""The tool ended: the session's blocks come back to the device now, before its next request."""
+Global___KvHintPhase: _TypeAlias = KvHintPhase  # noqa: Y015
+
 @_typing.final
 class ContentPart(_message.Message):
     """One part of a message's content (only text today; images would be a new case)."""
@@ -978,3 +1008,50 @@ class Error(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Error: _TypeAlias = Error  # noqa: Y015
+
+@_typing.final
+class KvHint(_message.Message):
+    """A harness's hint about the KV of a session around a tool pause (the shape of vLLM's KV hints
+    envelope and Dynamo's agent hints: priority, expected pause, expected output length). A hint
+    only orders memory: it never refuses or delays a request, and the tenant's retention ceiling
+    bounds how long it counts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PHASE_FIELD_NUMBER: _builtins.int
+    EXPECTED_PAUSE_MS_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    EXPECTED_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    phase: Global___KvHintPhase.ValueType
+    """Pause or resume (required)."""
+    expected_pause_ms: _builtins.int
+    """How long the session will likely be away, in milliseconds (exec yield window, approval wait,
+    a command's recorded or estimated duration); the replica brings the blocks back shortly
+    before it ends even when the resume hint comes late. 0: unknown. Cut to the retention.
+    """
+    priority: _builtins.int
+    """Retention priority of the session's blocks in the host tier while paused, 1-100 (0: 80);
+    never above the tenant's max_priority when that is set.
+    """
+    expected_output_tokens: _builtins.int
+    """Expected output tokens of the next response (0: unknown): a replica may reserve for it."""
+    reason: _builtins.str
+    """Why the session waits, for logs and metrics: exec_yield, approval, command, mcp (at most 64 characters)."""
+    def __init__(
+        self,
+        *,
+        phase: Global___KvHintPhase.ValueType = ...,
+        expected_pause_ms: _builtins.int = ...,
+        priority: _builtins.int = ...,
+        expected_output_tokens: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_output_tokens", b"expected_output_tokens", "expected_pause_ms", b"expected_pause_ms", "phase", b"phase", "priority", b"priority", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KvHint: _TypeAlias = KvHint  # noqa: Y015

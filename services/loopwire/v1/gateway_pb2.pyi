@@ -413,21 +413,31 @@ class HoldKv(_message.Message):
 
     RESPONSE_ID_FIELD_NUMBER: _builtins.int
     RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
+    HINT_FIELD_NUMBER: _builtins.int
     response_id: _builtins.str
     """A stored response of the caller's tenant (unknown or evicted: PREVIOUS_RESPONSE_NOT_FOUND)."""
     retention_seconds: _builtins.int
     """How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT) and at most the tenant's
     retention ceiling (else PERMISSION_DENIED); 0 releases the hold on every replica.
+    With a pause hint: how long the hint may count (1 or more); ignored by a resume hint.
     """
+    @_builtins.property
+    def hint(self) -> _common_pb2.KvHint:
+        """Instead of pinning: a tool-pause hint (the blocks may move to the host tier, and come back
+        on resume). The hashes are the caller's own conversation's, salted with its tenant, so a
+        hint can never name another tenant's blocks.
+        """
+
     def __init__(
         self,
         *,
         response_id: _builtins.str = ...,
         retention_seconds: _builtins.int = ...,
+        hint: _common_pb2.KvHint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hint", b"hint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["response_id", b"response_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hint", b"hint", "response_id", b"response_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -845,19 +855,25 @@ class KvHeld(_message.Message):
 
     BLOCKS_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
+    HINTED_BLOCKS_FIELD_NUMBER: _builtins.int
     blocks: _builtins.int
     """Blocks held on the replica (0 after a release, or when no replica had them cached)."""
     replica_id: _builtins.str
     """The replica holding them ('' when none)."""
+    hinted_blocks: _builtins.int
+    """A pause hint: the session's blocks it now covers (device and host tier); a resume hint:
+    blocks copied back from the host tier to the device.
+    """
     def __init__(
         self,
         *,
         blocks: _builtins.int = ...,
         replica_id: _builtins.str = ...,
+        hinted_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "hinted_blocks", b"hinted_blocks", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -872,6 +872,8 @@ class GetStatusResponse(_message.Message):
     PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _builtins.int
     NUM_PREEMPTIONS_FIELD_NUMBER: _builtins.int
     ENGINE_KIND_FIELD_NUMBER: _builtins.int
+    KV_HINT_DEMOTED_BLOCKS_FIELD_NUMBER: _builtins.int
+    KV_HINT_ONLOADED_BLOCKS_FIELD_NUMBER: _builtins.int
     replica_id: _builtins.str
     """The replica's configured id (as in GenerationFinished.replica_id)."""
     @_builtins.property
@@ -932,6 +934,12 @@ class GetStatusResponse(_message.Message):
     """Preemptions (recompute) since start: a replica short of KV shows it here first."""
     engine_kind: _common_pb2.EngineKind.ValueType
     """The engine this replica runs."""
+    kv_hint_demoted_blocks: _builtins.int
+    """KV hints since start: blocks a pause hint let leave the device first (demoted)."""
+    kv_hint_onloaded_blocks: _builtins.int
+    """KV hints since start: blocks brought back to the device from the host tier on a resume hint
+    (or shortly before a pause's expected end) rather than inside a request.
+    """
     def __init__(
         self,
         *,
@@ -958,10 +966,12 @@ class GetStatusResponse(_message.Message):
         prefix_cache_host_hit_tokens: _builtins.int = ...,
         num_preemptions: _builtins.int = ...,
         engine_kind: _common_pb2.EngineKind.ValueType = ...,
+        kv_hint_demoted_blocks: _builtins.int = ...,
+        kv_hint_onloaded_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "engine_kind", b"engine_kind", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "kv_host_blocks_total", b"kv_host_blocks_total", "kv_host_blocks_used", b"kv_host_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "num_preemptions", b"num_preemptions", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_host_hit_tokens", b"prefix_cache_host_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_size", b"block_size", "decode_tokens_per_second", b"decode_tokens_per_second", "engine", b"engine", "engine_kind", b"engine_kind", "kv_blocks_free", b"kv_blocks_free", "kv_blocks_total", b"kv_blocks_total", "kv_blocks_used", b"kv_blocks_used", "kv_hint_demoted_blocks", b"kv_hint_demoted_blocks", "kv_hint_onloaded_blocks", b"kv_hint_onloaded_blocks", "kv_host_blocks_total", b"kv_host_blocks_total", "kv_host_blocks_used", b"kv_host_blocks_used", "max_output_tokens", b"max_output_tokens", "model", b"model", "num_preemptions", b"num_preemptions", "prefill_tokens_per_second", b"prefill_tokens_per_second", "prefix_cache_hit_tokens", b"prefix_cache_hit_tokens", "prefix_cache_host_hit_tokens", b"prefix_cache_host_hit_tokens", "prefix_cache_queried_tokens", b"prefix_cache_queried_tokens", "recent_tokens_per_second", b"recent_tokens_per_second", "replica_id", b"replica_id", "role", b"role", "running", b"running", "tokenizer_digest", b"tokenizer_digest", "vocab_size", b"vocab_size", "waiting", b"waiting"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1076,6 +1086,7 @@ class HoldPrefixRequest(_message.Message):
     CACHE_SALT_FIELD_NUMBER: _builtins.int
     BLOCK_HASHES_FIELD_NUMBER: _builtins.int
     RETENTION_SECONDS_FIELD_NUMBER: _builtins.int
+    HINT_FIELD_NUMBER: _builtins.int
     hold_id: _builtins.str
     """Names the hold within the tenant: a later request with the same id replaces or releases it.
     Required, at most 256 characters (the gateway uses the response id).
@@ -1083,11 +1094,20 @@ class HoldPrefixRequest(_message.Message):
     cache_salt: _builtins.str
     """The tenant (cache salt): holds of different tenants never share a name. At most 256 characters."""
     retention_seconds: _builtins.int
-    """How long to hold, in seconds; 0 releases the hold; at most the replica's retention cap (3600)."""
+    """How long to hold, in seconds; 0 releases the hold; at most the replica's retention cap (3600).
+    With a pause hint: how long the hint counts (1 or more).
+    """
     @_builtins.property
     def block_hashes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """The prefix's chained block hashes in order (at most 65536); the held part is the longest
         run of them from the first that is cached here.
+        """
+
+    @_builtins.property
+    def hint(self) -> _common_pb2.KvHint:
+        """A tool-pause hint instead of a hold: PAUSE lets the prefix leave the device first under
+        pressure, for the host tier (kept there ahead of other blocks); RESUME brings it back to the
+        device. The first hash must chain from the salt's root (else nothing is touched).
         """
 
     def __init__(
@@ -1097,10 +1117,11 @@ class HoldPrefixRequest(_message.Message):
         cache_salt: _builtins.str = ...,
         block_hashes: _abc.Iterable[_builtins.int] | None = ...,
         retention_seconds: _builtins.int = ...,
+        hint: _common_pb2.KvHint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["hint", b"hint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_hashes", b"block_hashes", "cache_salt", b"cache_salt", "hold_id", b"hold_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_hashes", b"block_hashes", "cache_salt", b"cache_salt", "hint", b"hint", "hold_id", b"hold_id", "retention_seconds", b"retention_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1113,16 +1134,22 @@ class HoldPrefixResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HELD_BLOCKS_FIELD_NUMBER: _builtins.int
+    HINTED_BLOCKS_FIELD_NUMBER: _builtins.int
     held_blocks: _builtins.int
     """Blocks now held (0 after a release, or when none of the prefix is cached here)."""
+    hinted_blocks: _builtins.int
+    """A pause hint: blocks of the prefix it covers (device and host tier); a resume hint: blocks
+    copied back from the host tier to the device.
+    """
     def __init__(
         self,
         *,
         held_blocks: _builtins.int = ...,
+        hinted_blocks: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["held_blocks", b"held_blocks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held_blocks", b"held_blocks", "hinted_blocks", b"hinted_blocks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

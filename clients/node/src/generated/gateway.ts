@@ -19,6 +19,7 @@ import type { GetModelResponse as _loopwire_v1_GetModelResponse, GetModelRespons
 import type { HoldKv as _loopwire_v1_HoldKv, HoldKv__Output as _loopwire_v1_HoldKv__Output } from './loopwire/v1/HoldKv';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvHeld as _loopwire_v1_KvHeld, KvHeld__Output as _loopwire_v1_KvHeld__Output } from './loopwire/v1/KvHeld';
+import type { KvHint as _loopwire_v1_KvHint, KvHint__Output as _loopwire_v1_KvHint__Output } from './loopwire/v1/KvHint';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { PrefillProgress as _loopwire_v1_PrefillProgress, PrefillProgress__Output as _loopwire_v1_PrefillProgress__Output } from './loopwire/v1/PrefillProgress';
 import type { ReplayOutput as _loopwire_v1_ReplayOutput, ReplayOutput__Output as _loopwire_v1_ReplayOutput__Output } from './loopwire/v1/ReplayOutput';
@@ -69,6 +70,8 @@ export interface ProtoGrpcType {
       HoldKv: MessageTypeDefinition<_loopwire_v1_HoldKv, _loopwire_v1_HoldKv__Output>
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvHeld: MessageTypeDefinition<_loopwire_v1_KvHeld, _loopwire_v1_KvHeld__Output>
+      KvHint: MessageTypeDefinition<_loopwire_v1_KvHint, _loopwire_v1_KvHint__Output>
+      KvHintPhase: EnumTypeDefinition
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       PrefillProgress: MessageTypeDefinition<_loopwire_v1_PrefillProgress, _loopwire_v1_PrefillProgress__Output>
       ReplayOutput: MessageTypeDefinition<_loopwire_v1_ReplayOutput, _loopwire_v1_ReplayOutput__Output>

@@ -17,6 +17,7 @@ import type { GetSessionRequest as _loopwire_v1_GetSessionRequest, GetSessionReq
 import type { GetSessionResponse as _loopwire_v1_GetSessionResponse, GetSessionResponse__Output as _loopwire_v1_GetSessionResponse__Output } from './loopwire/v1/GetSessionResponse';
 import type { HarnessServiceClient as _loopwire_v1_HarnessServiceClient, HarnessServiceDefinition as _loopwire_v1_HarnessServiceDefinition } from './loopwire/v1/HarnessService';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
+import type { KvHint as _loopwire_v1_KvHint, KvHint__Output as _loopwire_v1_KvHint__Output } from './loopwire/v1/KvHint';
 import type { ListSessionsRequest as _loopwire_v1_ListSessionsRequest, ListSessionsRequest__Output as _loopwire_v1_ListSessionsRequest__Output } from './loopwire/v1/ListSessionsRequest';
 import type { ListSessionsResponse as _loopwire_v1_ListSessionsResponse, ListSessionsResponse__Output as _loopwire_v1_ListSessionsResponse__Output } from './loopwire/v1/ListSessionsResponse';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
@@ -76,6 +77,8 @@ export interface ProtoGrpcType {
       GetSessionResponse: MessageTypeDefinition<_loopwire_v1_GetSessionResponse, _loopwire_v1_GetSessionResponse__Output>
       HarnessService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_HarnessServiceClient> & { service: _loopwire_v1_HarnessServiceDefinition }
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
+      KvHint: MessageTypeDefinition<_loopwire_v1_KvHint, _loopwire_v1_KvHint__Output>
+      KvHintPhase: EnumTypeDefinition
       ListSessionsRequest: MessageTypeDefinition<_loopwire_v1_ListSessionsRequest, _loopwire_v1_ListSessionsRequest__Output>
       ListSessionsResponse: MessageTypeDefinition<_loopwire_v1_ListSessionsResponse, _loopwire_v1_ListSessionsResponse__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>

@@ -25,6 +25,7 @@ import type { HoldPrefixResponse as _loopwire_v1_HoldPrefixResponse, HoldPrefixR
 import type { InferenceServiceClient as _loopwire_v1_InferenceServiceClient, InferenceServiceDefinition as _loopwire_v1_InferenceServiceDefinition } from './loopwire/v1/InferenceService';
 import type { Item as _loopwire_v1_Item, Item__Output as _loopwire_v1_Item__Output } from './loopwire/v1/Item';
 import type { KvBlock as _loopwire_v1_KvBlock, KvBlock__Output as _loopwire_v1_KvBlock__Output } from './loopwire/v1/KvBlock';
+import type { KvHint as _loopwire_v1_KvHint, KvHint__Output as _loopwire_v1_KvHint__Output } from './loopwire/v1/KvHint';
 import type { LogprobCandidate as _loopwire_v1_LogprobCandidate, LogprobCandidate__Output as _loopwire_v1_LogprobCandidate__Output } from './loopwire/v1/LogprobCandidate';
 import type { Message as _loopwire_v1_Message, Message__Output as _loopwire_v1_Message__Output } from './loopwire/v1/Message';
 import type { ModelInfo as _loopwire_v1_ModelInfo, ModelInfo__Output as _loopwire_v1_ModelInfo__Output } from './loopwire/v1/ModelInfo';
@@ -82,6 +83,8 @@ export interface ProtoGrpcType {
       InferenceService: SubtypeConstructor<typeof grpc.Client, _loopwire_v1_InferenceServiceClient> & { service: _loopwire_v1_InferenceServiceDefinition }
       Item: MessageTypeDefinition<_loopwire_v1_Item, _loopwire_v1_Item__Output>
       KvBlock: MessageTypeDefinition<_loopwire_v1_KvBlock, _loopwire_v1_KvBlock__Output>
+      KvHint: MessageTypeDefinition<_loopwire_v1_KvHint, _loopwire_v1_KvHint__Output>
+      KvHintPhase: EnumTypeDefinition
       LogprobCandidate: MessageTypeDefinition<_loopwire_v1_LogprobCandidate, _loopwire_v1_LogprobCandidate__Output>
       Message: MessageTypeDefinition<_loopwire_v1_Message, _loopwire_v1_Message__Output>
       ModelInfo: MessageTypeDefinition<_loopwire_v1_ModelInfo, _loopwire_v1_ModelInfo__Output>

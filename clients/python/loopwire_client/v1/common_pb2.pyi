@@ -81,6 +81,12 @@ class ToolCallFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_CALL_FORMAT_LLAMA3_JSON: _ClassVar[ToolCallFormat]
     TOOL_CALL_FORMAT_MISTRAL: _ClassVar[ToolCallFormat]
     TOOL_CALL_FORMAT_QWEN3_CODER: _ClassVar[ToolCallFormat]
+
+class KvHintPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KV_HINT_PHASE_UNSPECIFIED: _ClassVar[KvHintPhase]
+    KV_HINT_PHASE_PAUSE: _ClassVar[KvHintPhase]
+    KV_HINT_PHASE_RESUME: _ClassVar[KvHintPhase]
 ROLE_UNSPECIFIED: Role
 ROLE_SYSTEM: Role
 ROLE_DEVELOPER: Role
@@ -132,6 +138,9 @@ TOOL_CALL_FORMAT_HERMES: ToolCallFormat
 TOOL_CALL_FORMAT_LLAMA3_JSON: ToolCallFormat
 TOOL_CALL_FORMAT_MISTRAL: ToolCallFormat
 TOOL_CALL_FORMAT_QWEN3_CODER: ToolCallFormat
+KV_HINT_PHASE_UNSPECIFIED: KvHintPhase
+KV_HINT_PHASE_PAUSE: KvHintPhase
+KV_HINT_PHASE_RESUME: KvHintPhase
 
 class ContentPart(_message.Message):
     __slots__ = ("text",)
@@ -312,3 +321,17 @@ class Error(_message.Message):
     retry_after_ms: int
     reason: ErrorReason
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., reason: _Optional[_Union[ErrorReason, str]] = ...) -> None: ...
+
+class KvHint(_message.Message):
+    __slots__ = ("phase", "expected_pause_ms", "priority", "expected_output_tokens", "reason")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_PAUSE_MS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_OUTPUT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    phase: KvHintPhase
+    expected_pause_ms: int
+    priority: int
+    expected_output_tokens: int
+    reason: str
+    def __init__(self, phase: _Optional[_Union[KvHintPhase, str]] = ..., expected_pause_ms: _Optional[int] = ..., priority: _Optional[int] = ..., expected_output_tokens: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...

@@ -118,12 +118,14 @@ class CancelResponse(_message.Message):
     def __init__(self, response_id: _Optional[str] = ...) -> None: ...
 
 class HoldKv(_message.Message):
-    __slots__ = ("response_id", "retention_seconds")
+    __slots__ = ("response_id", "retention_seconds", "hint")
     RESPONSE_ID_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
     response_id: str
     retention_seconds: int
-    def __init__(self, response_id: _Optional[str] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+    hint: _common_pb2.KvHint
+    def __init__(self, response_id: _Optional[str] = ..., retention_seconds: _Optional[int] = ..., hint: _Optional[_Union[_common_pb2.KvHint, _Mapping]] = ...) -> None: ...
 
 class ConverseRequest(_message.Message):
     __slots__ = ("create_response", "cancel_response", "hold_kv")
@@ -248,12 +250,14 @@ class ResponseFailed(_message.Message):
     def __init__(self, error: _Optional[_Union[_common_pb2.Error, _Mapping]] = ...) -> None: ...
 
 class KvHeld(_message.Message):
-    __slots__ = ("blocks", "replica_id")
+    __slots__ = ("blocks", "replica_id", "hinted_blocks")
     BLOCKS_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    HINTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     blocks: int
     replica_id: str
-    def __init__(self, blocks: _Optional[int] = ..., replica_id: _Optional[str] = ...) -> None: ...
+    hinted_blocks: int
+    def __init__(self, blocks: _Optional[int] = ..., replica_id: _Optional[str] = ..., hinted_blocks: _Optional[int] = ...) -> None: ...
 
 class ConverseResponse(_message.Message):
     __slots__ = ("response_id", "created", "text_delta", "tool_call_started", "tool_call_arguments_delta", "tool_call_done", "safety", "cache_break", "completed", "failed", "kv_held", "prefill_progress")

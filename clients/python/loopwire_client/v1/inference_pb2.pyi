@@ -248,7 +248,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest", "kv_host_blocks_used", "kv_host_blocks_total", "prefix_cache_host_hit_tokens", "num_preemptions", "engine_kind")
+    __slots__ = ("replica_id", "engine", "model", "role", "running", "waiting", "kv_blocks_used", "kv_blocks_free", "kv_blocks_total", "block_size", "recent_tokens_per_second", "prefill_tokens_per_second", "decode_tokens_per_second", "prefix_cache_queried_tokens", "prefix_cache_hit_tokens", "vocab_size", "max_output_tokens", "tokenizer_digest", "kv_host_blocks_used", "kv_host_blocks_total", "prefix_cache_host_hit_tokens", "num_preemptions", "engine_kind", "kv_hint_demoted_blocks", "kv_hint_onloaded_blocks")
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +272,8 @@ class GetStatusResponse(_message.Message):
     PREFIX_CACHE_HOST_HIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     NUM_PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_KIND_FIELD_NUMBER: _ClassVar[int]
+    KV_HINT_DEMOTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    KV_HINT_ONLOADED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     replica_id: str
     engine: str
     model: str
@@ -295,7 +297,9 @@ class GetStatusResponse(_message.Message):
     prefix_cache_host_hit_tokens: int
     num_preemptions: int
     engine_kind: _common_pb2.EngineKind
-    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., kv_host_blocks_used: _Optional[int] = ..., kv_host_blocks_total: _Optional[int] = ..., prefix_cache_host_hit_tokens: _Optional[int] = ..., num_preemptions: _Optional[int] = ..., engine_kind: _Optional[_Union[_common_pb2.EngineKind, str]] = ...) -> None: ...
+    kv_hint_demoted_blocks: int
+    kv_hint_onloaded_blocks: int
+    def __init__(self, replica_id: _Optional[str] = ..., engine: _Optional[str] = ..., model: _Optional[str] = ..., role: _Optional[_Union[EngineRole, str]] = ..., running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_blocks_used: _Optional[int] = ..., kv_blocks_free: _Optional[int] = ..., kv_blocks_total: _Optional[int] = ..., block_size: _Optional[int] = ..., recent_tokens_per_second: _Optional[float] = ..., prefill_tokens_per_second: _Optional[float] = ..., decode_tokens_per_second: _Optional[float] = ..., prefix_cache_queried_tokens: _Optional[int] = ..., prefix_cache_hit_tokens: _Optional[int] = ..., vocab_size: _Optional[int] = ..., max_output_tokens: _Optional[int] = ..., tokenizer_digest: _Optional[str] = ..., kv_host_blocks_used: _Optional[int] = ..., kv_host_blocks_total: _Optional[int] = ..., prefix_cache_host_hit_tokens: _Optional[int] = ..., num_preemptions: _Optional[int] = ..., engine_kind: _Optional[_Union[_common_pb2.EngineKind, str]] = ..., kv_hint_demoted_blocks: _Optional[int] = ..., kv_hint_onloaded_blocks: _Optional[int] = ...) -> None: ...
 
 class WatchCacheRequest(_message.Message):
     __slots__ = ("include_existing",)
@@ -326,22 +330,26 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HoldPrefixRequest(_message.Message):
-    __slots__ = ("hold_id", "cache_salt", "block_hashes", "retention_seconds")
+    __slots__ = ("hold_id", "cache_salt", "block_hashes", "retention_seconds", "hint")
     HOLD_ID_FIELD_NUMBER: _ClassVar[int]
     CACHE_SALT_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HINT_FIELD_NUMBER: _ClassVar[int]
     hold_id: str
     cache_salt: str
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     retention_seconds: int
-    def __init__(self, hold_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., block_hashes: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ...) -> None: ...
+    hint: _common_pb2.KvHint
+    def __init__(self, hold_id: _Optional[str] = ..., cache_salt: _Optional[str] = ..., block_hashes: _Optional[_Iterable[int]] = ..., retention_seconds: _Optional[int] = ..., hint: _Optional[_Union[_common_pb2.KvHint, _Mapping]] = ...) -> None: ...
 
 class HoldPrefixResponse(_message.Message):
-    __slots__ = ("held_blocks",)
+    __slots__ = ("held_blocks", "hinted_blocks")
     HELD_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    HINTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     held_blocks: int
-    def __init__(self, held_blocks: _Optional[int] = ...) -> None: ...
+    hinted_blocks: int
+    def __init__(self, held_blocks: _Optional[int] = ..., hinted_blocks: _Optional[int] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
     __slots__ = ("name", "vocab_size", "tokenizer_digest", "tokenizer_kind", "tokenizer_data", "chat_template", "bos_token", "eos_token", "special_tokens", "stop_token_ids", "context_length", "engine", "tool_call_format", "architecture", "source", "engine_kind", "tokenizer_format", "tool_call_syntax")

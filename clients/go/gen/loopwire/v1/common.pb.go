@@ -569,6 +569,61 @@ func (ToolCallFormat) EnumDescriptor() ([]byte, []int) {
 	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{7}
 }
 
+// What a session's KV hint says (KvHint.phase).
+type KvHintPhase int32
+
+const (
+	// Not set: the request is a plain hold (HoldKv) or is refused (HoldPrefix with a hint).
+	KvHintPhase_KV_HINT_PHASE_UNSPECIFIED KvHintPhase = 0
+	// A tool call started: the session will be away for about expected_pause_ms. Its blocks are
+	// not pinned: under memory pressure they leave the device first, for the host tier, where
+	// they are kept ahead of other blocks until the retention runs out.
+	KvHintPhase_KV_HINT_PHASE_PAUSE KvHintPhase = 1
+	// The tool ended: the session's blocks come back to the device now, before its next request.
+	KvHintPhase_KV_HINT_PHASE_RESUME KvHintPhase = 2
+)
+
+// Enum value maps for KvHintPhase.
+var (
+	KvHintPhase_name = map[int32]string{
+		0: "KV_HINT_PHASE_UNSPECIFIED",
+		1: "KV_HINT_PHASE_PAUSE",
+		2: "KV_HINT_PHASE_RESUME",
+	}
+	KvHintPhase_value = map[string]int32{
+		"KV_HINT_PHASE_UNSPECIFIED": 0,
+		"KV_HINT_PHASE_PAUSE":       1,
+		"KV_HINT_PHASE_RESUME":      2,
+	}
+)
+
+func (x KvHintPhase) Enum() *KvHintPhase {
+	p := new(KvHintPhase)
+	*p = x
+	return p
+}
+
+func (x KvHintPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KvHintPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_loopwire_v1_common_proto_enumTypes[8].Descriptor()
+}
+
+func (KvHintPhase) Type() protoreflect.EnumType {
+	return &file_loopwire_v1_common_proto_enumTypes[8]
+}
+
+func (x KvHintPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KvHintPhase.Descriptor instead.
+func (KvHintPhase) EnumDescriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{8}
+}
+
 // One part of a message's content (only text today; images would be a new case).
 type ContentPart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1776,6 +1831,94 @@ func (x *Error) GetReason() ErrorReason {
 	return ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
+// A harness's hint about the KV of a session around a tool pause (the shape of vLLM's KV hints
+// envelope and Dynamo's agent hints: priority, expected pause, expected output length). A hint
+// only orders memory: it never refuses or delays a request, and the tenant's retention ceiling
+// bounds how long it counts.
+type KvHint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pause or resume (required).
+	Phase KvHintPhase `protobuf:"varint,1,opt,name=phase,proto3,enum=loopwire.v1.KvHintPhase" json:"phase,omitempty"`
+	// How long the session will likely be away, in milliseconds (exec yield window, approval wait,
+	// a command's recorded or estimated duration); the replica brings the blocks back shortly
+	// before it ends even when the resume hint comes late. 0: unknown. Cut to the retention.
+	ExpectedPauseMs uint32 `protobuf:"varint,2,opt,name=expected_pause_ms,json=expectedPauseMs,proto3" json:"expected_pause_ms,omitempty"`
+	// Retention priority of the session's blocks in the host tier while paused, 1-100 (0: 80);
+	// never above the tenant's max_priority when that is set.
+	Priority uint32 `protobuf:"varint,3,opt,name=priority,proto3" json:"priority,omitempty"`
+	// Expected output tokens of the next response (0: unknown): a replica may reserve for it.
+	ExpectedOutputTokens uint32 `protobuf:"varint,4,opt,name=expected_output_tokens,json=expectedOutputTokens,proto3" json:"expected_output_tokens,omitempty"`
+	// Why the session waits, for logs and metrics: exec_yield, approval, command, mcp (at most 64 characters).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KvHint) Reset() {
+	*x = KvHint{}
+	mi := &file_loopwire_v1_common_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KvHint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KvHint) ProtoMessage() {}
+
+func (x *KvHint) ProtoReflect() protoreflect.Message {
+	mi := &file_loopwire_v1_common_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KvHint.ProtoReflect.Descriptor instead.
+func (*KvHint) Descriptor() ([]byte, []int) {
+	return file_loopwire_v1_common_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *KvHint) GetPhase() KvHintPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return KvHintPhase_KV_HINT_PHASE_UNSPECIFIED
+}
+
+func (x *KvHint) GetExpectedPauseMs() uint32 {
+	if x != nil {
+		return x.ExpectedPauseMs
+	}
+	return 0
+}
+
+func (x *KvHint) GetPriority() uint32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
+}
+
+func (x *KvHint) GetExpectedOutputTokens() uint32 {
+	if x != nil {
+		return x.ExpectedOutputTokens
+	}
+	return 0
+}
+
+func (x *KvHint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_loopwire_v1_common_proto protoreflect.FileDescriptor
 
 const file_loopwire_v1_common_proto_rawDesc = "" +
@@ -1866,7 +2009,13 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x1c\n" +
 	"\tretryable\x18\x04 \x01(\bR\tretryable\x12$\n" +
 	"\x0eretry_after_ms\x18\x05 \x01(\x04R\fretryAfterMs\x120\n" +
-	"\x06reason\x18\x06 \x01(\x0e2\x18.loopwire.v1.ErrorReasonR\x06reason*d\n" +
+	"\x06reason\x18\x06 \x01(\x0e2\x18.loopwire.v1.ErrorReasonR\x06reason\"\xce\x01\n" +
+	"\x06KvHint\x12.\n" +
+	"\x05phase\x18\x01 \x01(\x0e2\x18.loopwire.v1.KvHintPhaseR\x05phase\x12*\n" +
+	"\x11expected_pause_ms\x18\x02 \x01(\rR\x0fexpectedPauseMs\x12\x1a\n" +
+	"\bpriority\x18\x03 \x01(\rR\bpriority\x124\n" +
+	"\x16expected_output_tokens\x18\x04 \x01(\rR\x14expectedOutputTokens\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason*d\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vROLE_SYSTEM\x10\x01\x12\x12\n" +
@@ -1927,7 +2076,11 @@ const file_loopwire_v1_common_proto_rawDesc = "" +
 	"\x17TOOL_CALL_FORMAT_HERMES\x10\x01\x12 \n" +
 	"\x1cTOOL_CALL_FORMAT_LLAMA3_JSON\x10\x02\x12\x1c\n" +
 	"\x18TOOL_CALL_FORMAT_MISTRAL\x10\x03\x12 \n" +
-	"\x1cTOOL_CALL_FORMAT_QWEN3_CODER\x10\x04B\xaf\x01\n" +
+	"\x1cTOOL_CALL_FORMAT_QWEN3_CODER\x10\x04*_\n" +
+	"\vKvHintPhase\x12\x1d\n" +
+	"\x19KV_HINT_PHASE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13KV_HINT_PHASE_PAUSE\x10\x01\x12\x18\n" +
+	"\x14KV_HINT_PHASE_RESUME\x10\x02B\xaf\x01\n" +
 	"\x0fcom.loopwire.v1B\vCommonProtoP\x01ZBgithub.com/loopwire/loopwire/clients/go/gen/loopwire/v1;loopwirev1\xa2\x02\x03LXX\xaa\x02\vLoopwire.V1\xca\x02\vLoopwire\\V1\xe2\x02\x17Loopwire\\V1\\GPBMetadata\xea\x02\fLoopwire::V1b\x06proto3"
 
 var (
@@ -1942,8 +2095,8 @@ func file_loopwire_v1_common_proto_rawDescGZIP() []byte {
 	return file_loopwire_v1_common_proto_rawDescData
 }
 
-var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_loopwire_v1_common_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_loopwire_v1_common_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_loopwire_v1_common_proto_goTypes = []any{
 	(Role)(0),                  // 0: loopwire.v1.Role
 	(ToolChoiceMode)(0),        // 1: loopwire.v1.ToolChoiceMode
@@ -1953,40 +2106,43 @@ var file_loopwire_v1_common_proto_goTypes = []any{
 	(EngineKind)(0),            // 5: loopwire.v1.EngineKind
 	(TokenizerFormat)(0),       // 6: loopwire.v1.TokenizerFormat
 	(ToolCallFormat)(0),        // 7: loopwire.v1.ToolCallFormat
-	(*ContentPart)(nil),        // 8: loopwire.v1.ContentPart
-	(*Message)(nil),            // 9: loopwire.v1.Message
-	(*FunctionCall)(nil),       // 10: loopwire.v1.FunctionCall
-	(*FunctionCallOutput)(nil), // 11: loopwire.v1.FunctionCallOutput
-	(*ToolSearchOutput)(nil),   // 12: loopwire.v1.ToolSearchOutput
-	(*CompactionSummary)(nil),  // 13: loopwire.v1.CompactionSummary
-	(*Item)(nil),               // 14: loopwire.v1.Item
-	(*Tool)(nil),               // 15: loopwire.v1.Tool
-	(*ToolChoice)(nil),         // 16: loopwire.v1.ToolChoice
-	(*SamplingParams)(nil),     // 17: loopwire.v1.SamplingParams
-	(*ReplayOutput)(nil),       // 18: loopwire.v1.ReplayOutput
-	(*Usage)(nil),              // 19: loopwire.v1.Usage
-	(*PrefillProgress)(nil),    // 20: loopwire.v1.PrefillProgress
-	(*Timings)(nil),            // 21: loopwire.v1.Timings
-	(*Error)(nil),              // 22: loopwire.v1.Error
+	(KvHintPhase)(0),           // 8: loopwire.v1.KvHintPhase
+	(*ContentPart)(nil),        // 9: loopwire.v1.ContentPart
+	(*Message)(nil),            // 10: loopwire.v1.Message
+	(*FunctionCall)(nil),       // 11: loopwire.v1.FunctionCall
+	(*FunctionCallOutput)(nil), // 12: loopwire.v1.FunctionCallOutput
+	(*ToolSearchOutput)(nil),   // 13: loopwire.v1.ToolSearchOutput
+	(*CompactionSummary)(nil),  // 14: loopwire.v1.CompactionSummary
+	(*Item)(nil),               // 15: loopwire.v1.Item
+	(*Tool)(nil),               // 16: loopwire.v1.Tool
+	(*ToolChoice)(nil),         // 17: loopwire.v1.ToolChoice
+	(*SamplingParams)(nil),     // 18: loopwire.v1.SamplingParams
+	(*ReplayOutput)(nil),       // 19: loopwire.v1.ReplayOutput
+	(*Usage)(nil),              // 20: loopwire.v1.Usage
+	(*PrefillProgress)(nil),    // 21: loopwire.v1.PrefillProgress
+	(*Timings)(nil),            // 22: loopwire.v1.Timings
+	(*Error)(nil),              // 23: loopwire.v1.Error
+	(*KvHint)(nil),             // 24: loopwire.v1.KvHint
 }
 var file_loopwire_v1_common_proto_depIdxs = []int32{
 	0,  // 0: loopwire.v1.Message.role:type_name -> loopwire.v1.Role
-	8,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
-	15, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
-	9,  // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
-	10, // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
-	11, // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
-	12, // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
-	13, // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
+	9,  // 1: loopwire.v1.Message.content:type_name -> loopwire.v1.ContentPart
+	16, // 2: loopwire.v1.ToolSearchOutput.tools:type_name -> loopwire.v1.Tool
+	10, // 3: loopwire.v1.Item.message:type_name -> loopwire.v1.Message
+	11, // 4: loopwire.v1.Item.function_call:type_name -> loopwire.v1.FunctionCall
+	12, // 5: loopwire.v1.Item.function_call_output:type_name -> loopwire.v1.FunctionCallOutput
+	13, // 6: loopwire.v1.Item.tool_search_output:type_name -> loopwire.v1.ToolSearchOutput
+	14, // 7: loopwire.v1.Item.compaction_summary:type_name -> loopwire.v1.CompactionSummary
 	1,  // 8: loopwire.v1.ToolChoice.mode:type_name -> loopwire.v1.ToolChoiceMode
-	10, // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
+	11, // 9: loopwire.v1.ReplayOutput.function_calls:type_name -> loopwire.v1.FunctionCall
 	3,  // 10: loopwire.v1.Error.code:type_name -> loopwire.v1.ErrorCode
 	4,  // 11: loopwire.v1.Error.reason:type_name -> loopwire.v1.ErrorReason
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	8,  // 12: loopwire.v1.KvHint.phase:type_name -> loopwire.v1.KvHintPhase
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_common_proto_init() }
@@ -2010,8 +2166,8 @@ func file_loopwire_v1_common_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_loopwire_v1_common_proto_rawDesc), len(file_loopwire_v1_common_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   15,
+			NumEnums:      9,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

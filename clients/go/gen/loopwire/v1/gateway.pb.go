@@ -668,9 +668,14 @@ type HoldKv struct {
 	ResponseId string `protobuf:"bytes,1,opt,name=response_id,json=responseId,proto3" json:"response_id,omitempty"`
 	// How long to hold, in seconds, at most 3600 (else INVALID_ARGUMENT) and at most the tenant's
 	// retention ceiling (else PERMISSION_DENIED); 0 releases the hold on every replica.
+	// With a pause hint: how long the hint may count (1 or more); ignored by a resume hint.
 	RetentionSeconds uint32 `protobuf:"varint,2,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Instead of pinning: a tool-pause hint (the blocks may move to the host tier, and come back
+	// on resume). The hashes are the caller's own conversation's, salted with its tenant, so a
+	// hint can never name another tenant's blocks.
+	Hint          *KvHint `protobuf:"bytes,3,opt,name=hint,proto3" json:"hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HoldKv) Reset() {
@@ -715,6 +720,13 @@ func (x *HoldKv) GetRetentionSeconds() uint32 {
 		return x.RetentionSeconds
 	}
 	return 0
+}
+
+func (x *HoldKv) GetHint() *KvHint {
+	if x != nil {
+		return x.Hint
+	}
+	return nil
 }
 
 // A request on the Converse stream.
@@ -1549,7 +1561,10 @@ type KvHeld struct {
 	// Blocks held on the replica (0 after a release, or when no replica had them cached).
 	Blocks uint32 `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`
 	// The replica holding them (” when none).
-	ReplicaId     string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	ReplicaId string `protobuf:"bytes,2,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	// A pause hint: the session's blocks it now covers (device and host tier); a resume hint:
+	// blocks copied back from the host tier to the device.
+	HintedBlocks  uint32 `protobuf:"varint,3,opt,name=hinted_blocks,json=hintedBlocks,proto3" json:"hinted_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1596,6 +1611,13 @@ func (x *KvHeld) GetReplicaId() string {
 		return x.ReplicaId
 	}
 	return ""
+}
+
+func (x *KvHeld) GetHintedBlocks() uint32 {
+	if x != nil {
+		return x.HintedBlocks
+	}
+	return 0
 }
 
 // An event of the Converse stream.
@@ -1899,11 +1921,12 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x06strict\x18\x03 \x01(\bR\x06strict\"1\n" +
 	"\x0eCancelResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
-	"responseId\"V\n" +
+	"responseId\"\x7f\n" +
 	"\x06HoldKv\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\x12+\n" +
-	"\x11retention_seconds\x18\x02 \x01(\rR\x10retentionSeconds\"\xdc\x01\n" +
+	"\x11retention_seconds\x18\x02 \x01(\rR\x10retentionSeconds\x12'\n" +
+	"\x04hint\x18\x03 \x01(\v2\x13.loopwire.v1.KvHintR\x04hint\"\xdc\x01\n" +
 	"\x0fConverseRequest\x12F\n" +
 	"\x0fcreate_response\x18\x01 \x01(\v2\x1b.loopwire.v1.CreateResponseH\x00R\x0ecreateResponse\x12F\n" +
 	"\x0fcancel_response\x18\x02 \x01(\v2\x1b.loopwire.v1.CancelResponseH\x00R\x0ecancelResponse\x12.\n" +
@@ -1956,11 +1979,12 @@ const file_loopwire_v1_gateway_proto_rawDesc = "" +
 	"\x12message_incomplete\x18\x05 \x01(\bR\x11messageIncomplete\x12B\n" +
 	"\x0fincomplete_call\x18\x06 \x01(\v2\x19.loopwire.v1.FunctionCallR\x0eincompleteCall\":\n" +
 	"\x0eResponseFailed\x12(\n" +
-	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"?\n" +
+	"\x05error\x18\x01 \x01(\v2\x12.loopwire.v1.ErrorR\x05error\"d\n" +
 	"\x06KvHeld\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\rR\x06blocks\x12\x1d\n" +
 	"\n" +
-	"replica_id\x18\x02 \x01(\tR\treplicaId\"\x84\x06\n" +
+	"replica_id\x18\x02 \x01(\tR\treplicaId\x12#\n" +
+	"\rhinted_blocks\x18\x03 \x01(\rR\fhintedBlocks\"\x84\x06\n" +
 	"\x10ConverseResponse\x12\x1f\n" +
 	"\vresponse_id\x18\x01 \x01(\tR\n" +
 	"responseId\x128\n" +
@@ -2041,12 +2065,13 @@ var file_loopwire_v1_gateway_proto_goTypes = []any{
 	(*SamplingParams)(nil),         // 28: loopwire.v1.SamplingParams
 	(*ReplayOutput)(nil),           // 29: loopwire.v1.ReplayOutput
 	(*ToolChoice)(nil),             // 30: loopwire.v1.ToolChoice
-	(*FunctionCall)(nil),           // 31: loopwire.v1.FunctionCall
-	(FinishReason)(0),              // 32: loopwire.v1.FinishReason
-	(*Usage)(nil),                  // 33: loopwire.v1.Usage
-	(*Timings)(nil),                // 34: loopwire.v1.Timings
-	(*Error)(nil),                  // 35: loopwire.v1.Error
-	(*PrefillProgress)(nil),        // 36: loopwire.v1.PrefillProgress
+	(*KvHint)(nil),                 // 31: loopwire.v1.KvHint
+	(*FunctionCall)(nil),           // 32: loopwire.v1.FunctionCall
+	(FinishReason)(0),              // 33: loopwire.v1.FinishReason
+	(*Usage)(nil),                  // 34: loopwire.v1.Usage
+	(*Timings)(nil),                // 35: loopwire.v1.Timings
+	(*Error)(nil),                  // 36: loopwire.v1.Error
+	(*PrefillProgress)(nil),        // 37: loopwire.v1.PrefillProgress
 }
 var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	6,  // 0: loopwire.v1.CountTokensRequest.request:type_name -> loopwire.v1.CreateResponse
@@ -2059,41 +2084,42 @@ var file_loopwire_v1_gateway_proto_depIdxs = []int32{
 	24, // 7: loopwire.v1.CreateResponse.trace_context:type_name -> loopwire.v1.CreateResponse.TraceContextEntry
 	30, // 8: loopwire.v1.CreateResponse.tool_choice:type_name -> loopwire.v1.ToolChoice
 	7,  // 9: loopwire.v1.CreateResponse.text_format:type_name -> loopwire.v1.TextFormat
-	6,  // 10: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
-	8,  // 11: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
-	9,  // 12: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
-	13, // 13: loopwire.v1.TextDelta.logprobs:type_name -> loopwire.v1.TextTokenLogprob
-	14, // 14: loopwire.v1.TextTokenLogprob.top_logprobs:type_name -> loopwire.v1.TextTokenCandidate
-	31, // 15: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
-	1,  // 16: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
-	32, // 17: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
-	33, // 18: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
-	34, // 19: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
-	27, // 20: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
-	31, // 21: loopwire.v1.ResponseCompleted.incomplete_call:type_name -> loopwire.v1.FunctionCall
-	35, // 22: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
-	11, // 23: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
-	12, // 24: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
-	15, // 25: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
-	16, // 26: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
-	17, // 27: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
-	18, // 28: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
-	19, // 29: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
-	20, // 30: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
-	21, // 31: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
-	22, // 32: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
-	36, // 33: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
-	10, // 34: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
-	4,  // 35: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
-	2,  // 36: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
-	23, // 37: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
-	5,  // 38: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
-	3,  // 39: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
-	37, // [37:40] is the sub-list for method output_type
-	34, // [34:37] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	31, // 10: loopwire.v1.HoldKv.hint:type_name -> loopwire.v1.KvHint
+	6,  // 11: loopwire.v1.ConverseRequest.create_response:type_name -> loopwire.v1.CreateResponse
+	8,  // 12: loopwire.v1.ConverseRequest.cancel_response:type_name -> loopwire.v1.CancelResponse
+	9,  // 13: loopwire.v1.ConverseRequest.hold_kv:type_name -> loopwire.v1.HoldKv
+	13, // 14: loopwire.v1.TextDelta.logprobs:type_name -> loopwire.v1.TextTokenLogprob
+	14, // 15: loopwire.v1.TextTokenLogprob.top_logprobs:type_name -> loopwire.v1.TextTokenCandidate
+	32, // 16: loopwire.v1.ToolCallDone.call:type_name -> loopwire.v1.FunctionCall
+	1,  // 17: loopwire.v1.SafetyVerdict.stage:type_name -> loopwire.v1.SafetyStage
+	33, // 18: loopwire.v1.ResponseCompleted.finish_reason:type_name -> loopwire.v1.FinishReason
+	34, // 19: loopwire.v1.ResponseCompleted.usage:type_name -> loopwire.v1.Usage
+	35, // 20: loopwire.v1.ResponseCompleted.timings:type_name -> loopwire.v1.Timings
+	27, // 21: loopwire.v1.ResponseCompleted.output:type_name -> loopwire.v1.Item
+	32, // 22: loopwire.v1.ResponseCompleted.incomplete_call:type_name -> loopwire.v1.FunctionCall
+	36, // 23: loopwire.v1.ResponseFailed.error:type_name -> loopwire.v1.Error
+	11, // 24: loopwire.v1.ConverseResponse.created:type_name -> loopwire.v1.ResponseCreated
+	12, // 25: loopwire.v1.ConverseResponse.text_delta:type_name -> loopwire.v1.TextDelta
+	15, // 26: loopwire.v1.ConverseResponse.tool_call_started:type_name -> loopwire.v1.ToolCallStarted
+	16, // 27: loopwire.v1.ConverseResponse.tool_call_arguments_delta:type_name -> loopwire.v1.ToolCallArgumentsDelta
+	17, // 28: loopwire.v1.ConverseResponse.tool_call_done:type_name -> loopwire.v1.ToolCallDone
+	18, // 29: loopwire.v1.ConverseResponse.safety:type_name -> loopwire.v1.SafetyVerdict
+	19, // 30: loopwire.v1.ConverseResponse.cache_break:type_name -> loopwire.v1.CacheBreak
+	20, // 31: loopwire.v1.ConverseResponse.completed:type_name -> loopwire.v1.ResponseCompleted
+	21, // 32: loopwire.v1.ConverseResponse.failed:type_name -> loopwire.v1.ResponseFailed
+	22, // 33: loopwire.v1.ConverseResponse.kv_held:type_name -> loopwire.v1.KvHeld
+	37, // 34: loopwire.v1.ConverseResponse.prefill_progress:type_name -> loopwire.v1.PrefillProgress
+	10, // 35: loopwire.v1.GatewayService.Converse:input_type -> loopwire.v1.ConverseRequest
+	4,  // 36: loopwire.v1.GatewayService.GetModel:input_type -> loopwire.v1.GetModelRequest
+	2,  // 37: loopwire.v1.GatewayService.CountTokens:input_type -> loopwire.v1.CountTokensRequest
+	23, // 38: loopwire.v1.GatewayService.Converse:output_type -> loopwire.v1.ConverseResponse
+	5,  // 39: loopwire.v1.GatewayService.GetModel:output_type -> loopwire.v1.GetModelResponse
+	3,  // 40: loopwire.v1.GatewayService.CountTokens:output_type -> loopwire.v1.CountTokensResponse
+	38, // [38:41] is the sub-list for method output_type
+	35, // [35:38] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_gateway_proto_init() }

@@ -1665,9 +1665,14 @@ type GetStatusResponse struct {
 	// Preemptions (recompute) since start: a replica short of KV shows it here first.
 	NumPreemptions uint64 `protobuf:"varint,22,opt,name=num_preemptions,json=numPreemptions,proto3" json:"num_preemptions,omitempty"`
 	// The engine this replica runs.
-	EngineKind    EngineKind `protobuf:"varint,23,opt,name=engine_kind,json=engineKind,proto3,enum=loopwire.v1.EngineKind" json:"engine_kind,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EngineKind EngineKind `protobuf:"varint,23,opt,name=engine_kind,json=engineKind,proto3,enum=loopwire.v1.EngineKind" json:"engine_kind,omitempty"`
+	// KV hints since start: blocks a pause hint let leave the device first (demoted).
+	KvHintDemotedBlocks uint64 `protobuf:"varint,24,opt,name=kv_hint_demoted_blocks,json=kvHintDemotedBlocks,proto3" json:"kv_hint_demoted_blocks,omitempty"`
+	// KV hints since start: blocks brought back to the device from the host tier on a resume hint
+	// (or shortly before a pause's expected end) rather than inside a request.
+	KvHintOnloadedBlocks uint64 `protobuf:"varint,25,opt,name=kv_hint_onloaded_blocks,json=kvHintOnloadedBlocks,proto3" json:"kv_hint_onloaded_blocks,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -1860,6 +1865,20 @@ func (x *GetStatusResponse) GetEngineKind() EngineKind {
 		return x.EngineKind
 	}
 	return EngineKind_ENGINE_KIND_UNSPECIFIED
+}
+
+func (x *GetStatusResponse) GetKvHintDemotedBlocks() uint64 {
+	if x != nil {
+		return x.KvHintDemotedBlocks
+	}
+	return 0
+}
+
+func (x *GetStatusResponse) GetKvHintOnloadedBlocks() uint64 {
+	if x != nil {
+		return x.KvHintOnloadedBlocks
+	}
+	return 0
 }
 
 // Subscribe to a replica's KV cache events.
@@ -2076,9 +2095,14 @@ type HoldPrefixRequest struct {
 	// run of them from the first that is cached here.
 	BlockHashes []uint64 `protobuf:"varint,3,rep,packed,name=block_hashes,json=blockHashes,proto3" json:"block_hashes,omitempty"`
 	// How long to hold, in seconds; 0 releases the hold; at most the replica's retention cap (3600).
+	// With a pause hint: how long the hint counts (1 or more).
 	RetentionSeconds uint32 `protobuf:"varint,4,opt,name=retention_seconds,json=retentionSeconds,proto3" json:"retention_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A tool-pause hint instead of a hold: PAUSE lets the prefix leave the device first under
+	// pressure, for the host tier (kept there ahead of other blocks); RESUME brings it back to the
+	// device. The first hash must chain from the salt's root (else nothing is touched).
+	Hint          *KvHint `protobuf:"bytes,5,opt,name=hint,proto3" json:"hint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HoldPrefixRequest) Reset() {
@@ -2139,11 +2163,21 @@ func (x *HoldPrefixRequest) GetRetentionSeconds() uint32 {
 	return 0
 }
 
+func (x *HoldPrefixRequest) GetHint() *KvHint {
+	if x != nil {
+		return x.Hint
+	}
+	return nil
+}
+
 // The answer to HoldPrefix.
 type HoldPrefixResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Blocks now held (0 after a release, or when none of the prefix is cached here).
-	HeldBlocks    uint32 `protobuf:"varint,1,opt,name=held_blocks,json=heldBlocks,proto3" json:"held_blocks,omitempty"`
+	HeldBlocks uint32 `protobuf:"varint,1,opt,name=held_blocks,json=heldBlocks,proto3" json:"held_blocks,omitempty"`
+	// A pause hint: blocks of the prefix it covers (device and host tier); a resume hint: blocks
+	// copied back from the host tier to the device.
+	HintedBlocks  uint32 `protobuf:"varint,2,opt,name=hinted_blocks,json=hintedBlocks,proto3" json:"hinted_blocks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2181,6 +2215,13 @@ func (*HoldPrefixResponse) Descriptor() ([]byte, []int) {
 func (x *HoldPrefixResponse) GetHeldBlocks() uint32 {
 	if x != nil {
 		return x.HeldBlocks
+	}
+	return 0
+}
+
+func (x *HoldPrefixResponse) GetHintedBlocks() uint32 {
+	if x != nil {
+		return x.HintedBlocks
 	}
 	return 0
 }
@@ -2564,7 +2605,7 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x0ePullKvResponse\x12*\n" +
 	"\x05block\x18\x01 \x01(\v2\x14.loopwire.v1.KvBlockR\x05block\x12$\n" +
 	"\x0etail_token_ids\x18\x02 \x03(\rR\ftailTokenIds\"\x12\n" +
-	"\x10GetStatusRequest\"\xf4\a\n" +
+	"\x10GetStatusRequest\"\xe0\b\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\tR\treplicaId\x12\x1a\n" +
@@ -2593,7 +2634,9 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x1cprefix_cache_host_hit_tokens\x18\x15 \x01(\x04R\x18prefixCacheHostHitTokens\x12'\n" +
 	"\x0fnum_preemptions\x18\x16 \x01(\x04R\x0enumPreemptions\x128\n" +
 	"\vengine_kind\x18\x17 \x01(\x0e2\x17.loopwire.v1.EngineKindR\n" +
-	"engineKind\">\n" +
+	"engineKind\x123\n" +
+	"\x16kv_hint_demoted_blocks\x18\x18 \x01(\x04R\x13kvHintDemotedBlocks\x125\n" +
+	"\x17kv_hint_onloaded_blocks\x18\x19 \x01(\x04R\x14kvHintOnloadedBlocks\">\n" +
 	"\x11WatchCacheRequest\x12)\n" +
 	"\x10include_existing\x18\x01 \x01(\bR\x0fincludeExisting\"`\n" +
 	"\n" +
@@ -2606,16 +2649,18 @@ const file_loopwire_v1_inference_proto_rawDesc = "" +
 	"\x06events\x18\x02 \x03(\v2\x17.loopwire.v1.CacheEventR\x06events\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\x03 \x01(\rR\tblockSize\"\x15\n" +
-	"\x13GetModelInfoRequest\"\x9b\x01\n" +
+	"\x13GetModelInfoRequest\"\xc4\x01\n" +
 	"\x11HoldPrefixRequest\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x1d\n" +
 	"\n" +
 	"cache_salt\x18\x02 \x01(\tR\tcacheSalt\x12!\n" +
 	"\fblock_hashes\x18\x03 \x03(\x04R\vblockHashes\x12+\n" +
-	"\x11retention_seconds\x18\x04 \x01(\rR\x10retentionSeconds\"5\n" +
+	"\x11retention_seconds\x18\x04 \x01(\rR\x10retentionSeconds\x12'\n" +
+	"\x04hint\x18\x05 \x01(\v2\x13.loopwire.v1.KvHintR\x04hint\"Z\n" +
 	"\x12HoldPrefixResponse\x12\x1f\n" +
 	"\vheld_blocks\x18\x01 \x01(\rR\n" +
-	"heldBlocks\"\xcb\x06\n" +
+	"heldBlocks\x12#\n" +
+	"\rhinted_blocks\x18\x02 \x01(\rR\fhintedBlocks\"\xcb\x06\n" +
 	"\tModelInfo\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -2718,8 +2763,9 @@ var file_loopwire_v1_inference_proto_goTypes = []any{
 	(*Error)(nil),                // 34: loopwire.v1.Error
 	(*PrefillProgress)(nil),      // 35: loopwire.v1.PrefillProgress
 	(EngineKind)(0),              // 36: loopwire.v1.EngineKind
-	(TokenizerFormat)(0),         // 37: loopwire.v1.TokenizerFormat
-	(ToolCallFormat)(0),          // 38: loopwire.v1.ToolCallFormat
+	(*KvHint)(nil),               // 37: loopwire.v1.KvHint
+	(TokenizerFormat)(0),         // 38: loopwire.v1.TokenizerFormat
+	(ToolCallFormat)(0),          // 39: loopwire.v1.ToolCallFormat
 }
 var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	2,  // 0: loopwire.v1.GenerationStart.full:type_name -> loopwire.v1.FullPrompt
@@ -2745,30 +2791,31 @@ var file_loopwire_v1_inference_proto_depIdxs = []int32{
 	36, // 20: loopwire.v1.GetStatusResponse.engine_kind:type_name -> loopwire.v1.EngineKind
 	1,  // 21: loopwire.v1.CacheEvent.type:type_name -> loopwire.v1.CacheEventType
 	22, // 22: loopwire.v1.WatchCacheResponse.events:type_name -> loopwire.v1.CacheEvent
-	30, // 23: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
-	36, // 24: loopwire.v1.ModelInfo.engine_kind:type_name -> loopwire.v1.EngineKind
-	37, // 25: loopwire.v1.ModelInfo.tokenizer_format:type_name -> loopwire.v1.TokenizerFormat
-	38, // 26: loopwire.v1.ModelInfo.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
-	27, // 27: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
-	8,  // 28: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
-	14, // 29: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
-	16, // 30: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
-	19, // 31: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
-	21, // 32: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
-	24, // 33: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
-	25, // 34: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
-	13, // 35: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
-	15, // 36: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
-	18, // 37: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
-	20, // 38: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
-	23, // 39: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
-	28, // 40: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
-	26, // 41: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
-	35, // [35:42] is the sub-list for method output_type
-	28, // [28:35] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	37, // 23: loopwire.v1.HoldPrefixRequest.hint:type_name -> loopwire.v1.KvHint
+	30, // 24: loopwire.v1.ModelInfo.special_tokens:type_name -> loopwire.v1.ModelInfo.SpecialTokensEntry
+	36, // 25: loopwire.v1.ModelInfo.engine_kind:type_name -> loopwire.v1.EngineKind
+	38, // 26: loopwire.v1.ModelInfo.tokenizer_format:type_name -> loopwire.v1.TokenizerFormat
+	39, // 27: loopwire.v1.ModelInfo.tool_call_syntax:type_name -> loopwire.v1.ToolCallFormat
+	27, // 28: loopwire.v1.GetModelInfoResponse.model:type_name -> loopwire.v1.ModelInfo
+	8,  // 29: loopwire.v1.InferenceService.Generate:input_type -> loopwire.v1.GenerateRequest
+	14, // 30: loopwire.v1.InferenceService.Prefill:input_type -> loopwire.v1.PrefillRequest
+	16, // 31: loopwire.v1.InferenceService.PullKv:input_type -> loopwire.v1.PullKvRequest
+	19, // 32: loopwire.v1.InferenceService.GetStatus:input_type -> loopwire.v1.GetStatusRequest
+	21, // 33: loopwire.v1.InferenceService.WatchCache:input_type -> loopwire.v1.WatchCacheRequest
+	24, // 34: loopwire.v1.InferenceService.GetModelInfo:input_type -> loopwire.v1.GetModelInfoRequest
+	25, // 35: loopwire.v1.InferenceService.HoldPrefix:input_type -> loopwire.v1.HoldPrefixRequest
+	13, // 36: loopwire.v1.InferenceService.Generate:output_type -> loopwire.v1.GenerateResponse
+	15, // 37: loopwire.v1.InferenceService.Prefill:output_type -> loopwire.v1.PrefillResponse
+	18, // 38: loopwire.v1.InferenceService.PullKv:output_type -> loopwire.v1.PullKvResponse
+	20, // 39: loopwire.v1.InferenceService.GetStatus:output_type -> loopwire.v1.GetStatusResponse
+	23, // 40: loopwire.v1.InferenceService.WatchCache:output_type -> loopwire.v1.WatchCacheResponse
+	28, // 41: loopwire.v1.InferenceService.GetModelInfo:output_type -> loopwire.v1.GetModelInfoResponse
+	26, // 42: loopwire.v1.InferenceService.HoldPrefix:output_type -> loopwire.v1.HoldPrefixResponse
+	36, // [36:43] is the sub-list for method output_type
+	29, // [29:36] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_loopwire_v1_inference_proto_init() }

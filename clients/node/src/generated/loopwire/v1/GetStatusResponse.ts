@@ -28,6 +28,8 @@ export interface GetStatusResponse {
   'prefixCacheHostHitTokens'?: (number | string | Long);
   'numPreemptions'?: (number | string | Long);
   'engineKind'?: (_loopwire_v1_EngineKind);
+  'kvHintDemotedBlocks'?: (number | string | Long);
+  'kvHintOnloadedBlocks'?: (number | string | Long);
 }
 
 export interface GetStatusResponse__Output {
@@ -54,4 +56,6 @@ export interface GetStatusResponse__Output {
   'prefixCacheHostHitTokens': (string);
   'numPreemptions': (string);
   'engineKind': (_loopwire_v1_EngineKind__Output);
+  'kvHintDemotedBlocks': (string);
+  'kvHintOnloadedBlocks': (string);
 }

@@ -3,8 +3,10 @@
 
 export interface HoldPrefixResponse {
   'heldBlocks'?: (number);
+  'hintedBlocks'?: (number);
 }
 
 export interface HoldPrefixResponse__Output {
   'heldBlocks': (number);
+  'hintedBlocks': (number);
 }

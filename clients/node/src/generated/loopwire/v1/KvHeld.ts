@@ -4,9 +4,11 @@
 export interface KvHeld {
   'blocks'?: (number);
   'replicaId'?: (string);
+  'hintedBlocks'?: (number);
 }
 
 export interface KvHeld__Output {
   'blocks': (number);
   'replicaId': (string);
+  'hintedBlocks': (number);
 }

@@ -2,7 +2,7 @@
 
 Each task lays out a workspace, asks the agent (`loopwire up`'s harness, gateway and reference
 engine serving SmolLM2-135M-Instruct, commands in the real sandbox) to do one thing, and a
-script checks the end state (a file's content, the answer's words). Three ways, side by side,
+script checks the end state (a file's content, the answer's words). Four ways, side by side,
 each on a mesh of its own:
 
 * ``unconstrained``: free decoding (gateway ``--unconstrained``), tool calls only when the model
@@ -11,26 +11,33 @@ each on a mesh of its own:
 * ``required``: a tool call every turn (the first never ``finish``), the session ends at ``finish``;
 * ``required-shell``: the same with the harness's ``--tool-set shell`` (shell and finish only).
 
+Two task sets (``bench/task_sets.py``). ``scripted``: 20 tasks written by hand in the commit that
+added this benchmark and not changed since, but seen: the harness's required-mode instructions were
+rewritten after it (in the commit whose run was recorded first) into worked examples, four of them
+scripted tasks under other names. ``generated``: tasks drawn from templates of the same kinds of
+shell jobs with file names, words and numbers from ``--seed``, which nobody tuned against; each has
+its own checker and a reference solution the unit test runs.
+
 Per way: task pass rate, turns with a parseable tool call, calls whose arguments validate against
 the tool's schema (``jsonschema``), turns and wall time per task. A second table prices the
 grammar's token mask per decode step against the numpy model's decode step at batch 1 and 16.
 
-    .venv/bin/python bench/bench_tasks.py [--tasks 20] [--max-turns 6] [--quick] [--out DIR]
+    .venv/bin/python bench/bench_tasks.py [--task-set scripted|generated --seed N] [--tasks 20]
+                                          [--max-turns 6] [--quick] [--out DIR]
 
-Writes tasks.md and tasks.png into ``--out`` (default .state/bench/). ``--quick``: 5 tasks.
+Writes tasks.md and tasks.png (``tasks_generated.*`` for the generated set) into ``--out``
+(default .state/bench/). ``--quick``: 5 tasks.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,87 +54,12 @@ from loopwire.v1 import common_pb2, harness_pb2
 
 import interrupts
 import provenance
+import task_sets
+from task_sets import Task
 
 console = Console()
 MODES = ("unconstrained", "auto", "required", "required-shell")
 COLOURS = {"unconstrained": "tab:gray", "auto": "tab:blue", "required": "tab:green", "required-shell": "tab:olive"}
-Check = Callable[[Path, str], bool]
-
-
-@dataclass
-class Task:
-    name: str
-    prompt: str
-    files: dict[str, str]
-    check: Check
-
-
-def _text(ws: Path, name: str) -> str | None:
-    path = ws / name
-    return path.read_text(errors="replace") if path.is_file() else None
-
-
-def _parses(ws: Path, name: str) -> bool:
-    text = _text(ws, name)
-    if text is None:
-        return False
-    try:
-        ast.parse(text)
-    except SyntaxError:
-        return False
-    return 'print("ok")' in text
-
-
-def _json_name(ws: Path) -> bool:
-    try:
-        return json.loads(_text(ws, "data.json") or "null").get("name") == "loopwire"
-    except (ValueError, AttributeError):
-        return False
-
-
-TASKS = [
-    Task("create", "Create a file hello.txt containing the word hi.", {},
-         lambda ws, _: (_text(ws, "hello.txt") or "").strip() == "hi"),
-    Task("count", "How many files are in the current directory? Answer with the number.",
-         {"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"}, lambda _, answer: "3" in answer),
-    Task("symbol", "Which file defines the function parse_args? Answer with the file name.",
-         {"main.py": "import cli\n\ncli.parse_args()\n", "cli.py": "def parse_args():\n    return 1\n",
-          "util.py": "def helper():\n    pass\n"}, lambda _, answer: "cli.py" in answer),
-    Task("syntax", "script.py has a syntax error. Fix it so the script runs.",
-         {"script.py": 'print("ok"\n'}, lambda ws, _: _parses(ws, "script.py")),
-    Task("rename", "Rename old.txt to new.txt.", {"old.txt": "keep me\n"},
-         lambda ws, _: _text(ws, "new.txt") == "keep me\n" and not (ws / "old.txt").exists()),
-    Task("append", "Append a line with the word world to notes.txt.", {"notes.txt": "hello\n"},
-         lambda ws, _: (_text(ws, "notes.txt") or "").split() == ["hello", "world"]),
-    Task("delete", "Delete the file tmp.log.", {"tmp.log": "noise\n", "keep.txt": "x\n"},
-         lambda ws, _: not (ws / "tmp.log").exists() and (ws / "keep.txt").exists()),
-    Task("mkdir", "Create a directory named src.", {}, lambda ws, _: (ws / "src").is_dir()),
-    Task("write-number", "Write the number 42 into answer.txt.", {},
-         lambda ws, _: (_text(ws, "answer.txt") or "").strip() == "42"),
-    Task("copy", "Copy a.txt to backup.txt.", {"a.txt": "precious\n"},
-         lambda ws, _: _text(ws, "backup.txt") == "precious\n" and _text(ws, "a.txt") == "precious\n"),
-    Task("read", "What animal is mentioned in README.md? Answer with the animal.",
-         {"README.md": "# Project\n\nThe mascot of this project is a walrus.\n"},
-         lambda _, answer: "walrus" in answer.lower()),
-    Task("replace", "In config.txt, replace foo with bar.", {"config.txt": "mode=foo\n"},
-         lambda ws, _: (_text(ws, "config.txt") or "").strip() == "mode=bar"),
-    Task("count-lines", "How many lines does data.txt have? Answer with the number.",
-         {"data.txt": "1\n2\n3\n4\n5\n"}, lambda _, answer: "5" in answer),
-    Task("nested", "Create an empty file .gitkeep inside a new directory logs.", {},
-         lambda ws, _: (ws / "logs" / ".gitkeep").is_file()),
-    Task("script", "Create a shell script hello.sh that prints hello.", {},
-         lambda ws, _: "hello" in (_text(ws, "hello.sh") or "") and "echo" in (_text(ws, "hello.sh") or "")),
-    Task("list-py", "List the Python files here. Answer with their names.",
-         {"one.py": "", "two.py": "", "notes.md": ""}, lambda _, answer: "one.py" in answer and "two.py" in answer),
-    Task("search", "Which file contains the word banana? Answer with the file name.",
-         {"fruit.txt": "apple\nbanana\n", "veg.txt": "carrot\n"}, lambda _, answer: "fruit.txt" in answer),
-    Task("todo", "Create todo.md with the line: - buy milk", {},
-         lambda ws, _: "- buy milk" in (_text(ws, "todo.md") or "")),
-    Task("concat", "Combine a.txt and b.txt, in that order, into combined.txt.", {"a.txt": "first\n", "b.txt": "second\n"},
-         lambda ws, _: (_text(ws, "combined.txt") or "").split() == ["first", "second"]),
-    Task("json", 'Create data.json holding a JSON object whose key "name" is "loopwire".', {},
-         lambda ws, _: _json_name(ws)),
-]
 
 
 @dataclass
@@ -304,7 +236,7 @@ def mask_cost_table(steps: int) -> Table:
     return table
 
 
-def plot(results: list[Outcome], out: Path, short: str) -> Path:
+def plot(results: list[Outcome], out: Path, short: str, stem: str) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -327,16 +259,22 @@ def plot(results: list[Outcome], out: Path, short: str) -> Path:
     ax.set_title(f"agent tasks with SmolLM2-135M through the mesh: {short}", fontsize=10)
     fig.tight_layout()
     provenance.stamp(fig, short)
-    return provenance.save_figure(fig, out, "tasks", dpi=110)
+    return provenance.save_figure(fig, out, stem, dpi=110)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=len(TASKS), help="tasks to run (default: all %(default)s)")
+    parser.add_argument("--task-set", choices=("scripted", "generated"), default="scripted",
+                        help="the 20 hand-written tasks, or tasks generated from templates with --seed "
+                             "(default: %(default)s)")
+    parser.add_argument("--seed", type=int, help="the generated set's seed (required with --task-set generated); "
+                                                 "written into the results")
+    parser.add_argument("--tasks", type=int, default=len(task_sets.SCRIPTED),
+                        help="tasks to run (default: %(default)s, all the scripted ones)")
     parser.add_argument("--max-turns", type=int, default=6, help="model turns per task (default: %(default)s)")
     parser.add_argument("--max-output-tokens", type=int, default=120, help="per turn (default: %(default)s)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ", ".join(MODES))
-    parser.add_argument("--mask-steps", type=int, default=30, help="decode steps timed for the mask table")
+    parser.add_argument("--mask-steps", type=int, default=30, help="decode steps timed for the mask table (0: no table)")
     parser.add_argument("--quick", action="store_true", help="5 tasks, 4 turns each, 10 mask steps")
     provenance.add_out_argument(parser)
     args = parser.parse_args(argv[1:])
@@ -348,8 +286,26 @@ def main(argv: list[str]) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
-    tasks = TASKS[: args.tasks]
-    short = f"{len(tasks)} scripted tasks, ≤{args.max_turns} turns, ≤{args.max_output_tokens} tokens per turn"
+    if args.task_set == "generated":
+        if args.seed is None:
+            parser.error("--task-set generated needs --seed N (pick one nobody has run, and it is recorded)")
+        tasks = task_sets.generated(args.seed, args.tasks)
+        described = f"{len(tasks)} generated tasks (seed {args.seed})"
+        data = (f"{len(tasks)} tasks generated by bench/task_sets.py with seed {args.seed} from its "
+                f"{len(task_sets.TEMPLATES)} templates (each once before any repeats; file names, words and numbers "
+                "drawn from the seed), each with a checker of the end state or the answer and a reference shell "
+                "solution the unit test runs; nobody tuned the harness or the model's instructions against them")
+        stem = "tasks_generated"
+    else:
+        tasks = task_sets.SCRIPTED[: args.tasks]
+        described = f"{len(tasks)} scripted tasks"
+        data = (f"{len(tasks)} scripted tasks in bench/task_sets.py (workspace files, prompt, a script that checks the "
+                "end state or the answer), written by hand in the commit that added this benchmark (071d4b7) and not "
+                "changed since; seen: the next commit (6a88b7c) rewrote the required-mode instructions into worked "
+                "examples citing these results, four of them this set's create, count, symbol and rename tasks "
+                "under other names")
+        stem = "tasks"
+    short = f"{described}, ≤{args.max_turns} turns, ≤{args.max_output_tokens} tokens per turn"
     console.print(short)
     t0 = time.perf_counter()
     results: list[Outcome] = []
@@ -361,20 +317,21 @@ def main(argv: list[str]) -> int:
     console.print(table)
     tasks_table = per_task_table(results)
     console.print(tasks_table)
-    mask_table = mask_cost_table(args.mask_steps)
-    console.print(mask_table)
+    mask_table = mask_cost_table(args.mask_steps) if args.mask_steps > 0 else None
+    if mask_table is not None:
+        console.print(mask_table)
     header = provenance.provenance(
-        f"{len(tasks)} tasks defined in bench/bench_tasks.py (workspace files, prompt, a script that checks the end "
-        "state or the answer)",
+        data,
         engine="reference (numpy) engine serving SmolLM2-135M-Instruct (Q4_1 GGUF dequantized), greedy; "
                "`loopwire up`'s services as processes, commands in the bubblewrap sandbox",
         notes=[f"real time {wall:.0f} s; each way on a mesh of its own, tasks in the same order",
                "a turn 'with a tool call' ended with at least one parsed call; a call is 'schema-valid' when its "
                "arguments parse as JSON and validate (jsonschema) against the tool's strict schema"])
     body = [*provenance.table_markdown(table), "", *provenance.table_markdown(tasks_table), "",
-            *provenance.table_markdown(mask_table), "", "![tasks](tasks.png)"]
-    md = provenance.write_markdown(args.out, "tasks", "Agent tasks with the model we ship", header, body)
-    png = plot(results, args.out, short)
+            *(provenance.table_markdown(mask_table) + [""] if mask_table is not None else []),
+            f"![tasks]({stem}.png)"]
+    md = provenance.write_markdown(args.out, stem, "Agent tasks with the model we ship", header, body)
+    png = plot(results, args.out, short, stem)
     console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
     return 0
 

@@ -28,7 +28,17 @@ stay referenced, and the stream's next sequence takes them over in O(1) instead 
 every block to the LRU and acquiring it again, so the cost of a turn follows its new tokens,
 not its context. Parked blocks count as used; memory pressure gives them back (the least
 recently parked stream first, before any retention hold), and they then age in the LRU like
-any other cached block. Events
+any other cached block.
+
+A *pause hint* (the harness: a tool call started, the session will be away for about N seconds)
+does the opposite of a hold: the session's blocks are let go (its park too) and *demoted*, so
+memory pressure moves them to the host tier before anyone else's, where they are kept ahead of
+other blocks (the hint's priority) until the hint's retention runs out. A *resume hint* (the
+tool ended), or the pause's expected end less the time the copy takes, brings them back to
+the device before the session's next request arrives; those copies are counted apart
+(``take_prefetched``) because they overlap the wait instead of the request. A hint names the
+session's prefix by its chained hashes and touches nothing unless the chain starts at the
+caller's salted root, so one tenant's hint can never move another's blocks. Events
 (STORED/REMOVED) are queued for ``WatchCache``. Blocks can be exported with their identity
 (hash, parent hash, token ids) and imported on another replica: that is how a prefill replica
 hands a prompt's KV to a decode replica.
@@ -122,6 +132,7 @@ class Block:
     priority: int = DEFAULT_PRIORITY
     priority_until: float = math.inf  # then back to DEFAULT_PRIORITY
     priority_set: bool = False  # by a request's retention policy (else the default)
+    demoted: bool = False  # a pause hint: evicted before every other cached block (to the host tier)
 
 
 @dataclass
@@ -130,6 +141,30 @@ class Retention:
 
     block_ids: list[int]
     until: float
+
+
+@dataclass
+class Pause:
+    """A session away on a tool call: its prefix (chained hashes from its root), when the hint
+    stops counting, when to bring the blocks back ahead of the expected end, and the priority
+    its blocks keep in the host tier meanwhile."""
+
+    hashes: list[int]
+    root: int
+    until: float
+    prefetch_at: float
+    priority: int
+
+
+PAUSE_PRIORITY = 80  # a paused session's blocks in the host tier: ahead of the default (35)
+DEMOTED_RANK = MIN_PRIORITY - 1  # below every retention priority: leaves the device first
+RESUME_GRACE_S = 30.0  # blocks brought back keep the pause's priority this long for the request
+
+
+def prefetch_lead_seconds(num_blocks: int, seconds_per_block: float) -> float:
+    """How long before a pause's expected end to start bringing ``num_blocks`` back: the copy's
+    modelled time, doubled for a link shared with other copies, plus a quarter second."""
+    return 2 * num_blocks * seconds_per_block + 0.25
 
 
 @dataclass
@@ -165,6 +200,7 @@ class BlockManager:
     _by_hash: dict[int, int] = field(init=False)
     _retentions: dict[str, Retention] = field(init=False)
     _parked: OrderedDict[str, Parked] = field(init=False)  # least recently parked first
+    _paused: dict[str, Pause] = field(init=False)
     _events: list[CacheEvent] = field(init=False)
     queried_tokens: int = 0
     hit_tokens: int = 0
@@ -173,6 +209,9 @@ class BlockManager:
     offloaded_blocks: int = 0
     _pending_onload: int = 0
     _pending_offload: int = 0
+    hint_demoted_blocks: int = 0  # device blocks a pause hint demoted
+    hint_onloaded_blocks: int = 0  # host blocks a resume (or a pause's expected end) brought back
+    _pending_prefetch: int = 0
 
     def __post_init__(self) -> None:
         if self.num_blocks <= 0 or self.block_size <= 0:
@@ -186,6 +225,7 @@ class BlockManager:
         self._by_hash = {}
         self._retentions = {}
         self._parked = OrderedDict()
+        self._paused = {}
         self._events = []
 
     # -- occupancy --------------------------------------------------------------------
@@ -291,8 +331,9 @@ class BlockManager:
     def num_parked(self) -> int:
         return len(self._parked)
 
-    def _onload(self, h: int, token_ids: tuple[int, ...]) -> int | None:
-        """Bring a block back from the host tier into a fresh device block (ref 1)."""
+    def _onload(self, h: int, token_ids: tuple[int, ...], *, prefetch: bool = False) -> int | None:
+        """Bring a block back from the host tier into a fresh device block (ref 1); a prefetch
+        (hint) is counted apart from the onloads a request waits for."""
         assert self.host is not None
         held = self.host.blocks.get(h)
         if held is None or held.token_ids != token_ids or self.num_free == 0:
@@ -306,8 +347,12 @@ class BlockManager:
         self._by_hash[h] = got[0]
         if self.store is not None and held.keys is not None and held.values is not None:
             self.store.write_block(got[0], held.keys, held.values)
-        self.onloaded_blocks += 1
-        self._pending_onload += 1
+        if prefetch:
+            self.hint_onloaded_blocks += 1
+            self._pending_prefetch += 1
+        else:
+            self.onloaded_blocks += 1
+            self._pending_onload += 1
         return got[0]
 
     def commit(self, block_id: int, parent: int, token_ids: Sequence[int]) -> int:
@@ -347,6 +392,7 @@ class BlockManager:
             if block.ref == 0:
                 self._evictable.discard(block_id)
             block.ref += 1
+            block.demoted = False  # in use again: an ordinary block
 
     def release(self, block_ids: Sequence[int]) -> None:
         """Drop one reference of each block; the last one sends it to the LRU or the free list."""
@@ -378,10 +424,13 @@ class BlockManager:
                 self._events.append(CacheEvent(CacheEventKind.REMOVED, removed))
             block.hash, block.parent, block.token_ids = 0, ROOT_BLOCK_HASH, ()
             block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
+            block.demoted = False
 
     # -- retention priorities ---------------------------------------------------------
 
     def _rank(self, block: Block) -> int:
+        if block.demoted:
+            return DEMOTED_RANK
         return block.priority if self.eviction_policy == "priority" else DEFAULT_PRIORITY
 
     def set_priority(self, block_id: int, priority: int, until: float = math.inf) -> None:
@@ -404,6 +453,12 @@ class BlockManager:
                 block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
                 if block_id in self._evictable:
                     self._evictable.add(block_id, self._rank(block))
+
+    def take_prefetched(self) -> int:
+        """Blocks a hint brought back host->device since the last call (copies that overlap a
+        session's pause, not a request: priced apart)."""
+        out, self._pending_prefetch = self._pending_prefetch, 0
+        return out
 
     def take_transfers(self) -> tuple[int, int]:
         """Blocks copied host->device and device->host since the last call."""
@@ -446,6 +501,7 @@ class BlockManager:
 
     def expire_retentions(self, now: float) -> None:
         self._expire_priorities(now)
+        self._run_pauses(now)
         for key in [k for k, r in self._retentions.items() if r.until <= now]:
             self.drop_retention(key)
 
@@ -462,6 +518,113 @@ class BlockManager:
     @property
     def num_retentions(self) -> int:
         return len(self._retentions)
+
+    # -- pause hints ------------------------------------------------------------------
+
+    def _chain(self, hashes: Sequence[int], root: int) -> list[tuple[int, int | None]]:
+        """The held part of a prefix: ``(hash, device block id or None for the host tier)`` from
+        the first hash while each block's parent is the hash before it, the first one's ``root``
+        (a chain from another root is another tenant's: nothing)."""
+        out: list[tuple[int, int | None]] = []
+        parent = root
+        for h in hashes:
+            block_id = self._by_hash.get(h)
+            if block_id is not None:
+                if self.blocks[block_id].parent != parent:
+                    break
+            else:
+                held = self.host.blocks.get(h) if self.host is not None else None
+                if held is None or held.parent != parent:
+                    break
+            out.append((h, block_id))
+            parent = h
+        return out
+
+    def pause(self, key: str, hashes: Sequence[int], root: int, until: float, prefetch_at: float = math.inf,
+              priority: int = PAUSE_PRIORITY) -> int:
+        """A session (``key``, unique within its tenant) is away until about ``prefetch_at``:
+        its held prefix is demoted (let go of its park, evicted first, to the host tier) and kept
+        at ``priority`` in the host tier until ``until``. Returns the blocks covered."""
+        if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+            raise ValueError(f"retention priority {priority} outside {MIN_PRIORITY}..{MAX_PRIORITY}")
+        self._end_pause(key)
+        chain = self._chain(hashes, root)
+        if not chain:
+            return 0
+        held = {h for h, _ in chain}
+        for park_key in [k for k, p in self._parked.items() if p.last_hash in held]:
+            self.drop_parked(park_key)  # the session's stream would have pinned them
+        for h, block_id in chain:
+            if block_id is None:
+                assert self.host is not None
+                if self.host.blocks[h].priority < priority:
+                    self.host.set_priority(h, priority)
+                continue
+            block = self.blocks[block_id]
+            if block.priority > priority:
+                continue  # a shared prefix kept higher (instructions, tools) stays as it is
+            block.demoted = True
+            self.hint_demoted_blocks += 1
+            self.set_priority(block_id, priority, until)  # the host tier keeps it at this priority
+        self._paused[key] = Pause([h for h, _ in chain], root, until, min(prefetch_at, until), priority)
+        return len(chain)
+
+    def resume(self, key: str, hashes: Sequence[int], root: int, now: float) -> int:
+        """The session is back (its tool ended): its held prefix comes back to the device, as far
+        as there is room without evicting blocks ranked at or above the pause's priority, and
+        keeps that priority for ``RESUME_GRACE_S`` so it is there when the request arrives.
+        Returns the blocks copied back from the host tier."""
+        pause = self._paused.get(key)
+        priority = pause.priority if pause is not None else PAUSE_PRIORITY
+        self._end_pause(key)
+        onloaded = 0
+        for h, block_id in self._chain(hashes, root):
+            if block_id is None:
+                lowest = self._evictable.lowest()
+                if not self._free and (lowest is None or lowest >= priority):
+                    break
+                assert self.host is not None
+                block_id = self._onload(h, self.host.blocks[h].token_ids, prefetch=True)
+                if block_id is None:
+                    break
+                self.set_priority(block_id, priority, now + RESUME_GRACE_S)
+                self.release([block_id])
+                onloaded += 1
+            elif self.blocks[block_id].priority <= priority:
+                self.set_priority(block_id, priority, now + RESUME_GRACE_S)
+        return onloaded
+
+    def _end_pause(self, key: str) -> None:
+        """The pause stops counting: its blocks are ordinary again (device rank, host priority)."""
+        pause = self._paused.pop(key, None)
+        if pause is None:
+            return
+        for h, block_id in self._chain(pause.hashes, pause.root):
+            if block_id is None:
+                assert self.host is not None
+                if self.host.blocks[h].priority == pause.priority:
+                    self.host.set_priority(h, DEFAULT_PRIORITY)
+                continue
+            block = self.blocks[block_id]
+            if block.demoted:
+                block.demoted = False
+                if block_id in self._evictable:
+                    self._evictable.add(block_id, self._rank(block))
+
+    def next_pause_event(self) -> float:
+        """When a pause next needs the engine (a prefetch or an expiry; inf: never)."""
+        return min((min(p.prefetch_at, p.until) for p in self._paused.values()), default=math.inf)
+
+    def _run_pauses(self, now: float) -> None:
+        for key, pause in [(k, p) for k, p in self._paused.items() if min(p.prefetch_at, p.until) <= now]:
+            if pause.prefetch_at <= now and pause.prefetch_at < pause.until:
+                self.resume(key, pause.hashes, pause.root, now)  # ahead of the expected end
+            else:
+                self._end_pause(key)
+
+    @property
+    def num_paused(self) -> int:
+        return len(self._paused)
 
     # -- events and transfer ----------------------------------------------------------
 
@@ -501,7 +664,7 @@ class KvStore:
 
     Values per layer: ``[kv_heads, num_blocks, block_size, head_dim]``; keys
     ``[kv_heads, num_blocks, head_dim, block_size]``, each block transposed, so attention scores
-    eight of a block's keys side by side (``kernels.attend``). float32: keys and values are the float32
+    eight of a block's keys side by side (``attention_kernel.attend``). float32: keys and values are the float32
     outputs of the projections, so a wider store would hold no more; attention widens them to
     float64 as it reads (see ``model.py``). Blocks leave and enter (host tier, transfer) in the
     ``[.., block_size, head_dim]`` orientation of both.

@@ -237,7 +237,7 @@ class LlamaModel:
         the numba kernel, or without numba BLAS products in float64, whose shape-dependent
         rounding vanishes when rounded back to float32."""
         if self.matmul != "blas":
-            from loopwire.inference.kernels import attend
+            from loopwire.inference.attention_kernel import attend
 
             attend(np.ascontiguousarray(q), keys, values, np.asarray(ch.block_table, dtype=np.int64), ch.start, out)
             return

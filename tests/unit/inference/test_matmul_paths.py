@@ -135,7 +135,7 @@ def _reference_attention(q: np.ndarray, keys: np.ndarray, values: np.ndarray, ta
        dtype=st.sampled_from([np.float32, np.float64]), data=st.data())
 def test_attention_kernel_is_softmax_attention_and_a_query_gets_the_same_bits_in_any_chunk(
         kv_heads, group, hd, block, start, n, seed, dtype, data) -> None:
-    from loopwire.inference.kernels import attend
+    from loopwire.inference.attention_kernel import attend
 
     rng = np.random.default_rng(seed)
     heads, blocks = kv_heads * group, -(-(start + n) // block) + 2

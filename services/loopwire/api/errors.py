@@ -1,5 +1,6 @@
 """OpenAI-shaped errors: ``{"error": {"message", "type", "param", "code"}}`` with the HTTP status
-OpenAI uses, mapped from the gateway's gRPC statuses and in-stream ``Error`` codes.
+OpenAI uses, mapped from the gateway's gRPC statuses and in-stream ``Error`` codes by the one
+error policy (``loopwire.common.errors``).
 
 The gateway stays the authority (auth, tenants, rate limits, validation); this module only
 translates its answers, so a gRPC client and an HTTP client of one tenant get the same verdicts.
@@ -12,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from loopwire.common import rpc_errors
+from loopwire.common import errors
 from loopwire.v1 import common_pb2
 
 Code = common_pb2.ErrorCode
@@ -93,60 +94,38 @@ def _param(field: str) -> str | None:
 
 
 def from_stream_error(error: common_pb2.Error, previous_response_id: str = "") -> ApiError:
-    """An in-stream ``Error`` of the gateway as the OpenAI error of the request that caused it."""
+    """An in-stream ``Error`` of the gateway as the OpenAI error of the request that caused it:
+    the row of its reason (else its code) in the one error policy (common/errors.py)."""
     code, message, param = error.code, error.message, _param(error.field)
     if code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND:
         return previous_not_found(previous_response_id)
     if code == Code.ERROR_CODE_PERMISSION_DENIED and param == "previous_response_id":
         # Another tenant's response: answer as if it did not exist, so ids leak nothing.
         return previous_not_found(previous_response_id)
-    if code == Code.ERROR_CODE_INVALID_ARGUMENT:
-        return ApiError(400, message, param=param, code="invalid_value")
-    if code == Code.ERROR_CODE_RESOURCE_EXHAUSTED:
-        if error.retryable or error.reason == common_pb2.ERROR_REASON_RATE_LIMIT:
-            return ApiError(429, message, type="rate_limit_exceeded", param=param, code="rate_limit_exceeded",
-                            retry_after_ms=error.retry_after_ms)
-        return ApiError(400, message, param=param, code="context_length_exceeded")
-    if code == Code.ERROR_CODE_NOT_FOUND:
-        return ApiError(404, message, param=param, code="not_found")
-    if code == Code.ERROR_CODE_ALREADY_EXISTS:
-        return ApiError(409, message, param=param, code="already_exists")
-    if code == Code.ERROR_CODE_PERMISSION_DENIED:
-        return ApiError(403, message, type="permission_error", param=param, code="permission_denied")
-    if code == Code.ERROR_CODE_SAFETY_VIOLATION:
-        return ApiError(400, message, param=param, code="content_filter")
-    if code == Code.ERROR_CODE_FAILED_PRECONDITION:
-        return ApiError(400, message, param=param, code="failed_precondition")
-    if code == Code.ERROR_CODE_CANCELLED:
-        return ApiError(499, message, type="cancelled", code="cancelled")
-    if code in (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_STATE_LOST):
-        return ApiError(503, message, type="server_error", code="unavailable", retry_after_ms=error.retry_after_ms)
-    if code == Code.ERROR_CODE_DEADLINE_EXCEEDED:
-        return ApiError(504, message, type="server_error", code="timeout")
-    return ApiError(500, message or "internal error", type="server_error", code="server_error")
+    reason = error.reason
+    if code == Code.ERROR_CODE_RESOURCE_EXHAUSTED and error.retryable and not reason:
+        reason = common_pb2.ERROR_REASON_RATE_LIMIT  # a limit that lifts in time, from a gateway without reasons
+    return _api_error(errors.policy(code, reason), message, param, error.retry_after_ms)
 
 
 def from_rpc_error(e: grpc.aio.AioRpcError) -> ApiError:
     """A transport status of the Converse call (auth, stream limits, gateway down)."""
-    error = _from_status(e)
-    error.transport = True
-    return error
+    details = e.details() or e.code().name
+    error = errors.from_call(e, details)
+    policy = errors.policy(error.code, error.reason)
+    if policy.http_status == 503:
+        details = f"the gateway is unavailable: {details}"
+    # A refused stream's RetryInfo says when the stream limit frees a slot; 1 s when it says nothing.
+    wait_ms = (error.retry_after_ms or 1000) if policy.http_status == 429 else 0
+    api_error = _api_error(policy, details, None, wait_ms)
+    api_error.transport = True
+    return api_error
 
 
-def _from_status(e: grpc.aio.AioRpcError) -> ApiError:
-    status, details = e.code(), e.details() or e.code().name
-    if status == grpc.StatusCode.UNAUTHENTICATED:
-        return ApiError(401, details, type="authentication_error", code="invalid_api_key")
-    if status == grpc.StatusCode.PERMISSION_DENIED:
-        return ApiError(403, details, type="permission_error", code="permission_denied")
-    if status == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        # The gateway's RetryInfo says when the stream limit frees a slot.
-        return ApiError(429, details, type="rate_limit_exceeded", code="rate_limit_exceeded",
-                        retry_after_ms=rpc_errors.failure_of(e).retry_after_ms or 1000)
-    if status == grpc.StatusCode.INVALID_ARGUMENT:
-        return ApiError(400, details, code="invalid_value")
-    if status in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        return ApiError(503, f"the gateway is unavailable: {details}", type="server_error", code="unavailable")
-    if status == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return ApiError(504, details, type="server_error", code="timeout")
-    return ApiError(500, details, type="server_error", code="server_error")
+def _api_error(policy: errors.Policy, message: str, param: str | None, retry_after_ms: int) -> ApiError:
+    # A failure on the server's side names no field of the request, and suggests no delay
+    # unless it is one that passes (a rate limit, a replica away).
+    server_side = policy.http_status >= 499
+    return ApiError(policy.http_status, message or ("internal error" if policy.http_status == 500 else ""),
+                    type=policy.openai_type, param=None if server_side else param, code=policy.openai_code,
+                    retry_after_ms=retry_after_ms if policy.http_status in (429, 503) else 0)

@@ -48,5 +48,5 @@ async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse)
     wait_ms = gw.limiter(tenant).admit(tokens)  # counting costs the gateway what tokenizing does
     if wait_ms:
         raise RequestError(Code.ERROR_CODE_RESOURCE_EXHAUSTED, f"tenant {tenant.name!r} is over its rate limit",
-                           "request", retryable=True, retry_after_ms=wait_ms)
+                           "request", retry_after_ms=wait_ms, reason=common_pb2.ERROR_REASON_RATE_LIMIT)
     return gateway_pb2.CountTokensResponse(input_tokens=tokens, context_length=gw.model.context_length)

@@ -41,16 +41,6 @@ from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
 T = TypeVar("T")
 
-# The gRPC status of a unary call's refusal (a Converse stream carries the Error itself). A
-# foreign tenant's response id answers NOT_FOUND like a missing one: ids reveal nothing.
-_UNARY_STATUS = {
-    common_pb2.ERROR_CODE_INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
-    common_pb2.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    common_pb2.ERROR_CODE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    common_pb2.ERROR_CODE_PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
-    common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-}
-
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
     def __init__(
@@ -107,8 +97,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         try:
             return await count_tokens.count(self, tenant, request.request)
         except RequestError as e:
-            await rpc_errors.abort(context, _UNARY_STATUS.get(e.code, grpc.StatusCode.INVALID_ARGUMENT), e.message,
-                                   e.reason, retry_after_ms=e.retry_after_ms)
+            await rpc_errors.abort(context, e.grpc_status, e.message, e.reason, retry_after_ms=e.retry_after_ms)
 
     async def Converse(
         self, request_iterator: AsyncIterator[gateway_pb2.ConverseRequest], context: grpc.aio.ServicerContext

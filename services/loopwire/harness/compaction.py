@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from loopwire.common import masking
+from loopwire.common import errors, masking
 from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, degenerate
 from loopwire.common.work_pool import FairWorkPool
 from loopwire.harness.config import HarnessConfig
@@ -383,21 +383,19 @@ async def compact(run: Any, prompt_tokens: int) -> Outcome:
             event.error.CopyFrom(e.error)
         except Exception as e:  # noqa: BLE001 - the session goes on (masked, or uncompacted)
             log.exception("compaction of session %s failed", run.session_id)
-            event.error.CopyFrom(common_pb2.Error(code=common_pb2.ERROR_CODE_INTERNAL,
-                                                  message=f"{type(e).__name__}: {e}"))
+            event.error.CopyFrom(errors.error(common_pb2.ERROR_CODE_INTERNAL, f"{type(e).__name__}: {e}"))
         else:
             event.summary_input_tokens, event.summary_output_tokens = usage.input_tokens, usage.output_tokens
             appended, note = await counted(run, settle, items, config, window, p, text, usage.output_tokens,
                                            finish, fixed=fixed, ratio=ratio)
             if not appended:
-                event.error.CopyFrom(common_pb2.Error(code=common_pb2.ERROR_CODE_INTERNAL, message=note))
+                event.error.CopyFrom(errors.error(common_pb2.ERROR_CODE_INTERNAL, note))
         if event.HasField("error") and p.markers:  # the call failed: reported, and masking still helps
             event.error.message += "; compacted by masking tool outputs only"
             appended, note = p.markers, ""
     if not appended:
         if not event.HasField("error"):
-            event.error.CopyFrom(common_pb2.Error(code=common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED,
-                                                  message=p.reason or "nothing to compact"))
+            event.error.CopyFrom(errors.error(common_pb2.ERROR_CODE_RESOURCE_EXHAUSTED, p.reason or "nothing to compact"))
         return Outcome(event, [])
     event.kept_items, after = await counted(run, _after, p.before, [*items, *appended])
     event.replaced_items = len(p.before) - event.kept_items

@@ -16,18 +16,18 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from loopwire.common import rpc_errors, telemetry
+from loopwire.common import errors, telemetry
 from loopwire.common.errors import Code
 from loopwire.common.grpc_server import service_channel
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc
 
-# Retryable gateway failures (no replica, rate limited, a broken stream) are retried with
-# exponential backoff while nothing of the response has streamed yet.
+# Retryable gateway failures (no replica, rate limited, a broken stream: ``Error.retryable``, as
+# the error policy in common/errors.py sets it) are retried with exponential backoff while nothing
+# of the response has streamed yet.
 MAX_ATTEMPTS = 5
 BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 HOLD_TIMEOUT_S = 15.0  # a KV hold is a hint: the harness never waits long for one
-_TRANSIENT = (Code.ERROR_CODE_UNAVAILABLE, Code.ERROR_CODE_RESOURCE_EXHAUSTED)
 # What each gateway said of its model (one model per gateway; asked once per process).
 _MODELS: dict[str, gateway_pb2.GetModelResponse] = {}
 log = logging.getLogger("loopwire.harness")
@@ -138,7 +138,7 @@ class Conversation:
                 code = e.error.code
                 lost_state = code == Code.ERROR_CODE_PREVIOUS_RESPONSE_NOT_FOUND and use_delta
                 # Retry only while nothing streamed yet: tools may already run on streamed calls.
-                transient = (e.error.retryable or code in _TRANSIENT) and not turn.ttft_us
+                transient = e.error.retryable and not turn.ttft_us
                 if attempt + 1 >= MAX_ATTEMPTS or not (lost_state or transient):
                     raise
                 if lost_state:
@@ -167,8 +167,8 @@ class Conversation:
                 event = await call.read()
                 if event is grpc.aio.EOF:
                     await self.close()
-                    raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE, retryable=True,
-                                                        message="the gateway closed the stream mid-response"))
+                    raise GatewayError(errors.error(Code.ERROR_CODE_UNAVAILABLE,
+                                                    "the gateway closed the stream mid-response"))
                 kind = event.WhichOneof("event")
                 if kind in _OUTPUT_EVENTS and not turn.ttft_us:
                     turn.ttft_us = (time.perf_counter_ns() - sent_at) // 1000
@@ -188,19 +188,9 @@ class Conversation:
                     return
         except grpc.aio.AioRpcError as e:
             await self.close()
-            code = e.code()
-            ours = {grpc.StatusCode.UNAUTHENTICATED: Code.ERROR_CODE_PERMISSION_DENIED,
-                    grpc.StatusCode.PERMISSION_DENIED: Code.ERROR_CODE_PERMISSION_DENIED,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED: Code.ERROR_CODE_RESOURCE_EXHAUSTED,
-                    grpc.StatusCode.INVALID_ARGUMENT: Code.ERROR_CODE_INVALID_ARGUMENT}
-            mapped = ours.get(code, Code.ERROR_CODE_UNAVAILABLE)
-            failure = rpc_errors.failure_of(e)
-            # Retryable as the retries above treat it: a gateway killed or restarting (the stream
-            # reset, UNAVAILABLE) is gone for now, and the session resumes from its stored items.
-            raise GatewayError(common_pb2.Error(code=mapped, retryable=mapped in _TRANSIENT,
-                                                message=f"gateway {code.name}: {e.details()}",
-                                                reason=failure.reason,
-                                                retry_after_ms=failure.retry_after_ms)) from None
+            # Retryable by the policy: a gateway killed or restarting (the stream reset,
+            # UNAVAILABLE) is gone for now, and the session resumes from its stored items.
+            raise GatewayError(errors.from_call(e, f"gateway {e.code().name}: {e.details()}")) from None
         except GatewayError:
             raise  # an in-stream error: the stream stays usable
         except BaseException:
@@ -223,15 +213,14 @@ class Conversation:
                 event = await asyncio.wait_for(call.read(), HOLD_TIMEOUT_S)
                 if event is grpc.aio.EOF:
                     await self.close()
-                    raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE,
-                                                        message="the gateway closed the stream"))
+                    raise GatewayError(errors.error(Code.ERROR_CODE_UNAVAILABLE, "the gateway closed the stream"))
                 if event.WhichOneof("event") == "failed":
                     raise GatewayError(event.failed.error)
                 if event.WhichOneof("event") == "kv_held":
                     return event.kv_held
         except (grpc.aio.AioRpcError, TimeoutError) as e:
             await self.close()
-            raise GatewayError(common_pb2.Error(code=Code.ERROR_CODE_UNAVAILABLE, message=f"hold_kv: {e}")) from None
+            raise GatewayError(errors.error(Code.ERROR_CODE_UNAVAILABLE, f"hold_kv: {e}")) from None
         finally:
             if not self.stateful:
                 await self.close()

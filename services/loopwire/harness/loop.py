@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from loopwire.common import telemetry
+from loopwire.common import errors, telemetry
 from loopwire.common.errors import Code
 from loopwire.common.model_def import TOOL_CALL_SYNTAX, named
 from loopwire.harness import compaction, extensions, session_ids, tools
@@ -149,8 +149,8 @@ class SessionRun:
                 self.store.set_status(self.session_id, self.cancel_status)
             except Exception:  # noqa: BLE001 - a full disk: it still shows (and resumes) as interrupted
                 log.exception("session %s: cannot record its cancel", self.session_id)
-            self.emit(failed=harness_pb2.RunFailed(error=common_pb2.Error(
-                code=Code.ERROR_CODE_CANCELLED, message="run cancelled; resume the session to continue")))
+            self.emit(failed=harness_pb2.RunFailed(error=errors.error(
+                Code.ERROR_CODE_CANCELLED, "run cancelled; resume the session to continue")))
             raise
         except GatewayError as e:
             await self._fail(e.error)
@@ -159,7 +159,7 @@ class SessionRun:
             await self._fail(e.to_proto())
         except Exception as e:  # the harness must outlive any one session's bug
             log.exception("session %s failed", self.session_id)
-            await self._fail(common_pb2.Error(code=Code.ERROR_CODE_INTERNAL, message=f"{type(e).__name__}: {e}"))
+            await self._fail(errors.error(Code.ERROR_CODE_INTERNAL, f"{type(e).__name__}: {e}"))
         finally:
             if not self.parks_background:
                 self.background.kill_all()

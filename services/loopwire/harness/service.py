@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from loopwire.common import rpc_errors
+from loopwire.common import errors, rpc_errors
 from loopwire.common.auth import Authenticator, AuthError, authorization_header, bearer_key
 from loopwire.common.errors import RequestError, invalid
 from loopwire.harness import extensions, session_ids, tools, validation, workspace_files
@@ -164,8 +164,7 @@ class RunStream:
                                                        failed=harness_pb2.RunFailed(error=e.to_proto())))
                 except Exception as e:  # noqa: BLE001 - a failure of one request never ends silently
                     log.exception("run request failed")
-                    error = RequestError(common_pb2.ERROR_CODE_INTERNAL, f"{type(e).__name__}: {e}"[:500],
-                                         retryable=True)
+                    error = RequestError(common_pb2.ERROR_CODE_INTERNAL, f"{type(e).__name__}: {e}"[:500])
                     self._emit(harness_pb2.RunResponse(session_id=_session_of(request),
                                                        failed=harness_pb2.RunFailed(error=error.to_proto())))
         finally:
@@ -233,8 +232,8 @@ class RunStream:
         if stored.session.status == Status.SESSION_STATUS_AWAITING_APPROVAL:
             await asyncio.to_thread(store.set_status, sid, Status.SESSION_STATUS_CANCELLED)
             await self._release_kv(stored.last_response_id)
-        self._emit(harness_pb2.RunResponse(session_id=public, failed=harness_pb2.RunFailed(error=common_pb2.Error(
-            code=common_pb2.ERROR_CODE_CANCELLED, message="cancelled; resume the session to continue"))))
+        self._emit(harness_pb2.RunResponse(session_id=public, failed=harness_pb2.RunFailed(error=errors.error(
+            common_pb2.ERROR_CODE_CANCELLED, "cancelled; resume the session to continue"))))
 
     async def _release_kv(self, response_id: str) -> None:
         """Let go of the KV a suspended run held for its approval (a hint: a failure is only logged)."""

@@ -459,9 +459,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             check_ids("token_ids", request.token_ids, self.vocab_size)
             check_capacity("token_ids", len(request.token_ids) + 1, self.config)
         except RequestError as e:
-            code = (grpc.StatusCode.RESOURCE_EXHAUSTED if e.code == Code.ERROR_CODE_RESOURCE_EXHAUSTED
-                    else grpc.StatusCode.INVALID_ARGUMENT)
-            await rpc_errors.abort(context, code, e.message, e.reason)
+            await rpc_errors.abort(context, e.grpc_status, e.message, e.reason)
         handle = secrets.token_bytes(16)
         req = GenerationRequest(
             request_id=f"prefill/{handle.hex()}",

@@ -77,6 +77,9 @@ def serve(role: str, replica: str) -> None:
             gateway = await start_gateway([replica], authenticator=Authenticator.open(), config=GatewayConfig(
                 allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
             port, close = gateway.port, gateway.close
+        from loopwire.common import gc_tuning
+
+        gc_tuning.tune_for_serving()  # as grpc_server.serve does for the services themselves
         print(port, flush=True)
         profiler = None
         while (line := await loop.run_in_executor(None, sys.stdin.readline)).startswith(("cpu", "profile")):
@@ -363,6 +366,292 @@ def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse
     return 0
 
 
+# -- --traces: recorded sessions replayed through the real gateway ----------------------------------
+
+TRACE_EDGES = (2_000, 4_000, 8_000, 16_000, 32_000)  # context buckets: < 2k, 2k-4k, ..., 32k+
+TURN_GROUPS = ((1, 10), (11, 40), (41, 80), (81, 10**9))
+MIN_BUCKET_TURNS = 20  # a bucket with fewer measured turns is shown but not used for the ratios
+
+
+@dataclass
+class TraceTurn:
+    session: int
+    turn: int  # the recorded turn's index (1: the first delta)
+    context: int  # prompt tokens of the turn
+    new_tokens: int  # prompt tokens the gateway tokenized for it
+    output_tokens: int
+    gateway_us: int
+    inference_us: int
+
+
+def bucket_of(context: int) -> int:
+    """Index of ``context``'s bucket in ``TRACE_EDGES`` (len(TRACE_EDGES): the largest)."""
+    return next((i for i, edge in enumerate(TRACE_EDGES) if context < edge), len(TRACE_EDGES))
+
+
+def bucket_label(i: int) -> str:
+    lo = TRACE_EDGES[i - 1] if i else 0
+    if i == len(TRACE_EDGES):
+        return f"{lo // 1000}k+"
+    return f"< {TRACE_EDGES[0] // 1000}k" if i == 0 else f"{lo // 1000}k-{TRACE_EDGES[i] // 1000}k"
+
+
+def turn_requests(session, output: str):
+    """The requests that replay ``session`` on one stream: its first turn a full request, then each
+    turn a delta (``previous_response_id``) holding the previous turn's tool outputs.
+
+    ``output="recorded"``: each turn's recorded output is the replica's output (replayed as the
+    model's tokens), so the turn relays as many tokens as the model wrote. ``output="one"``: the
+    recorded output travels in the next delta as input items, before the tool outputs, and the
+    replica answers one token: the transcript grows as recorded (plus one short answer a turn), and
+    every turn relays the same output whatever the model wrote then."""
+    from loopwire.common.recorded import user_item
+    from loopwire.v1 import common_pb2, gateway_pb2
+
+    for k, turn in enumerate(session.turns):
+        request = gateway_pb2.CreateResponse(safety_mode=gateway_pb2.SAFETY_MODE_OFF)
+        if k == 0:
+            request.instructions = session.instructions
+            request.tools.extend(session.tools)
+            request.input.append(user_item(session.task))
+        else:
+            before = session.turns[k - 1]
+            if output == "one":
+                if before.text or not before.calls:
+                    request.input.append(common_pb2.Item(message=common_pb2.Message(
+                        role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text=before.text)])))
+                request.input.extend(common_pb2.Item(function_call=c) for c in before.calls)
+            request.input.extend(before.followups)
+        if output == "one":
+            request.replay.CopyFrom(common_pb2.ReplayOutput(text="ok"))
+            request.sampling.max_output_tokens = 1
+        else:
+            request.replay.CopyFrom(common_pb2.ReplayOutput(text=turn.text, function_calls=turn.calls))
+        yield request
+
+
+async def replay_session(stub, session, index: int, gateway: Server, inference: Server,
+                         output: str) -> tuple[list[TraceTurn], str]:
+    """One recorded session on one Converse stream (``turn_requests``); every delta turn is
+    measured. Returns them and why the replay stopped early ('' when it did not)."""
+    from loopwire.v1 import gateway_pb2
+
+    call = stub.Converse()
+    previous, got = "", []
+    try:
+        for k, request in enumerate(turn_requests(session, output)):
+            if k:
+                request.previous_response_id = previous
+            g0, i0 = gateway.cpu_ns(), inference.cpu_ns()
+            await call.write(gateway_pb2.ConverseRequest(create_response=request))
+            while True:
+                event = await call.read()
+                kind = event.WhichOneof("event") if hasattr(event, "WhichOneof") else None
+                if kind in (None, "failed", "completed"):
+                    break
+            g1, i1 = gateway.cpu_ns(), inference.cpu_ns()
+            if kind != "completed":
+                return got, f"turn {k} of {len(session.turns)}: {event.failed.error.message if kind else 'stream ended'}"
+            previous, done = event.response_id, event.completed
+            if k:
+                got.append(TraceTurn(index, k, done.usage.input_tokens, done.timings.tokens_tokenized,
+                                     done.usage.output_tokens, (g1 - g0) // 1000, (i1 - i0) // 1000))
+        return got, ""
+    finally:
+        await call.done_writing()
+
+
+async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: str, progress, task) -> tuple[dict[str, list[TraceTurn]], list[str]]:
+    """Every session replayed on every tree's gateway and replica (all started at once, each in a
+    process of its own); a session's replays alternate which tree goes first, so a slower stretch of
+    a shared machine falls on both alike."""
+    import grpc
+
+    from loopwire.v1 import gateway_pb2_grpc
+
+    servers = []
+    try:
+        for _, services in trees:
+            inference = Server("inference", services)
+            servers.append((inference, Server("gateway", services, inference.address)))
+        turns: dict[str, list[TraceTurn]] = {label: [] for label, _ in trees}
+        stopped: list[str] = []
+        channels = [grpc.aio.insecure_channel(g.address) for _, g in servers]
+        stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]
+        try:
+            for s, (path, session) in enumerate(sessions):
+                order = list(range(len(trees)))
+                if s % 2:
+                    order.reverse()
+                for t in order:
+                    label = trees[t][0]
+                    inference, gateway = servers[t]
+                    got, why = await replay_session(stubs[t], session, s, gateway, inference, output)
+                    turns[label] += got
+                    if why:
+                        stopped.append(f"{label}: {path.name} stopped at {why}")
+                    progress.advance(task)
+        finally:
+            for c in channels:
+                await c.close()
+    finally:
+        for inference, gateway in servers:
+            gateway.close()
+            inference.close()
+    return turns, stopped
+
+
+def _ms(values: list[int], how) -> float:
+    return how(values) / 1000 if values else float("nan")
+
+
+def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: list[tuple[Path, int]],
+                 args: argparse.Namespace) -> int:
+    """Tables (median and mean per context bucket and per turn group, each tree's growth from the
+    smallest bucket to the largest, before ÷ after), a figure, markdown and the raw turns as JSON."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from rich.console import Console
+    from rich.table import Table
+
+    import provenance
+
+    console = Console(width=170)
+    labels = list(turns)
+    buckets = sorted({bucket_of(t.context) for ts in turns.values() for t in ts})
+    usable = [b for b in buckets if all(sum(bucket_of(t.context) == b for t in turns[lb]) >= MIN_BUCKET_TURNS
+                                        for lb in labels)]
+    by_bucket = {lb: {b: [t for t in turns[lb] if bucket_of(t.context) == b] for b in buckets} for lb in labels}
+
+    table = Table(title="Process CPU per stateful turn of recorded sessions, by context at the turn (ms)")
+    for col in ("services", "context", "turns", "median context", "median new tokens", "gateway median",
+                "gateway mean", "gateway p90", "inference median", "inference mean"):
+        table.add_column(col, justify="right")
+    for lb in labels:
+        for b in buckets:
+            ts = by_bucket[lb][b]
+            g = [t.gateway_us for t in ts]
+            i = [t.inference_us for t in ts]
+            table.add_row(lb, bucket_label(b), f"{len(ts)}", f"{statistics.median(t.context for t in ts):,.0f}",
+                          f"{statistics.median(t.new_tokens for t in ts):,.0f}", f"{_ms(g, statistics.median):.2f}",
+                          f"{_ms(g, statistics.fmean):.2f}", f"{sorted(g)[int(0.9 * (len(g) - 1))] / 1000:.2f}",
+                          f"{_ms(i, statistics.median):.2f}", f"{_ms(i, statistics.fmean):.2f}")
+    growth = Table(title=f"Growth, largest context bucket ÷ smallest (buckets with ≥ {MIN_BUCKET_TURNS} turns: "
+                         f"{bucket_label(usable[0])} → {bucket_label(usable[-1])}; goal ≤ 1.2×)" if usable else "Growth")
+    for col in ("services", "gateway median", "gateway mean", "inference median", "inference mean"):
+        growth.add_column(col, justify="right")
+    summary: dict[str, dict[str, float]] = {}
+    if usable:
+        for lb in labels:
+            lo, hi = by_bucket[lb][usable[0]], by_bucket[lb][usable[-1]]
+            row = {}
+            for what in ("gateway", "inference"):
+                for name, how in (("median", statistics.median), ("mean", statistics.fmean)):
+                    a = _ms([getattr(t, f"{what}_us") for t in lo], how)
+                    z = _ms([getattr(t, f"{what}_us") for t in hi], how)
+                    row[f"{what}_{name}"] = z / a
+            summary[lb] = row
+            growth.add_row(lb, *(f"{row[k]:.2f}×" for k in ("gateway_median", "gateway_mean", "inference_median",
+                                                            "inference_mean")))
+    groups = Table(title="Gateway CPU per stateful turn by turn number (ms)")
+    for col in ("services", "turns", "n", "median new tokens", "gateway median", "gateway mean"):
+        groups.add_column(col, justify="right")
+    for lb in labels:
+        for lo_t, hi_t in TURN_GROUPS:
+            ts = [t for t in turns[lb] if lo_t <= t.turn <= hi_t]
+            if ts:
+                g = [t.gateway_us for t in ts]
+                groups.add_row(lb, f"{lo_t}-{hi_t}" if hi_t < 10**9 else f"{lo_t}+", f"{len(ts)}",
+                               f"{statistics.median(t.new_tokens for t in ts):,.0f}",
+                               f"{_ms(g, statistics.median):.2f}", f"{_ms(g, statistics.fmean):.2f}")
+    tables = [table, growth, groups]
+    if len(labels) == 2:
+        ratio = Table(title="Before ÷ after, same context bucket (gateway)")
+        for col in ("context", "median", "mean"):
+            ratio.add_column(col, justify="right")
+        b, a = labels
+        for k in buckets:
+            gb = [t.gateway_us for t in by_bucket[b][k]]
+            ga = [t.gateway_us for t in by_bucket[a][k]]
+            ratio.add_row(bucket_label(k), f"{_ms(gb, statistics.median) / _ms(ga, statistics.median):.2f}×",
+                          f"{_ms(gb, statistics.fmean) / _ms(ga, statistics.fmean):.2f}×")
+        tables.append(ratio)
+    for shown in tables:
+        console.print(shown)
+    for line in stopped:
+        console.print(f"[yellow]{line}[/]")
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    for lb, color in zip(labels, ("tab:red", "tab:green"), strict=False):
+        xs = [statistics.median(t.context for t in by_bucket[lb][k]) for k in buckets]
+        for ax, how, what in ((axes[0], statistics.median, "median"), (axes[1], statistics.fmean, "mean")):
+            ax.plot(xs, [_ms([t.gateway_us for t in by_bucket[lb][k]], how) for k in buckets], "o-", color=color,
+                    label=lb)
+            ax.set(title=f"gateway process CPU per stateful turn ({what})", xscale="log", ylabel="ms per turn",
+                   xlabel="context at the turn (median of its bucket, prompt tokens, log scale)")
+    for ax in axes:
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    data = provenance.short_data(used)
+    fig.tight_layout()
+    provenance.stamp(fig, data)
+    args.out.mkdir(parents=True, exist_ok=True)
+    png = provenance.save_figure(fig, args.out, "turn_cpu_traces")
+    header = provenance.provenance(
+        provenance.describe_sessions(used),
+        engine=f"simulated, time scale 0 (the real inference service, scheduler and KV block manager; no model "
+               f"compute), model {MODEL}, safety off; each recorded output replayed as the model's tokens",
+        notes=[f"services: {', '.join(labels)}; every tree's gateway and replica each in a process of its own "
+               "(`--serve`), all started at once, the client in this one; a session's replays alternate which "
+               "tree goes first",
+               "per turn: the gateway's and the replica's time.process_time_ns between a probe before the request "
+               "and one after its completed event (every thread; nothing subtracted, nothing clamped: one probe's "
+               "own cost is in each figure); measured: every delta turn (previous_response_id, the previous "
+               "turn's tool outputs as input), never the first full request",
+               f"context buckets by the turn's prompt tokens; the growth uses the smallest and largest bucket "
+               f"with ≥ {MIN_BUCKET_TURNS} turns in every tree",
+               *(f"replay stopped early: {line}" for line in stopped)])
+    body: list[str] = []
+    for shown in tables:
+        body += provenance.table_markdown(shown) + [""]
+    body.append("![turn cpu traces](turn_cpu_traces.png)")
+    md = provenance.write_markdown(args.out, "turn_cpu_traces", "Per-turn CPU on recorded sessions, by context",
+                                   header, body)
+    raw = args.out / "turn_cpu_traces.json"
+    raw.write_text(json.dumps({"growth": summary, "turns": {lb: [t.__dict__ for t in ts] for lb, ts in turns.items()}}))
+    console.print(f"wrote {provenance.rel(png)}, {provenance.rel(md)} and {provenance.rel(raw)}")
+    return 0
+
+
+def run_traces(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from loopwire.common.recorded import load_sessions
+
+    import provenance
+
+    console = Console()
+    loaded = load_sessions([str(p) for p in args.traces or [provenance.DATA_SESSIONS]],
+                           lambda line: console.print(f"[yellow]{line}[/]", soft_wrap=True))
+    loaded = [(p, s) for p, s in loaded if len(s.turns) > 1][: args.max_sessions or None]
+    if not loaded:
+        raise SystemExit("--traces: no recorded session with more than one turn")
+
+    async def run() -> tuple[dict[str, list[TraceTurn]], list[str]]:
+        with Progress(transient=True) as progress:
+            task = progress.add_task("sessions replayed", total=len(trees) * len(loaded))
+            return await measure_traces(trees, loaded, args.output, progress, task)
+
+    turns, stopped = asyncio.run(run())
+    return trace_report(turns, stopped, [(p, len(s.turns)) for p, s in loaded], args)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,6 +676,15 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="cProfile both processes over each bucket's measured turns; dumps in DIR and a table "
                              "of the functions whose time per turn grows most from the smallest to the largest bucket")
+    parser.add_argument("--traces", nargs="*", type=Path, metavar="PATH",
+                        help="replay recorded agent sessions (files or directories; none given: "
+                             f"{provenance.rel(provenance.DATA_SESSIONS)}/) turn by turn through the real gateway, "
+                             "measuring every stateful turn, bucketed by context; instead of the synthetic buckets")
+    parser.add_argument("--output", choices=("one", "recorded"), default="one",
+                        help="with --traces: 'one' (default): the recorded output goes in the next delta as input and "
+                             "the replica answers one token, so every turn relays the same output; 'recorded': the "
+                             "replica streams the recorded output as the model's tokens")
+    parser.add_argument("--max-sessions", type=int, default=0, help="with --traces: replay at most this many sessions")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
     if args.turns < 1:
@@ -399,6 +697,9 @@ def main() -> int:
         services, commit = export(args.before, root)
         trees.append((f"before ({commit})", services))
     trees.append((f"after ({provenance.git_commit()})", root / "services"))
+
+    if args.traces is not None:
+        return run_traces(args, trees)
 
     async def all_runs() -> list[Run]:
         with Progress(transient=True) as progress:

@@ -149,10 +149,11 @@ class Conversation:
         follow them); None when that rendering does not extend the text held. Only the new
         messages are rendered when the window allows it."""
         template = self.template
-        held = len(self.items)
-        if (self.incremental and new_items and template_window.is_stable(template)
-                and not self._joins_turn(new_items[0])):
-            new = self.prompt.messages("", [], new_items, {i - held: r for i, r in new_raw.items()})
+        new = self._new_messages(new_items, new_raw) if (
+            self.incremental and new_items and template_window.is_stable(template)) else None
+        if new == []:  # calls joining the held assistant turn without changing it: the same rendering
+            return "", self._generation_prompt, [], False
+        if new is not None:
             head = self._head_text()
             boundaries = [Boundary(c.messages, c.text_len) for c in self._checkpoints[-template_window.MAX_LOOKBACK:]]
             got = None if head is None else template_window.render_appended(
@@ -183,10 +184,42 @@ class Conversation:
             return None
         return full[len(text):], with_prompt[len(full):], messages, True
 
+    def _new_messages(self, new_items: list[common_pb2.Item], new_raw: dict[int, str]) -> list[Message] | None:
+        """The template messages ``new_items`` add after the held ones, built from the new items
+        alone (never the whole transcript); None when they rewrite the last held message.
+
+        A call that joins the assistant turn held last (a client sending the model's calls back as
+        input) makes one message with it: that turn's items and the new ones are grouped again,
+        and the rendering stays windowed when the turn's message comes out as held (a turn the
+        model generated renders as its own text whatever calls follow it)."""
+        held = len(self.items)
+        if not self._joins_turn(new_items[0]):
+            return self.prompt.messages("", [], new_items, {i - held: r for i, r in new_raw.items()})
+        start = self._last_turn_start()
+        raw = {i - start: r for i, r in new_raw.items()}
+        if start in self.raw:
+            raw[0] = self.raw[start]
+        messages = self.prompt.messages("", [], [*self.items[start:], *new_items], raw)
+        if not messages or messages[0] != self._messages[-1]:
+            return None
+        return messages[1:]
+
     def _joins_turn(self, item: common_pb2.Item) -> bool:
         """Whether ``item`` would join the assistant turn held last (rewriting its message)."""
         return (item.WhichOneof("item") == "function_call" and bool(self._messages)
                 and self._messages[-1]["role"] == "assistant")
+
+    def _last_turn_start(self) -> int:
+        """Index of the item opening the assistant turn held last (its message and the calls after
+        it, as ``prompt.group_turns`` groups them): a walk back over that turn's calls only."""
+        i = len(self.items)
+        while i and self.items[i - 1].WhichOneof("item") == "function_call":
+            i -= 1
+        opener = self.items[i - 1] if i else None
+        if (opener is not None and opener.WhichOneof("item") == "message"
+                and opener.message.role == common_pb2.ROLE_ASSISTANT):
+            i -= 1
+        return i
 
     def _head_text(self) -> str | None:
         if self._head is None:

@@ -67,6 +67,10 @@ class PriorityLru:
     def keys(self) -> list[int]:
         return list(self._where)
 
+    def lowest(self) -> int | None:
+        """The lowest priority held (None when empty): what ``pop`` would take from."""
+        return min(self._buckets) if self._buckets else None
+
 
 class HostTier:
     def __init__(self, capacity_bytes: int, block_bytes: int) -> None:
@@ -106,6 +110,13 @@ class HostTier:
         if block is not None:
             self._order.discard(block_hash)
         return block
+
+    def set_priority(self, block_hash: int, priority: int) -> None:
+        """A held block's priority changes (a pause hint keeps a session's blocks here longer)."""
+        block = self.blocks.get(block_hash)
+        if block is not None:
+            block.priority = priority
+            self._order.add(block_hash, priority)
 
     def hashes(self) -> list[int]:
         return list(self.blocks)

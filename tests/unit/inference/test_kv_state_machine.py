@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash, block_hashes
-from loopwire.inference.kv_cache import BlockManager, CacheEventKind, KvStore
+from loopwire.inference.kv_cache import DEMOTED_RANK, BlockManager, CacheEventKind, KvStore
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, HostTier
 
 BS = 2
@@ -39,8 +39,18 @@ TOKENS = st.one_of(TURN, TURN, TURN, st.lists(st.integers(0, 1), min_size=1, max
 
 
 def rank(bm: BlockManager, b: int) -> int:
-    """Eviction rank of a cached block: its retention priority, one rank for all under plain LRU."""
+    """Eviction rank of a cached block: below all when a pause hint demoted it, else its retention
+    priority, one rank for all under plain LRU."""
+    if bm.blocks[b].demoted:
+        return DEMOTED_RANK
     return bm.blocks[b].priority if bm.eviction_policy == "priority" else DEFAULT_PRIORITY
+
+
+def snapshot(bm: BlockManager) -> tuple[object, ...]:
+    """Everything a hint may change: each block's identity, priority, rank and place, the host tier's."""
+    return (tuple((b.hash, b.ref, b.priority, b.priority_until, b.demoted) for b in bm.blocks),
+            tuple(sorted(bm._evictable._where.items())),
+            tuple(sorted((h, hb.priority) for h, hb in bm.host.blocks.items())) if bm.host else ())
 
 
 def kv_of(h: int) -> np.ndarray:
@@ -207,6 +217,55 @@ class KvMachine(RuleBasedStateMachine):
             assert self.holds[key][1] == min(until for _, until in self.holds.values())
             del self.holds[key]
 
+    @rule(c=st.integers(0, len(CONVERSATIONS) - 1), key=st.sampled_from("xy"), salted=st.booleans(),
+          foreign=st.booleans(), seconds=st.sampled_from([0.5, 2.0, 10.0]),
+          lead=st.none() | st.sampled_from([0.25, 1.0]), priority=st.integers(MIN_PRIORITY, MAX_PRIORITY))
+    def pause(self, c: int, key: str, salted: bool, foreign: bool, seconds: float, lead: float | None,
+              priority: int) -> None:
+        """A tool pause hint on a conversation's prefix. Named from another tenant's root it moves
+        nothing; else each held device block at or under the hint's priority is demoted (evicted
+        before every other block) and its host copies kept at the hint's priority."""
+        bm = self.bm
+        root = SALTED_ROOT if salted else ROOT_BLOCK_HASH
+        hashes = block_hashes(CONVERSATIONS[c], BS, root)
+        before = snapshot(bm)
+        prefetch_at = math.inf if lead is None else self.now + seconds - lead
+        if foreign:  # tenant B (its own key) names tenant A's hashes from B's root
+            other = ROOT_BLOCK_HASH if salted else SALTED_ROOT
+            assert bm.pause("B" + key, hashes, other, self.now + seconds, prefetch_at, priority) == 0
+            assert snapshot(bm) == before
+            return
+        n = bm.pause(key, hashes, root, self.now + seconds, prefetch_at, priority)
+        chain = hashes[:n]
+        for h in chain:
+            b = bm._by_hash.get(h)
+            if b is None:
+                assert bm.host is not None and bm.host.blocks[h].priority >= priority
+            elif bm.blocks[b].ref == 0 and bm.blocks[b].priority <= priority:
+                assert bm.blocks[b].demoted and bm._evictable._where[b] == DEMOTED_RANK
+        if n < len(hashes):  # the chain stops at the first block held in neither tier
+            assert hashes[n] not in bm.cached_hashes()
+
+    @rule(c=st.integers(0, len(CONVERSATIONS) - 1), key=st.sampled_from("xy"), salted=st.booleans(),
+          foreign=st.booleans())
+    def resume(self, c: int, key: str, salted: bool, foreign: bool) -> None:
+        """The tool ended: the prefix's host blocks come back to the device (counted as hint
+        onloads, not as request hits); another tenant's root brings back nothing."""
+        bm = self.bm
+        root = SALTED_ROOT if salted else ROOT_BLOCK_HASH
+        hashes = block_hashes(CONVERSATIONS[c], BS, root)
+        in_host = {h for h in hashes if bm.host is not None and h in bm.host}
+        counted = bm.hint_onloaded_blocks
+        other = ROOT_BLOCK_HASH if salted else SALTED_ROOT
+        before = snapshot(bm)
+        n = bm.resume("B" + key if foreign else key, hashes, other if foreign else root, self.now)
+        assert bm.hint_onloaded_blocks == counted + n
+        if foreign:
+            assert n == 0 and snapshot(bm) == before
+        back = {h for h in in_host if h in bm._by_hash}
+        assert len(back) == n
+        assert bm.take_prefetched() >= n
+
     @rule(parent=st.integers(0, 99), tokens=st.lists(st.integers(0, 1), min_size=BS, max_size=BS))
     def import_block(self, parent: int, tokens: list[int]) -> None:
         """A block arrives from a prefill replica; it is taken only when held in neither tier."""
@@ -294,6 +353,7 @@ class KvMachine(RuleBasedStateMachine):
         assert len(bm.cached_hashes()) == len(set(bm.cached_hashes()))
         assert bm.host_hit_tokens == bm.onloaded_blocks * BS
         assert bm.host_hit_tokens <= bm.hit_tokens <= bm.queried_tokens
+        assert all(b.hash for b in bm.blocks if b.demoted), "only a cached block is demoted"
 
 
 TestKvStateMachine = KvMachine.TestCase

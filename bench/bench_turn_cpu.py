@@ -13,10 +13,21 @@ scheduler and KV block manager, no model compute) each run in a process of their
 turn the benchmark asks both for their process CPU time (every thread). Nothing is subtracted:
 each figure is the process's CPU between the two probes, one probe's own cost included.
 
+``--traces [PATH ...]`` replays recorded agent sessions instead (``data/sessions/`` when no path
+is given), where the growth the synthetic buckets miss shows: each session on one Converse stream,
+its first turn a full request, every later turn a delta holding the previous turn's tool outputs,
+each delta turn measured and bucketed by its context (< 2k ... 32k+ tokens) and by its number. With
+``--output one`` (the default) the recorded output travels in the next delta as input and the
+replica answers one token, so every turn relays the same output; with ``--output recorded`` the
+replica streams each turn's recorded output, whose length (longer later in a session) the gateway
+pays per token. The growth table divides the largest bucket by the smallest, median and mean.
+
 ``--before REF`` runs the same measurement on the services of another commit (its ``services/``
-tree exported with ``git archive``) beside the working tree's, so the table compares the two.
+tree exported with ``git archive``) beside the working tree's, so the table compares the two; with
+``--traces`` both trees' processes run at once and each session is replayed on both in turn.
 
 Run: .venv/bin/python bench/bench_turn_cpu.py [--before REF] [--turns N] [--quick] [--out DIR]
+     .venv/bin/python bench/bench_turn_cpu.py --traces [PATH ...] [--output one|recorded] [--before REF]
 """
 
 from __future__ import annotations
@@ -371,6 +382,8 @@ def report(runs: list[Run], buckets: tuple[int, ...], turns: int, args: argparse
 TRACE_EDGES = (2_000, 4_000, 8_000, 16_000, 32_000)  # context buckets: < 2k, 2k-4k, ..., 32k+
 TURN_GROUPS = ((1, 10), (11, 40), (41, 80), (81, 10**9))
 MIN_BUCKET_TURNS = 20  # a bucket with fewer measured turns is shown but not used for the ratios
+OUTPUTS = {"one": "one token a turn, the recorded output sent back in the next delta as input items",
+           "recorded": "each turn's recorded output replayed as the model's tokens"}
 
 
 @dataclass
@@ -601,11 +614,12 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
     fig.tight_layout()
     provenance.stamp(fig, data)
     args.out.mkdir(parents=True, exist_ok=True)
-    png = provenance.save_figure(fig, args.out, "turn_cpu_traces")
+    stem = f"turn_cpu_traces_{args.output}"
+    png = provenance.save_figure(fig, args.out, stem)
     header = provenance.provenance(
         provenance.describe_sessions(used),
         engine=f"simulated, time scale 0 (the real inference service, scheduler and KV block manager; no model "
-               f"compute), model {MODEL}, safety off; each recorded output replayed as the model's tokens",
+               f"compute), model {MODEL}, safety off; output {OUTPUTS[args.output]}",
         notes=[f"services: {', '.join(labels)}; every tree's gateway and replica each in a process of its own "
                "(`--serve`), all started at once, the client in this one; a session's replays alternate which "
                "tree goes first",
@@ -619,11 +633,12 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
     body: list[str] = []
     for shown in tables:
         body += provenance.table_markdown(shown) + [""]
-    body.append("![turn cpu traces](turn_cpu_traces.png)")
-    md = provenance.write_markdown(args.out, "turn_cpu_traces", "Per-turn CPU on recorded sessions, by context",
-                                   header, body)
-    raw = args.out / "turn_cpu_traces.json"
-    raw.write_text(json.dumps({"growth": summary, "turns": {lb: [t.__dict__ for t in ts] for lb, ts in turns.items()}}))
+    body.append(f"![turn cpu traces]({stem}.png)")
+    md = provenance.write_markdown(args.out, stem, f"Per-turn CPU on recorded sessions, by context (output: "
+                                   f"{args.output})", header, body)
+    raw = args.out / f"{stem}.json"
+    raw.write_text(json.dumps({"output": args.output, "buckets": TRACE_EDGES, "growth": summary,
+                               "turns": {lb: [t.__dict__ for t in ts] for lb, ts in turns.items()}}))
     console.print(f"wrote {provenance.rel(png)}, {provenance.rel(md)} and {provenance.rel(raw)}")
     return 0
 

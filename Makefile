@@ -9,7 +9,7 @@ RUN_TURNS ?= 16
 
 TOOLS_STAMP := .state/tools.installed
 # The extras requirements.lock holds: every role and the tests (not trtllm: NVIDIA's index, CUDA only).
-LOCK_EXTRAS := harness api postgres bench dev
+LOCK_EXTRAS := engine harness api postgres bench dev
 
 .PHONY: setup lock tools protos check-protos lint test test-gpu run bench bench-record clients jaeger breaking clean
 

@@ -1,14 +1,16 @@
 """Each role installs only what it imports: pyproject's extras are checked against the code.
 
-The gateway and the inference service run on the base dependencies; the harness, the api and the
-PostgreSQL store add their extras (``harness``, ``api``, ``postgres``), plots add ``bench``.
-Two checks, independent of each other:
+The gateway runs on the base dependencies; the inference service adds ``engine`` (the reference
+engine's numba kernels, GGUF files), the harness, the api and the PostgreSQL store add theirs
+(``harness``, ``api``, ``postgres``), plots add ``bench``. Three checks, independent of each other:
 
 * every import in a module (at module level or inside a function) names a distribution in the
   dependency closure of its role, read from pyproject.toml and the installed metadata;
 * every module of a role imports in a fresh interpreter in which the import system refuses
   every package outside that closure — so an import reaching another role's module (say, the
-  gateway importing something of the harness that needs ``mcp``) fails here, not in a pod.
+  gateway importing something of the harness that needs ``mcp``) fails here, not in a pod;
+* the base set is minimal: what only the engine needs is not in it, and no role but inference
+  loads numba or llvmlite (208 MB) or gguf when it starts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "services" / "loopwire"
 # Imported only by the TensorRT-LLM engine, from NVIDIA's index on GPU machines (extra trtllm).
 NOT_INSTALLABLE_HERE = {"tensorrt_llm": "tensorrt-llm", "torch": "torch"}
+# Imports inside a function that only the inference role reaches: reading a GGUF model file (the
+# other roles get a model's tokenizer from a replica's ModelInfo, never from the file).
+LOAD_ONLY = {"common/model_def.py": ("engine",)}
+# What only the reference engine and GGUF loading need: never in the base set.
+ENGINE_ONLY = ("numba", "llvmlite", "gguf", "threadpoolctl")
 
 
 def _name(requirement: str) -> str:
@@ -64,7 +71,7 @@ def _closure(roots: frozenset[str]) -> frozenset[str]:
 def role_of(rel: str) -> tuple[str, ...]:
     """The extras a module of ``services/loopwire`` may use beyond the base dependencies."""
     if rel == "mesh.py":  # `loopwire up` starts every role
-        return ("harness", "api", "postgres")
+        return ("engine", "harness", "api", "postgres")
     if rel == "replay.py":  # plots only when asked (checked by find_spec before the run)
         return ("bench",)
     if rel == "harness/store/postgres.py":
@@ -72,7 +79,7 @@ def role_of(rel: str) -> tuple[str, ...]:
     if rel == "inference/trtllm_engine.py":
         return ("trtllm",)
     top = rel.split("/")[0]
-    return {"harness": ("harness",), "api": ("api",)}.get(top, ())
+    return {"harness": ("harness",), "api": ("api",), "inference": ("engine",)}.get(top, ())
 
 
 def allowed_distributions(extras: tuple[str, ...]) -> frozenset[str]:
@@ -126,7 +133,7 @@ def test_every_import_is_declared_for_its_role() -> None:
     wrong = []
     for path in _modules():
         rel = path.relative_to(PACKAGE).as_posix()
-        allowed = allowed_distributions(role_of(rel))
+        allowed = allowed_distributions(role_of(rel) + LOAD_ONLY.get(rel, ()))
         for module in sorted(_imports(path)):
             key = _third_party(module)
             if key is None:
@@ -192,10 +199,21 @@ def _importable_names(extras: tuple[str, ...]) -> list[str]:
 
 ROLES = {
     "gateway": ((), ("common", "gateway"), ("gateway",)),
-    "inference": ((), ("common", "inference"), ("inference",)),
+    "inference": (("engine",), ("common", "inference"), ("inference",)),
     "harness": (("harness",), ("common", "harness"), ("harness",)),
     "api": (("api",), ("common", "api"), ("api",)),
 }
+
+
+def _role_modules(extras: tuple[str, ...], packages: tuple[str, ...]) -> list[str]:
+    modules = []
+    for package in packages:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            rel = path.relative_to(PACKAGE).as_posix()
+            if role_of(rel) != extras and role_of(rel) != ():
+                continue  # a module of another extra inside the tree (the trtllm engine, the PostgreSQL store)
+            modules.append("loopwire." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+    return modules
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
@@ -203,17 +221,49 @@ def test_each_role_imports_with_only_its_own_packages(role: str) -> None:
     import json
 
     extras, packages, services = ROLES[role]
-    modules = []
-    for package in packages:
-        for path in sorted((PACKAGE / package).rglob("*.py")):
-            rel = path.relative_to(PACKAGE).as_posix()
-            if role_of(rel) != extras and role_of(rel) != ():
-                continue  # a module of another extra inside the tree (the trtllm engine, the PostgreSQL store)
-            dotted = "loopwire." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-            modules.append(dotted)
+    modules = _role_modules(extras, packages)
     done = subprocess.run(
         [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(_importable_names(extras)), json.dumps(modules), *services],
         capture_output=True, text=True, timeout=240, cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"imported {len(modules)}" in done.stdout
+
+
+def test_the_base_set_leaves_out_what_only_the_engine_needs() -> None:
+    base = {_name(r) for r in _project()["dependencies"]}
+    assert not base & set(ENGINE_ONLY), sorted(base & set(ENGINE_ONLY))
+    assert not _closure(frozenset(base)) & {"numba", "llvmlite"}, "a base dependency pulls in numba"
+    assert set(_extra("engine")) | {"llvmlite"} >= set(ENGINE_ONLY)
+    assert "engine" in _project()["optional-dependencies"]["all"][0]  # `loopwire up` runs inference
+    # `make setup` installs requirements.lock, which must hold the engine (CI's tests run it).
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^LOCK_EXTRAS :=.*\bengine\b", makefile, re.M)
+    lock = (ROOT / "requirements.lock").read_text()
+    assert "--extra=engine" in lock and all(re.search(rf"^{name}==", lock, re.M) for name in ENGINE_ONLY)
+
+
+_LOADED = r"""
+import importlib, json, sys
+for module in json.loads(sys.argv[1]):
+    importlib.import_module(module)
+from loopwire import cli
+for service in sys.argv[2:]:
+    cli.service_parser(service).format_help()
+print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
+"""
+
+
+@pytest.mark.parametrize("role", ["gateway", "harness", "api"])
+def test_a_role_without_the_engine_loads_none_of_it(role: str) -> None:
+    """Every module of the role imported, and its server's flags built: numba, llvmlite, gguf and
+    threadpoolctl are still absent from sys.modules (installed here or not)."""
+    import json
+
+    extras, packages, services = ROLES[role]
+    modules = _role_modules(extras, packages)
+    done = subprocess.run([sys.executable, "-c", _LOADED, json.dumps(modules), *services],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert not loaded & set(ENGINE_ONLY), sorted(loaded & set(ENGINE_ONLY))

@@ -57,7 +57,7 @@ def test_constructors_take_retryable_from_the_row_unless_told():
     assert made.grpc_status == grpc.StatusCode.FAILED_PRECONDITION  # not INVALID_ARGUMENT by default
 
 
-def _stream_error(reason: int, retryable: bool = False) -> common_pb2.Error:
+def _stream_error(reason: common_pb2.ErrorReason.ValueType, retryable: bool = False) -> common_pb2.Error:
     return common_pb2.Error(code=Code.ERROR_CODE_RESOURCE_EXHAUSTED, message="over", field="create_response.input",
                             retryable=retryable, reason=reason)
 
@@ -80,7 +80,8 @@ def test_a_rate_limit_is_a_429_with_its_delay():
         assert (e.status, e.code, e.headers()["retry-after"]) == (429, "rate_limit_exceeded", "2")
 
 
-async def _fail_with(status: grpc.StatusCode, reason: int = 0, retry_after_ms: int = 0) -> grpc.aio.AioRpcError:
+async def _fail_with(status: grpc.StatusCode, reason: common_pb2.ErrorReason.ValueType = Reason.ERROR_REASON_UNSPECIFIED,
+                     retry_after_ms: int = 0) -> grpc.aio.AioRpcError:
     """A real call ending with ``status`` and its rich details, as a client receives it."""
 
     async def handler(request: bytes, context: grpc.aio.ServicerContext) -> bytes:

@@ -66,7 +66,7 @@ def test_compaction_object_keeps_user_messages_and_the_models_summary(api):
                                             [{"type": "input_text", "text": HISTORY[4]["content"]}]]
     assert all(u["role"] == "user" and u["status"] == "completed" for u in users)
     assert set(item) == {"type", "id", "encrypted_content"} and item["type"] == "compaction"
-    assert compaction_summary(item["encrypted_content"], "x") == SUMMARY
+    assert compaction_summary(item["encrypted_content"]) == SUMMARY
     assert r["loopwire_compaction"] == {"method": "summary"}
     # The summary call was the conversation with the harness's request as its last user turn.
     asked = count(api, input=[*HISTORY, {"role": "user", "content": f"{SUMMARY_INSTRUCTIONS}\n\n{SUMMARY_REQUEST}"}],
@@ -191,7 +191,7 @@ def test_a_degenerate_summary_falls_back_to_the_masked_conversation(api, reply, 
     users, item = r["output"][:-1], r["output"][-1]
     assert [u["content"] for u in users] == [[{"type": "input_text", "text": WORK[0]["content"]}],
                                             [{"type": "input_text", "text": WORK[4]["content"]}]]
-    text = compaction_summary(item["encrypted_content"], "x")
+    text = compaction_summary(item["encrypted_content"])
     assert text.startswith("[No summary was written (") and reason in text.splitlines()[0]
     assert "[output of call call_b (shell), " in text and "module_299" not in text  # read: elided
     assert "FAILED test_parse: expected 3, got 4" in text  # not read yet: kept
@@ -209,12 +209,12 @@ def test_a_degenerate_summary_of_a_stored_chain_masks_the_whole_chain(api):
     r = compact(api, reply="", previous_response_id=first["id"], input=WORK[4:])
     assert r["loopwire_compaction"]["method"] == "masked"
     assert [u["content"][0]["text"] for u in r["output"][:-1]] == [WORK[0]["content"], WORK[4]["content"]]
-    text = compaction_summary(r["output"][-1]["encrypted_content"], "x")
+    text = compaction_summary(r["output"][-1]["encrypted_content"])
     assert "[output of call call_b (shell), " in text and "FAILED test_parse" in text
     assert "assistant: The build passed; now the tests." in text  # the stored response's own output
     # Compacting the compaction again: its masked text is the earlier turns' summary, once.
     again = compact(api, reply="", previous_response_id=r["id"], input="And the docs?")
-    text = compaction_summary(again["output"][-1]["encrypted_content"], "x")
+    text = compaction_summary(again["output"][-1]["encrypted_content"])
     assert text.count("summary of earlier turns: [No summary was written") == 1, text
 
 
@@ -230,5 +230,5 @@ def test_a_websocket_chain_compacts_with_a_degenerate_summary(api):
     r = compact(api, reply="1. 1. 1. 2. 2. 2. " * 20, previous_response_id=second.id)
     assert r["loopwire_compaction"]["method"] == "masked" and "repeats itself" in r["loopwire_compaction"]["reason"]
     assert [u["content"][0]["text"] for u in r["output"][:-1]] == [WORK[0]["content"], "Any warnings?"]
-    text = compaction_summary(r["output"][-1]["encrypted_content"], "x")
+    text = compaction_summary(r["output"][-1]["encrypted_content"])
     assert text.endswith("assistant: Building now.\nassistant: None at all."), text

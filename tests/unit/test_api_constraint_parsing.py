@@ -90,7 +90,7 @@ def test_a_delta_without_tools_leaves_the_named_function_to_the_gateway():
     (["auto"], "invalid_type", "tool_choice"),
     ({"type": "allowed_tools", "mode": "auto", "tools": []}, "unsupported_parameter", "tool_choice.type"),
     ({"type": "web_search"}, "unsupported_parameter", "tool_choice.type"),
-    ({"type": "function"}, "invalid_type", "tool_choice.name"),
+    ({"type": "function"}, "missing_required_parameter", "tool_choice.name"),
     ({"type": "function", "name": "get_time", "extra": 1}, "unknown_parameter", "tool_choice.extra"),
     ({"type": "function", "function": "get_time"}, "invalid_type", "tool_choice.function"),
 ])
@@ -161,7 +161,7 @@ def test_malformed_chat_response_format():
     e = refused(chat, response_format={"type": "json_schema", "schema": SCHEMA})
     assert (e.code, e.param) == ("unknown_parameter", "response_format.schema")
     e = refused(chat, response_format={"type": "json_schema"})
-    assert (e.code, e.param) == ("invalid_type", "response_format.json_schema")
+    assert (e.code, e.param) == ("missing_required_parameter", "response_format.json_schema")
 
 
 def test_gateway_errors_name_the_request_fields():

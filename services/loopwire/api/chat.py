@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api import items, logprobs
+from loopwire.api import request_models as rm
 from loopwire.api.body import read_json
 from loopwire.api.context import (
     SSE_KEEPALIVE,
@@ -29,7 +29,6 @@ from loopwire.api.context import (
     with_keepalive,
 )
 from loopwire.api.create import (
-    REASONING_EFFORTS,
     THINK_BUDGETS,
     output_format,
     replay_output,
@@ -42,13 +41,6 @@ from loopwire.v1 import common_pb2, gateway_pb2
 
 log = logging.getLogger("loopwire.api")
 
-ALLOWED = {
-    "model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens", "max_completion_tokens",
-    "temperature", "top_p", "stop", "seed", "n", "user", "parallel_tool_calls", "metadata", "store",
-    "frequency_penalty", "presence_penalty", "prompt_cache_key", "safety_identifier", "service_tier",
-    "reasoning_effort", "response_format", "logprobs", "top_logprobs",
-    "loopwire_replay",  # extension: replay a recorded assistant turn (tests, benchmarks)
-}
 # The gateway's names of the fields parse_chat fills, as this request's.
 GATEWAY_PARAMS = {"tool_choice": "tool_choice", "text_format.json_schema": "response_format.json_schema.schema",
                   "text_format": "response_format"}
@@ -62,75 +54,46 @@ FINISH = {
 
 def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.CreateResponse, bool, bool]:
     """The request as a full, unstored CreateResponse; (create, stream, include_usage)."""
-    items.check_keys(body, ALLOWED, "")
-    model = items.want(body.get("model"), str, "model", "a string")
-    if models and model not in models:
-        raise ApiError(404, f"The model '{model}' does not exist.", param="model", code="model_not_found")
-    create = gateway_pb2.CreateResponse(model=model, no_store=True)
-    create.input.extend(items.chat_messages(body.get("messages")))
-    if body.get("tools"):
-        create.tools.extend(items.chat_tools(body["tools"]))
-    choice, _ = tool_choice(body.get("tool_choice"), [t.name for t in create.tools])
+    req = rm.validate(rm.ChatBody, body)
+    if models and req.model not in models:
+        raise ApiError(404, f"The model '{req.model}' does not exist.", param="model", code="model_not_found")
+    create = gateway_pb2.CreateResponse(model=req.model, no_store=True)
+    create.input.extend(items.chat_messages(req.messages))
+    create.tools.extend(items.function_tool(tool.function) for tool in req.tools or [])
+    choice, _ = tool_choice(req.tool_choice, [t.name for t in create.tools])
     if choice is not None:
         create.tool_choice.CopyFrom(choice)
-    if body.get("parallel_tool_calls") is not None:
-        create.parallel_tool_calls = items.want(body["parallel_tool_calls"], bool, "parallel_tool_calls",
-                                                "a boolean")
-    if body.get("response_format") is not None:
-        text_format = output_format(body["response_format"], "response_format", nested=True)
+    if req.parallel_tool_calls is not None:
+        create.parallel_tool_calls = req.parallel_tool_calls
+    if req.response_format is not None:
+        text_format = output_format(req.response_format)
         if text_format is not None:
             create.text_format.CopyFrom(text_format)
-    if body.get("n", 1) != 1:
+    if req.n not in (None, 1):
         raise unsupported("n", "more than one choice")
-    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
-        value = body.get(name)
-        if value is not None:
-            items.want(value, (int, float), name, "a number")
-            if not math.isfinite(value) or not low <= value <= high:
-                raise bad_request(f"Invalid '{name}': {value}.", name, "invalid_value")
-            setattr(create.sampling, name, float(value))
-    limit = body.get("max_completion_tokens", body.get("max_tokens"))
+    if req.temperature is not None:
+        create.sampling.temperature = req.temperature
+    if req.top_p is not None:
+        create.sampling.top_p = req.top_p
+    limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if limit is not None:
-        items.want(limit, int, "max_completion_tokens", "an integer")
-        if limit < 1:
-            raise bad_request("max_completion_tokens must be at least 1.", "max_completion_tokens", "invalid_value")
         create.sampling.max_output_tokens = min(limit, 2**31 - 1)
-    if body.get("seed") is not None:
-        create.sampling.seed = items.want(body["seed"], int, "seed", "an integer") % 2**64
-    stop = body.get("stop")
-    if stop is not None:
-        stops = [stop] if isinstance(stop, str) else items.want(stop, list, "stop", "a string or an array")
-        create.sampling.stop.extend(items.want(s, str, f"stop[{i}]", "a string") for i, s in enumerate(stops))
-    _logprobs(body, create.sampling)
-    effort = body.get("reasoning_effort")
-    if effort is not None:
-        effort = items.want(effort, str, "reasoning_effort", "a string")
-        if effort not in REASONING_EFFORTS:
-            raise bad_request(f"Invalid value for 'reasoning_effort': {effort!r}.", "reasoning_effort", "invalid_value")
-        create.sampling.enable_thinking = effort != "none"
-        if effort in THINK_BUDGETS:
-            create.sampling.reasoning_budget_tokens = THINK_BUDGETS[effort]
-    if body.get("loopwire_replay") is not None:
-        create.replay.CopyFrom(replay_output(body["loopwire_replay"]))
-    stream = items.want(body.get("stream", False), bool, "stream", "a boolean")
-    options = body.get("stream_options") or {}
-    include_usage = bool(items.want(options, dict, "stream_options", "an object").get("include_usage"))
-    return create, stream, include_usage
-
-
-def _logprobs(body: dict[str, Any], sampling: common_pb2.SamplingParams) -> None:
-    """``logprobs: true`` asks for them, ``top_logprobs`` (0-20, only with it) for alternatives."""
-    asked = body.get("logprobs")
-    asked = asked is not None and items.want(asked, bool, "logprobs", "a boolean")
-    top = body.get("top_logprobs")
-    if top is not None:
-        items.want(top, int, "top_logprobs", "an integer")
-        if not 0 <= top <= 20:
-            raise bad_request(f"Invalid 'top_logprobs': {top} is not in [0, 20].", "top_logprobs", "invalid_value")
-        if not asked:
-            raise bad_request("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs", "invalid_value")
-    if asked:
-        sampling.top_logprobs = top or 0
+    if req.seed is not None:
+        create.sampling.seed = req.seed % 2**64
+    if req.stop is not None:
+        create.sampling.stop.extend([req.stop] if isinstance(req.stop, str) else req.stop)
+    if req.top_logprobs is not None and not req.logprobs:  # 0-20, only with logprobs: true
+        raise bad_request("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs", "invalid_value")
+    if req.logprobs:
+        create.sampling.top_logprobs = req.top_logprobs or 0
+    if req.reasoning_effort is not None:
+        create.sampling.enable_thinking = req.reasoning_effort != "none"
+        if req.reasoning_effort in THINK_BUDGETS:
+            create.sampling.reasoning_budget_tokens = THINK_BUDGETS[req.reasoning_effort]
+    if req.loopwire_replay is not None:
+        create.replay.CopyFrom(replay_output(req.loopwire_replay))
+    include_usage = req.stream_options is not None and req.stream_options.include_usage is True
+    return create, req.stream is True, include_usage
 
 
 class ChatBuilder:
@@ -224,7 +187,7 @@ async def chat_completions(request: Request) -> Response:
             tenant = ctx.authorize(authorization)
             owner = tenant_key(tenant, authorization)
             create, stream_out, include_usage = await read_json(
-                request, ctx.max_body_bytes, ctx.decoding, owner, functools.partial(parse_chat, models=ctx.models))
+                request, ctx.max_body_bytes, ctx.decoding, owner, functools.partial(parse_chat, models=ctx.models, context_length=await ctx.gateway.context_length(authorization)))
             ctx.apply_replay(create)
         except ApiError as e:
             return error_response(e)

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from loopwire.api import items, tools
+from loopwire.api import request_models as rm
 from loopwire.api.body import read_json
 from loopwire.api.context import (
     ApiContext,
@@ -53,10 +54,6 @@ from loopwire.v1 import common_pb2, gateway_pb2
 log = logging.getLogger("loopwire.api")
 
 OBJECT = "response.compaction"
-# The specification's fields, the ones Codex adds to a compaction request (tools and the
-# model settings of its turns: a delta must keep them), ``store`` and the replay extension.
-FIELDS = {"model", "input", "previous_response_id", "instructions", "prompt_cache_key", "tools",
-          "parallel_tool_calls", "reasoning", "text", "store", "loopwire_replay"}
 MAX_CHAIN = 1000  # stored responses walked back for the items of a chain
 # The summary call's output cap: a useful summary fits, and a small model that loops (about
 # 25 tokens/s on CPU) is cut within about 20 s instead of running 37-50 s to 1024 tokens.
@@ -65,8 +62,7 @@ HISTORY_TOKENS = 2048  # cl100k tokens of masked conversation, at most, when no 
 
 
 def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
-    items.check_keys(body, FIELDS, "")
-    return parse_create(body, models=models)
+    return parse_create(body, models=models, schema=rm.CompactBody)
 
 
 async def compact_response(request: Request) -> Response:

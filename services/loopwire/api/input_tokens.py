@@ -11,6 +11,7 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from loopwire.api import request_models as rm
 from loopwire.api.body import read_json
 from loopwire.api.compact import check_previous
 from loopwire.api.context import context, error_response
@@ -18,15 +19,10 @@ from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, from_rpc_error, previous_not_found
 from loopwire.api.store import tenant_key
 
-# What a count request carries beyond a create's fields (streaming and storing mean nothing here).
-_NOT_COUNTED = ("stream", "store", "background", "generate")
-
 
 def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
-    for name in _NOT_COUNTED:
-        if name in body:
-            raise ApiError(400, f"Unknown parameter: '{name}'.", param=name, code="unknown_parameter")
-    return parse_create(body, models=models)
+    """A create body without what only a run means (streaming, storing: ``CountBody``)."""
+    return parse_create(body, models=models, schema=rm.CountBody)
 
 
 async def count_input_tokens(request: Request) -> Response:

@@ -1,20 +1,22 @@
 """OpenAI JSON <-> loopwire protobuf: input items, tools, output items, usage.
 
 Only the shape changes here; what the items mean (rendering, tokenizing, call-id checks) is
-the gateway's. Every rejection names the request path of the offending value.
+the gateway's. The requests' shapes are checked by their models (``request_models``) first.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import secrets
-from collections.abc import Collection
 from typing import Any
 
-from loopwire.api.errors import ApiError, bad_request, invalid_type, unknown_parameter, unsupported
+from pydantic_core import PydanticCustomError
+
+from loopwire.api import request_models as rm
+from loopwire.api.errors import ApiError, bad_request
+from loopwire.api.request_models import COMPACTION_TAG, SEPARATOR
 from loopwire.common import json_limits
 from loopwire.v1 import common_pb2
 
@@ -24,43 +26,16 @@ ROLES = {
     "user": common_pb2.ROLE_USER,
     "assistant": common_pb2.ROLE_ASSISTANT,
 }
-_TEXT_PARTS = {"input_text", "output_text", "text", "refusal"}
 # The think markers of reasoning models (Qwen3, DeepSeek-R1): output that opens with a think block
 # has its reasoning returned as a ``reasoning`` item, and a reasoning item sent back is rendered
 # into its assistant turn between them again, as the model wrote it (so the prefix stays cached).
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 # Between the closer and the answer, as such models write it (the answer is returned without it).
 THINK_GAP = "\n\n"
-# An assistant message's phase (Codex labels its preambles): a label, the transcript is the same.
-PHASES = {"commentary", "final_answer"}
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
               "compaction": "cmp", "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}
-# How the model names a namespace's tool (tools.py), and the one argument of a custom tool.
-SEPARATOR = "."
+# The one argument of a custom tool (a namespace's tools are named with rm.SEPARATOR: tools.py).
 CUSTOM_INPUT = "input"
-# A compaction item's ``encrypted_content`` made here: a version tag, then the summary text in
-# base64url. Opaque to clients (as the specification has it); not a secret: it holds nothing the
-# tenant could not send as a message, so it needs no key and any replica can read it.
-COMPACTION_TAG = "lwc1."
-
-
-def check_keys(obj: dict[str, Any], allowed: set[str], path: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            raise unknown_parameter(f"{path}.{key}" if path else key)
-
-
-def want(value: Any, kind: type | tuple[type, ...], path: str, expected: str) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    # bool is an int in Python, never a number in JSON.
-    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-        raise invalid_type(path, expected)
-    return value
-
-
-def _known(value: Any, names: Collection[str]) -> bool:
-    """Whether a JSON value is one of ``names`` (an array or object never is, nor can it be hashed)."""
-    return isinstance(value, str) and value in names
 
 
 def joined(namespace: str, name: str) -> str:
@@ -72,105 +47,74 @@ def custom_arguments(text: str) -> str:
     return json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
 
 
-def _call_name(raw: dict[str, Any], p: str) -> str:
+def _call_name(name: str, namespace: str | None) -> str:
     """A call's tool name as the model wrote it: a namespaced one joined to its namespace."""
-    name = want(raw.get("name"), str, f"{p}.name", "a string")
-    namespace = raw.get("namespace")
-    if namespace is None:
-        return name
-    return joined(want(namespace, str, f"{p}.namespace", "a string"), name)
+    return name if namespace is None else joined(namespace, name)
 
 
 def text_item(role: int, text: str) -> common_pb2.Item:
     return common_pb2.Item(message=common_pb2.Message(role=role, content=[common_pb2.ContentPart(text=text)]))  # type: ignore[arg-type]
 
 
-def _content_text(content: Any, path: str) -> list[common_pb2.ContentPart]:
+def _parts(content: str | list[rm.TextPart | rm.RefusalPart] | None) -> list[common_pb2.ContentPart]:
+    if content is None:
+        return []
     if isinstance(content, str):
         return [common_pb2.ContentPart(text=content)]
-    want(content, list, path, "a string or an array of content parts")
-    parts = []
-    for j, part in enumerate(content):
-        p = f"{path}[{j}]"
-        want(part, dict, p, "an object")
-        kind = part.get("type")
-        if not _known(kind, _TEXT_PARTS):
-            raise unsupported(f"{p}.type", f"content part type {kind!r} (only text)")
-        text = part.get("refusal") if kind == "refusal" else part.get("text")
-        parts.append(common_pb2.ContentPart(text=want(text, str, f"{p}.text", "a string")))
-    return parts
+    return [common_pb2.ContentPart(text=part.text) for part in content]
 
 
-def _tool_output_text(output: Any, path: str) -> str:
-    if isinstance(output, str):
-        return output
-    return "".join(p.text for p in _content_text(output, path))
+def _output_text(output: str | list[rm.TextPart | rm.RefusalPart]) -> str:
+    return output if isinstance(output, str) else "".join(part.text for part in output)
 
 
-def response_input(value: Any, path: str = "input") -> list[common_pb2.Item]:
-    """The Responses API ``input`` (a string or a list of items) as loopwire items."""
+def response_input(value: Any) -> list[common_pb2.Item]:
+    """The Responses API ``input`` (a string or a list of items, as sent or as stored) as loopwire
+    items; a problem is the OpenAI error naming its path under ``input``."""
+    return input_items(rm.validate(rm.INPUT, value, "input"))
+
+
+def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
+    """A validated ``input`` (``request_models.Input``) as loopwire items. The items that are no
+    turn of the conversation (``additional_tools``, ``compaction_trigger``) are the caller's."""
     if isinstance(value, str):
         return [text_item(common_pb2.ROLE_USER, value)]
-    want(value, list, path, "a string or an array of input items")
     items: list[common_pb2.Item] = []
     think: str | None = None  # a reasoning item's block, waiting for the assistant turn it opens
     think_prefix = ""  # the block, for the assistant message being read
-    for i, raw in enumerate(value):
-        p = f"{path}[{i}]"
-        want(raw, dict, p, "an object")
-        kind = raw.get("type", "message")
-        if kind == "reasoning":
-            block = _reasoning_block(raw, p)
+    for raw in value:
+        if isinstance(raw, rm.ReasoningItem):
+            block = _reasoning_block(raw)
             if block is not None:
                 think = block if think is None else think + block
             continue
+        if isinstance(raw, rm.AdditionalTools | rm.CompactionTrigger):
+            continue
         if think is not None:
-            if kind == "message" and raw.get("role") == "assistant":
+            if isinstance(raw, rm.Message) and raw.role == "assistant":
                 think_prefix = think
             else:  # the turn was reasoning alone (or its calls): the block is its text
                 items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
             think = None
-        if kind == "message":
-            role = raw.get("role", "")
-            if not _known(role, ROLES):
-                raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
-            check_keys(raw, {"type", "role", "content", "id", "status", "phase"}, p)
-            if not (raw.get("phase") is None or _known(raw["phase"], PHASES)):
-                raise bad_request(f"Invalid value for '{p}.phase': {raw['phase']!r} (expected 'commentary' or "
-                                  "'final_answer').", f"{p}.phase", "invalid_value")
-            parts = _content_text(raw.get("content", ""), f"{p}.content")
+        if isinstance(raw, rm.Message):
+            parts = _parts(raw.content)
             if think_prefix:
                 if not parts:
                     parts.append(common_pb2.ContentPart(text=""))
                 parts[0].text = think_prefix + (THINK_GAP + parts[0].text if parts[0].text else "")
                 think_prefix = ""
-            items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[role], content=parts)))  # type: ignore[arg-type]
-        elif kind == "function_call":
-            check_keys(raw, {"type", "call_id", "name", "namespace", "arguments", "id", "status"}, p)
+            items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[raw.role], content=parts)))  # type: ignore[arg-type]
+        elif isinstance(raw, rm.FunctionCall):
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
-                name=_call_name(raw, p),
-                arguments=call_arguments(raw.get("arguments", "{}"), f"{p}.arguments"),
-            )))
-        elif kind == "custom_tool_call":
-            check_keys(raw, {"type", "call_id", "name", "namespace", "input", "id", "status"}, p)
+                call_id=raw.call_id, name=_call_name(raw.name, raw.namespace), arguments=raw.arguments)))
+        elif isinstance(raw, rm.CustomToolCall):
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
-                name=_call_name(raw, p),
-                arguments=custom_arguments(want(raw.get("input", ""), str, f"{p}.input", "a string")),
-            )))
-        elif kind == "compaction":
-            check_keys(raw, {"type", "id", "encrypted_content", "created_by"}, p)
-            summary = compaction_summary(raw.get("encrypted_content"), f"{p}.encrypted_content")
-            items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=summary)))
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            check_keys(raw, {"type", "call_id", "output", "id", "status"}, p)
+                call_id=raw.call_id, name=_call_name(raw.name, raw.namespace), arguments=custom_arguments(raw.input))))
+        elif isinstance(raw, rm.Compaction):  # its content, validated, is the summary it carries
+            items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=raw.encrypted_content)))
+        elif isinstance(raw, rm.ToolOutput):
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
-                call_id=want(raw.get("call_id"), str, f"{p}.call_id", "a string"),
-                output=_tool_output_text(raw.get("output", ""), f"{p}.output"),
-            )))
-        else:
-            raise unsupported(f"{p}.type", f"input item type {kind!r}")
+                call_id=raw.call_id, output=_output_text(raw.output))))
     if think is not None:
         items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
     return items
@@ -180,35 +124,18 @@ def compaction_content(summary: str) -> str:
     return COMPACTION_TAG + base64.urlsafe_b64encode(summary.encode("utf-8")).decode("ascii").rstrip("=")
 
 
-def compaction_summary(value: Any, path: str) -> str:
-    """The summary a compaction item made here carries; another server's content cannot be read."""
-    content = want(value, str, path, "a string")
-    body = content.removeprefix(COMPACTION_TAG)
+def compaction_summary(content: str) -> str:
+    """The summary a compaction item made here carries (ValueError: not one made here)."""
     try:
-        if body == content:
-            raise ValueError
-        return base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)).decode("utf-8")
-    except (ValueError, binascii.Error):
-        raise bad_request(f"Invalid value for '{path}': not the content of a compaction made by this server "
-                          "(POST /v1/responses/compact).", path, "invalid_value") from None
+        return rm.compaction_summary(content)
+    except PydanticCustomError as e:
+        raise ValueError(str(e)) from None
 
 
-def _reasoning_block(raw: dict[str, Any], p: str) -> str | None:
+def _reasoning_block(raw: rm.ReasoningItem) -> str | None:
     """A reasoning input item as the think block the model wrote (None: it carries no reasoning
     text, only a summary or encrypted content, which another model wrote: dropped)."""
-    check_keys(raw, {"type", "id", "summary", "content", "encrypted_content", "status"}, p)
-    want(raw.get("summary", []), list, f"{p}.summary", "an array")
-    content = raw.get("content")
-    if content is None:
-        return None
-    want(content, list, f"{p}.content", "an array of reasoning_text parts")
-    texts = []
-    for j, part in enumerate(content):
-        pp = f"{p}.content[{j}]"
-        want(part, dict, pp, "an object")
-        if part.get("type") != "reasoning_text":
-            raise unsupported(f"{pp}.type", f"reasoning content type {part.get('type')!r} (only reasoning_text)")
-        texts.append(want(part.get("text"), str, f"{pp}.text", "a string"))
+    texts = [part.text for part in raw.content or []]
     return THINK_OPEN + "".join(texts) + THINK_CLOSE if texts else None
 
 
@@ -226,13 +153,17 @@ def split_think(text: str) -> tuple[str | None, str, bool]:
     return body[:at], body[at + len(THINK_CLOSE):].lstrip(), True
 
 
+# Input items that are no turn of the conversation: never stored nor listed as input items.
+NOT_CONVERSATION = {"additional_tools", "compaction_trigger"}
+
+
 def input_json(value: Any) -> list[dict[str, Any]]:
     """An already validated ``input`` as the specification's input items, as ``input_items`` lists
     them: a string becomes a user message, string content becomes a part, each item gets an id."""
     raw_items = [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else value
     out: list[dict[str, Any]] = []
     for raw in raw_items if isinstance(raw_items, list) else []:
-        if not isinstance(raw, dict):
+        if not isinstance(raw, dict) or raw.get("type") in NOT_CONVERSATION:
             continue
         item = {"type": "message", **raw}
         kind = item["type"] if isinstance(item["type"], str) else "item"
@@ -252,9 +183,14 @@ def input_json(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def function_tool(raw: dict[str, Any], p: str) -> common_pb2.Tool:
-    """A Responses function tool (its keys already checked) as the gateway's tool."""
-    return _tool(raw, p)
+def function_tool(tool: rm.FunctionTool | rm.ChatFunction, name: str | None = None) -> common_pb2.Tool:
+    """A function tool (Responses or Chat Completions) as the gateway's tool."""
+    return common_pb2.Tool(
+        name=tool.name if name is None else name,
+        description=tool.description or "",
+        # Sorted keys: the same schema always renders the same prompt prefix.
+        parameters=json.dumps(tool.parameters, sort_keys=True) if tool.parameters is not None else "",
+    )
 
 
 def tool_json(raw: dict[str, Any]) -> dict[str, Any]:
@@ -264,66 +200,20 @@ def tool_json(raw: dict[str, Any]) -> dict[str, Any]:
             "parameters": raw.get("parameters"), "strict": raw.get("strict")}
 
 
-def chat_tools(value: Any, path: str = "tools") -> list[common_pb2.Tool]:
-    want(value, list, path, "an array of tools")
-    tools = []
-    for i, raw in enumerate(value):
-        p = f"{path}[{i}]"
-        want(raw, dict, p, "an object")
-        if raw.get("type") != "function":
-            raise unsupported(f"{p}.type", f"tool type {raw.get('type')!r} (only function tools)")
-        check_keys(raw, {"type", "function"}, p)
-        fn = want(raw.get("function"), dict, f"{p}.function", "an object")
-        check_keys(fn, {"name", "description", "parameters", "strict"}, f"{p}.function")
-        tools.append(_tool(fn, f"{p}.function"))
-    return tools
-
-
-def _tool(raw: dict[str, Any], p: str) -> common_pb2.Tool:
-    params = raw.get("parameters")
-    if params is not None:
-        want(params, dict, f"{p}.parameters", "a JSON Schema object")
-    return common_pb2.Tool(
-        name=want(raw.get("name"), str, f"{p}.name", "a string"),
-        description=want(raw.get("description") or "", str, f"{p}.description", "a string"),
-        # Sorted keys: the same schema always renders the same prompt prefix.
-        parameters=json.dumps(params, sort_keys=True) if params is not None else "",
-    )
-
-
-def chat_messages(value: Any, path: str = "messages") -> list[common_pb2.Item]:
+def chat_messages(messages: list[rm.ChatMessage | rm.ChatToolMessage]) -> list[common_pb2.Item]:
     """Chat Completions ``messages`` as loopwire items (assistant tool_calls become function_call items)."""
-    want(value, list, path, "an array of messages")
-    if not value:
-        raise bad_request(f"'{path}' must not be empty.", path, "invalid_value")
     items: list[common_pb2.Item] = []
-    for i, raw in enumerate(value):
-        p = f"{path}[{i}]"
-        want(raw, dict, p, "an object")
-        role = raw.get("role")
-        if role == "tool":
-            check_keys(raw, {"role", "content", "tool_call_id", "name"}, p)
+    for raw in messages:
+        if isinstance(raw, rm.ChatToolMessage):
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
-                call_id=want(raw.get("tool_call_id"), str, f"{p}.tool_call_id", "a string"),
-                output=_tool_output_text(raw.get("content") or "", f"{p}.content"),
-            )))
+                call_id=raw.tool_call_id, output=_output_text(raw.content or ""))))
             continue
-        if not _known(role, ROLES):
-            raise bad_request(f"Invalid value for '{p}.role': {role!r}.", f"{p}.role", "invalid_value")
-        check_keys(raw, {"role", "content", "name", "tool_calls", "refusal"}, p)
-        content = raw.get("content")
-        if content is not None and content != "" or not raw.get("tool_calls"):
+        if raw.content is not None and raw.content != "" or not raw.tool_calls:
             items.append(common_pb2.Item(message=common_pb2.Message(
-                role=ROLES[role], content=_content_text(content or "", f"{p}.content"))))  # type: ignore[arg-type]
-        for j, call in enumerate(want(raw.get("tool_calls") or [], list, f"{p}.tool_calls", "an array")):
-            cp = f"{p}.tool_calls[{j}]"
-            want(call, dict, cp, "an object")
-            fn = want(call.get("function"), dict, f"{cp}.function", "an object")
+                role=ROLES[raw.role], content=_parts(raw.content or ""))))  # type: ignore[arg-type]
+        for call in raw.tool_calls or []:
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=want(call.get("id"), str, f"{cp}.id", "a string"),
-                name=want(fn.get("name"), str, f"{cp}.function.name", "a string"),
-                arguments=call_arguments(fn.get("arguments", "{}"), f"{cp}.function.arguments"),
-            )))
+                call_id=call.id, name=call.function.name, arguments=call.function.arguments)))
     return items
 
 
@@ -439,20 +329,6 @@ def json_object(body: bytes) -> dict[str, Any]:
         raise _invalid_json("The request body must be a JSON object.", None)
     _check_values(value)
     return value
-
-
-def call_arguments(value: Any, path: str) -> str:
-    """A function call's ``arguments``: a string, kept as it is (a model may write invalid JSON,
-    and clients send it back); when it is JSON, the gateway parses it, so its nesting is bounded."""
-    text: str = want(value, str, path, "a string")
-    if text.lstrip()[:1] in ("[", "{"):
-        try:
-            json_limits.loads(text)
-        except json_limits.JsonTooDeep as e:
-            raise _too_deep(e, path) from None
-        except ValueError:
-            pass
-    return text
 
 
 def _too_deep(e: json_limits.JsonTooDeep, path: str | None) -> ApiError:

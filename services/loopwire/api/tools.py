@@ -26,15 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from loopwire.api import items
-from loopwire.api.errors import bad_request, unsupported
-from loopwire.api.items import CUSTOM_INPUT, SEPARATOR, joined
+from loopwire.api import request_models as rm
+from loopwire.api.items import CUSTOM_INPUT, joined
+from loopwire.api.request_models import SEPARATOR
 from loopwire.v1 import common_pb2
-
-NOT_OFFERED = {
-    "web_search", "web_search_preview", "web_search_preview_2025_03_11", "file_search", "code_interpreter",
-    "image_generation", "computer_use_preview", "computer", "mcp", "local_shell", "shell", "apply_patch",
-    "tool_search",
-}
 
 
 @dataclass(frozen=True)
@@ -66,104 +61,68 @@ def kinds(tools_json: Iterable[dict[str, Any]]) -> ToolKinds:
     return ToolKinds(frozenset(custom), frozenset(namespaces))
 
 
-def parse(value: Any, path: str = "tools") -> tuple[list[common_pb2.Tool], list[dict[str, Any]], list[str]]:
-    """The request's ``tools`` as the gateway's tools, the Response's echo of them, and the types
-    of those not offered (in order, once each)."""
-    items.want(value, list, path, "an array of tools")
+def parse(value: list[Any]) -> tuple[list[common_pb2.Tool], list[dict[str, Any]], list[str]]:
+    """The request's validated ``tools`` (``request_models.Tool``) as the gateway's tools, the
+    Response's echo of them, and the types of those not offered (in order, once each)."""
     tools: list[common_pb2.Tool] = []
     echo: list[dict[str, Any]] = []
     not_offered: list[str] = []
-    for i, raw in enumerate(value):
-        p = f"{path}[{i}]"
-        items.want(raw, dict, p, "an object")
-        kind = raw.get("type")
-        if isinstance(kind, str) and kind in NOT_OFFERED:
-            if kind not in not_offered:
-                not_offered.append(kind)
-            continue
-        if kind == "function":
-            items.check_keys(raw, {"type", "name", "description", "parameters", "strict", "defer_loading"}, p)
-            tools.append(items.function_tool(raw, p))
-            echo.append(items.tool_json(raw))
-        elif kind == "custom":
-            tools.append(_custom(raw, p))
-            echo.append(_custom_json(raw))
-        elif kind == "namespace":
-            ns_tools, ns_echo = _namespace(raw, p)
+    for tool in value:
+        if isinstance(tool, rm.HostedTool):
+            if tool.type not in not_offered:
+                not_offered.append(tool.type)
+        elif isinstance(tool, rm.FunctionTool):
+            tools.append(items.function_tool(tool))
+            echo.append(_function_json(tool))
+        elif isinstance(tool, rm.CustomTool):
+            tools.append(_custom(tool))
+            echo.append(_custom_json(tool))
+        elif isinstance(tool, rm.NamespaceTool):
+            ns_tools, ns_echo = _namespace(tool)
             tools += ns_tools
             echo.append(ns_echo)
-        else:
-            raise unsupported(f"{p}.type", f"tool type {kind!r} (function, custom and namespace tools are offered; "
-                              f"{', '.join(sorted(NOT_OFFERED))} are accepted and not offered)")
     return tools, echo, not_offered
 
 
-def _custom(raw: dict[str, Any], p: str, namespace: str = "") -> common_pb2.Tool:
-    items.check_keys(raw, {"type", "name", "description", "format", "defer_loading"}, p)
-    name = _name(raw, p)
-    description = items.want(raw.get("description") or "", str, f"{p}.description", "a string")
+def _function_json(tool: rm.FunctionTool) -> dict[str, Any]:
+    """A function tool as the Response object echoes it: every field the specification's
+    FunctionTool requires, null where the request left it out."""
+    return {"type": "function", "name": tool.name, "description": tool.description, "parameters": tool.parameters,
+            "strict": tool.strict}
+
+
+def _custom(tool: rm.CustomTool, namespace: str = "") -> common_pb2.Tool:
     text: dict[str, Any] = {"type": "string", "description": "The tool's free-form input."}
-    fmt = raw.get("format")
-    if fmt is not None:
-        items.want(fmt, dict, f"{p}.format", "an object")
-        kind = fmt.get("type")
-        if kind == "grammar":
-            items.check_keys(fmt, {"type", "syntax", "definition"}, f"{p}.format")
-            syntax = fmt.get("syntax")
-            definition = items.want(fmt.get("definition"), str, f"{p}.format.definition", "a string")
-            if syntax != "regex":
-                raise unsupported(f"{p}.format.syntax", f"grammar syntax {syntax!r} (only 'regex')")
-            text["pattern"] = f"^(?:{definition})$"
-        elif kind == "text":
-            items.check_keys(fmt, {"type"}, f"{p}.format")
-        else:
-            raise bad_request(f"Invalid value for '{p}.format.type': {kind!r} (expected 'text' or 'grammar').",
-                              f"{p}.format.type", "invalid_value")
+    fmt = tool.format
+    if isinstance(fmt, rm.Grammar):
+        text["pattern"] = f"^(?:{fmt.definition})$"
     schema = {"type": "object", "properties": {CUSTOM_INPUT: text}, "required": [CUSTOM_INPUT],
               "additionalProperties": False}
-    return common_pb2.Tool(name=joined(namespace, name) if namespace else name, description=description,
-                           parameters=json.dumps(schema, sort_keys=True))
+    return common_pb2.Tool(name=joined(namespace, tool.name) if namespace else tool.name,
+                           description=tool.description or "", parameters=json.dumps(schema, sort_keys=True))
 
 
-def _custom_json(raw: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "custom", "name": raw["name"], "description": raw.get("description"),
-            "format": raw.get("format") or {"type": "text"}}
+def _custom_json(tool: rm.CustomTool) -> dict[str, Any]:
+    fmt = tool.format.model_dump() if tool.format is not None else {"type": "text"}
+    return {"type": "custom", "name": tool.name, "description": tool.description, "format": fmt}
 
 
-def _namespace(raw: dict[str, Any], p: str) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
-    items.check_keys(raw, {"type", "name", "description", "tools"}, p)
-    namespace = _name(raw, p)
-    description = items.want(raw.get("description") or "", str, f"{p}.description", "a string")
-    members = items.want(raw.get("tools"), list, f"{p}.tools", "an array of function or custom tools")
+def _namespace(ns: rm.NamespaceTool) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
+    description = ns.description or ""
     tools: list[common_pb2.Tool] = []
     echo: list[dict[str, Any]] = []
-    for j, member in enumerate(members):
-        mp = f"{p}.tools[{j}]"
-        items.want(member, dict, mp, "an object")
-        if member.get("type") == "function":
-            items.check_keys(member, {"type", "name", "description", "parameters", "strict", "defer_loading"}, mp)
-            tool = items.function_tool(member, mp)
-            tool.name = joined(namespace, _name(member, mp))
-            echo.append(items.tool_json(member))
-        elif member.get("type") == "custom":
-            tool = _custom(member, mp, namespace)
+    for member in ns.tools:
+        if isinstance(member, rm.CustomTool):
+            tool = _custom(member, ns.name)
             echo.append(_custom_json(member))
         else:
-            raise unsupported(f"{mp}.type", f"tool type {member.get('type')!r} in a namespace (only function and "
-                              "custom)")
+            tool = items.function_tool(member, joined(ns.name, member.name))
+            echo.append(_function_json(member))
         # The namespace's description reaches the model with each of its tools.
         if description:
             tool.description = f"{description}\n{tool.description}" if tool.description else description
         tools.append(tool)
-    return tools, {"type": "namespace", "name": namespace, "description": description, "tools": echo}
-
-
-def _name(raw: dict[str, Any], p: str) -> str:
-    name = items.want(raw.get("name"), str, f"{p}.name", "a string")
-    if not name or SEPARATOR in name:
-        raise bad_request(f"Invalid value for '{p}.name': {name!r} (a non-empty name without {SEPARATOR!r}, which "
-                          "joins a namespace to its tools).", f"{p}.name", "invalid_value")
-    return name
+    return tools, {"type": "namespace", "name": ns.name, "description": description, "tools": echo}
 
 
 # -- calls -------------------------------------------------------------------------------------

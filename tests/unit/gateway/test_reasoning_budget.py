@@ -125,9 +125,9 @@ def test_a_template_that_does_not_think_gets_no_budget():
 
 @pytest.mark.parametrize("effort,budget", [("low", 1024), ("high", 16384), ("none", 0), (None, 0)])
 def test_the_apis_reasoning_effort_becomes_the_gateways_thinking_budget(effort, budget):
-    from loopwire.api.create import echo, parse_create
+    from loopwire.api.create import parse_create
 
     body = {"model": "m", "input": "hi", **({"reasoning": {"effort": effort}} if effort else {})}
     parsed = parse_create(body, models=["m"])
     assert parsed.create.sampling.reasoning_budget_tokens == budget
-    assert echo(body)["reasoning"]["effort"] == effort
+    assert parsed.echo["reasoning"]["effort"] == effort

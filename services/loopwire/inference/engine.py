@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,9 +24,16 @@ from typing import Protocol
 import numpy as np
 
 from loopwire.common.model_def import ModelDefinition
+from loopwire.inference.clock import WallClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
-from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
+from loopwire.inference.kv_cache import (
+    PAUSE_PRIORITY,
+    CacheEvent,
+    CacheEventFeed,
+    CacheEventKind,
+    prefetch_lead_seconds,
+)
 from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
 
@@ -76,6 +84,25 @@ class Engine(Protocol):
     async def import_kv(self, blocks: list[KvBlockData]) -> int: ...
 
     async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int: ...
+
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
+        """A tool-pause hint on a session's prefix (``kv_cache.BlockManager.pause``/``resume``);
+        returns the blocks a pause covers or a resume brought back."""
+        ...
+
+    def hint_counters(self) -> tuple[int, int]:
+        """(blocks demoted by pause hints, blocks brought back by hints) since start."""
+        ...
+
+
+@dataclass(frozen=True)
+class KvHint:
+    """A harness's hint, as the replica applies it (already checked against the caller's tenant)."""
+
+    resume: bool
+    seconds: float  # a pause: how long it counts (the tenant's retention, at most)
+    expected_pause_s: float = 0.0  # 0: unknown (no early prefetch)
+    priority: int = PAUSE_PRIORITY
 
 
 @dataclass
@@ -219,6 +246,45 @@ class AsyncEngine:
             self._publish()
             return added
 
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
+        async with self._lock:
+            blocks, now = self.core.blocks, self.core.clock.now()
+            if hint.resume:
+                n = blocks.resume(key, block_hashes, root, now)
+            else:
+                prefetch_at = math.inf
+                if hint.expected_pause_s > 0:
+                    per_block = getattr(self.core.executor, "seconds_per_host_block", 0.0)
+                    lead = prefetch_lead_seconds(len(block_hashes), per_block)
+                    prefetch_at = now + max(0.0, min(hint.expected_pause_s, hint.seconds) - lead)
+                n = blocks.pause(key, block_hashes, root, now + hint.seconds, prefetch_at, hint.priority)
+                self._wake_at(blocks.next_pause_event())
+            self._price_prefetch()
+            return n
+
+    def hint_counters(self) -> tuple[int, int]:
+        return self.core.blocks.hint_demoted_blocks, self.core.blocks.hint_onloaded_blocks
+
+    def _price_prefetch(self) -> None:
+        """Copies a hint made overlap the session's pause: the executor that models time
+        (simulated) occupies its host link with them instead of the next step."""
+        n = self.core.blocks.take_prefetched()
+        prefetch = getattr(self.core.executor, "prefetch", None)
+        if n and prefetch is not None:
+            prefetch(n)
+
+    def _wake_at(self, when: float) -> None:
+        """Run a step (it runs due pause events) at engine time ``when``: at once on the wall
+        clock's time, scaled on a virtual clock's (never with time scale 0: nothing waits there)."""
+        if when == math.inf:
+            return
+        delay = when - self.core.clock.now()
+        if not isinstance(self.core.clock, WallClock):
+            if self._time_scale <= 0:
+                return
+            delay *= self._time_scale
+        asyncio.get_running_loop().call_later(max(0.0, delay), self._wake.set)
+
     async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int:
         """Hold the cached prefix of ``block_hashes`` for ``seconds`` of engine time under
         ``key`` (replacing its earlier hold), or release it (0). Memory pressure still wins:
@@ -263,6 +329,7 @@ class AsyncEngine:
                 await asyncio.sleep(self._step_seconds() * self._time_scale)  # type: ignore[operator]
             async with self._lock:
                 self._deliver(outputs)
+                self._price_prefetch()
                 self._publish()
                 self._last_stats = self.core.stats()
             await asyncio.sleep(0)

@@ -22,8 +22,9 @@ from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
-from loopwire.inference.engine import Engine, KvBlockData
-from loopwire.inference.kv_cache import CacheEventKind
+from loopwire.inference.engine import Engine, KvBlockData, KvHint
+from loopwire.inference.kv_cache import PAUSE_PRIORITY, CacheEventKind
+from loopwire.inference.kv_host_tier import MAX_PRIORITY
 from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
@@ -537,6 +538,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self, request: inference_pb2.GetStatusRequest, context: grpc.aio.ServicerContext
     ) -> inference_pb2.GetStatusResponse:
         s = self.engine.stats()
+        demoted, onloaded = self.engine.hint_counters()
         return inference_pb2.GetStatusResponse(
             replica_id=self.config.replica_id,
             engine=self.engine.name,
@@ -561,6 +563,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             kv_host_blocks_total=s.kv_host_blocks_total,
             prefix_cache_host_hit_tokens=s.prefix_cache_host_hit_tokens,
             num_preemptions=s.num_preemptions,
+            kv_hint_demoted_blocks=demoted,
+            kv_hint_onloaded_blocks=onloaded,
         )
 
     async def GetModelInfo(
@@ -582,8 +586,19 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             problem = f"block_hashes: at most {MAX_HOLD_BLOCKS}"
         elif request.retention_seconds > MAX_RETENTION_SECONDS:
             problem = f"retention_seconds: at most {MAX_RETENTION_SECONDS}"
+        elif request.HasField("hint"):
+            problem = _hint_problem(request)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if request.HasField("hint"):
+            hint = request.hint
+            n = await self.engine.hint_prefix(
+                f"hint/{request.cache_salt}/{request.hold_id}", list(request.block_hashes),
+                salted_root(request.cache_salt),
+                KvHint(resume=hint.phase == common_pb2.KV_HINT_PHASE_RESUME,
+                       seconds=float(request.retention_seconds), expected_pause_s=hint.expected_pause_ms / 1000,
+                       priority=hint.priority or PAUSE_PRIORITY))
+            return inference_pb2.HoldPrefixResponse(hinted_blocks=n)
         key = f"hold/{request.cache_salt}/{request.hold_id}"
         held = await self.engine.hold_prefix(key, list(request.block_hashes), float(request.retention_seconds))
         return inference_pb2.HoldPrefixResponse(held_blocks=held)
@@ -598,6 +613,23 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 events=[inference_pb2.CacheEvent(type=_CACHE_EVENT[e.kind], block_hashes=e.block_hashes)
                         for e in events],
             )
+
+
+MAX_HINT_REASON = 64
+
+
+def _hint_problem(request: inference_pb2.HoldPrefixRequest) -> str:
+    """What is wrong with a HoldPrefix's hint ('' when nothing)."""
+    hint = request.hint
+    if hint.phase == common_pb2.KV_HINT_PHASE_UNSPECIFIED:
+        return "hint.phase: PAUSE or RESUME"
+    if hint.phase == common_pb2.KV_HINT_PHASE_PAUSE and request.retention_seconds == 0:
+        return "retention_seconds: a pause hint needs 1 or more"
+    if hint.priority > MAX_PRIORITY:
+        return f"hint.priority: at most {MAX_PRIORITY}"
+    if len(hint.reason) > MAX_HINT_REASON:
+        return f"hint.reason: at most {MAX_HINT_REASON} characters"
+    return ""
 
 
 def _error(request_id: str, e: RequestError) -> inference_pb2.GenerateResponse:

@@ -32,12 +32,14 @@ class CostModelExecutor:
         self.busy_seconds = 0.0
         self.transfer_seconds = 0.0  # host-tier copies, included in the step times
         self._pending_transfer = 0.0
+        self.link_free_at = 0.0  # the host link is busy with a hint's copies until then
         self.block_size = 16
         self._plain_lo, self._plain_hi = plain_id_range(definition)
 
     def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
         seconds = self.cost.step_seconds([(item.start, len(item.token_ids)) for item in batch]) + self._pending_transfer
         self._pending_transfer = 0.0
+        seconds += max(0.0, self.link_free_at - self.clock.now())  # a hint's copies still under way
         self.clock.advance(seconds)
         self.last_step_seconds = seconds
         self.busy_seconds += seconds
@@ -47,6 +49,17 @@ class CostModelExecutor:
         """Host-tier copies made while planning the next step: priced into it."""
         seconds = self.cost.host_transfer_seconds(onloaded_blocks + offloaded_blocks, self.block_size)
         self._pending_transfer += seconds
+        self.transfer_seconds += seconds
+
+    @property
+    def seconds_per_host_block(self) -> float:
+        return self.cost.host_transfer_seconds(1, self.block_size)
+
+    def prefetch(self, blocks: int) -> None:
+        """Copies a KV hint started while the engine waited: they occupy the host link from now
+        on, and a step that starts before they are done waits for them."""
+        seconds = self.cost.host_transfer_seconds(blocks, self.block_size)
+        self.link_free_at = max(self.link_free_at, self.clock.now()) + seconds
         self.transfer_seconds += seconds
 
     def synthetic_token(self, seq: Sequence, position: int) -> int:

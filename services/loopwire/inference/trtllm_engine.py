@@ -78,7 +78,7 @@ from loopwire.inference.sequence import (
 )
 
 if TYPE_CHECKING:
-    from loopwire.inference.engine import KvBlockData
+    from loopwire.inference.engine import KvBlockData, KvHint
     from loopwire.inference.server import EngineOptions
 
 log = logging.getLogger("loopwire.inference.trtllm")
@@ -424,6 +424,15 @@ class TrtLlmEngine:
         """TensorRT-LLM sets retention per request (KvCacheRetentionConfig), not on blocks
         already cached: nothing is held after the fact (0 tells the gateway so)."""
         return 0
+
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
+        """A pause/resume hint moves blocks already cached; TensorRT-LLM's retention and host
+        offload (``KvCacheRetentionConfig``, ``host_cache_size``) are set per request and it
+        onloads a reused host block by itself: nothing is moved after the fact (0 says so)."""
+        return 0
+
+    def hint_counters(self) -> tuple[int, int]:
+        return 0, 0
 
     # -- KV cache events --------------------------------------------------------------
 

@@ -474,7 +474,7 @@ async def replay_session(stub, session, index: int, gateway: Server, inference: 
         await call.done_writing()
 
 
-async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: str, progress, task) -> tuple[dict[str, list[TraceTurn]], list[str]]:
+async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: str, repeat: int, progress, task) -> tuple[dict[str, list[TraceTurn]], list[str]]:
     """Every session replayed on every tree's gateway and replica (all started at once, each in a
     process of its own); a session's replays alternate which tree goes first, so a slower stretch of
     a shared machine falls on both alike."""
@@ -492,9 +492,9 @@ async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: 
         channels = [grpc.aio.insecure_channel(g.address) for _, g in servers]
         stubs = [gateway_pb2_grpc.GatewayServiceStub(c) for c in channels]
         try:
-            for s, (path, session) in enumerate(sessions):
+            for n, (s, (path, session)) in enumerate((s, p) for _ in range(repeat) for s, p in enumerate(sessions)):
                 order = list(range(len(trees)))
-                if s % 2:
+                if n % 2:
                     order.reverse()
                 for t in order:
                     label = trees[t][0]
@@ -555,20 +555,31 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
                           f"{_ms(i, statistics.median):.2f}", f"{_ms(i, statistics.fmean):.2f}")
     growth = Table(title=f"Growth, largest context bucket ÷ smallest (buckets with ≥ {MIN_BUCKET_TURNS} turns: "
                          f"{bucket_label(usable[0])} → {bucket_label(usable[-1])}; goal ≤ 1.2×)" if usable else "Growth")
-    for col in ("services", "gateway median", "gateway mean", "inference median", "inference mean"):
+    for col in ("services", "turns compared", "n small", "n large", "gateway median", "gateway mean",
+                "inference median", "inference mean"):
         growth.add_column(col, justify="right")
-    summary: dict[str, dict[str, float]] = {}
+    summary: dict[str, dict[str, dict[str, float]]] = {}
     if usable:
+        # Later turns also bring more new tokens (longer tool outputs), which cost per token whatever the
+        # context: the second comparison keeps the turns whose new tokens lie within the smallest bucket's
+        # 10th-90th percentiles, in both buckets.
+        small_new = sorted(t.new_tokens for lb in labels for t in by_bucket[lb][usable[0]])
+        band = small_new[int(0.1 * (len(small_new) - 1))], small_new[int(0.9 * (len(small_new) - 1))]
+        selections = (("all", lambda t: True),
+                      (f"new tokens {band[0]}-{band[1]}", lambda t: band[0] <= t.new_tokens <= band[1]))
         for lb in labels:
-            lo, hi = by_bucket[lb][usable[0]], by_bucket[lb][usable[-1]]
-            row = {}
-            for what in ("gateway", "inference"):
-                for name, how in (("median", statistics.median), ("mean", statistics.fmean)):
-                    a = _ms([getattr(t, f"{what}_us") for t in lo], how)
-                    z = _ms([getattr(t, f"{what}_us") for t in hi], how)
-                    row[f"{what}_{name}"] = z / a
-            summary[lb] = row
-            growth.add_row(lb, *(f"{row[k]:.2f}×" for k in ("gateway_median", "gateway_mean", "inference_median",
+            summary[lb] = {}
+            for name, keep in selections:
+                lo = [t for t in by_bucket[lb][usable[0]] if keep(t)]
+                hi = [t for t in by_bucket[lb][usable[-1]] if keep(t)]
+                row = {}
+                for what in ("gateway", "inference"):
+                    for stat, how in (("median", statistics.median), ("mean", statistics.fmean)):
+                        row[f"{what}_{stat}"] = (_ms([getattr(t, f"{what}_us") for t in hi], how)
+                                                 / _ms([getattr(t, f"{what}_us") for t in lo], how))
+                summary[lb][name] = row
+                growth.add_row(lb, name, f"{len(lo)}", f"{len(hi)}",
+                               *(f"{row[k]:.2f}×" for k in ("gateway_median", "gateway_mean", "inference_median",
                                                             "inference_mean")))
     groups = Table(title="Gateway CPU per stateful turn by turn number (ms)")
     for col in ("services", "turns", "n", "median new tokens", "gateway median", "gateway mean"):
@@ -627,8 +638,10 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
                "and one after its completed event (every thread; nothing subtracted, nothing clamped: one probe's "
                "own cost is in each figure); measured: every delta turn (previous_response_id, the previous "
                "turn's tool outputs as input), never the first full request",
-               f"context buckets by the turn's prompt tokens; the growth uses the smallest and largest bucket "
-               f"with ≥ {MIN_BUCKET_TURNS} turns in every tree",
+               f"each session replayed {args.repeat} time(s) on each tree; context buckets by the turn's prompt "
+               f"tokens; the growth uses the smallest and largest bucket with ≥ {MIN_BUCKET_TURNS} turns in every "
+               "tree, over all their turns and over the turns whose new tokens lie within the smallest bucket's "
+               "10th-90th percentiles",
                *(f"replay stopped early: {line}" for line in stopped)])
     body: list[str] = []
     for shown in tables:
@@ -660,8 +673,8 @@ def run_traces(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> int:
 
     async def run() -> tuple[dict[str, list[TraceTurn]], list[str]]:
         with Progress(transient=True) as progress:
-            task = progress.add_task("sessions replayed", total=len(trees) * len(loaded))
-            return await measure_traces(trees, loaded, args.output, progress, task)
+            task = progress.add_task("sessions replayed", total=len(trees) * len(loaded) * args.repeat)
+            return await measure_traces(trees, loaded, args.output, args.repeat, progress, task)
 
     turns, stopped = asyncio.run(run())
     return trace_report(turns, stopped, [(p, len(s.turns)) for p, s in loaded], args)
@@ -699,11 +712,15 @@ def main() -> int:
                         help="with --traces: 'one' (default): the recorded output goes in the next delta as input and "
                              "the replica answers one token, so every turn relays the same output; 'recorded': the "
                              "replica streams the recorded output as the model's tokens")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="with --traces: replay every session this many times on each tree (default 1)")
+    parser.add_argument("--after", metavar="REF",
+                        help="measure the services of this commit as 'after' instead of the working tree's")
     parser.add_argument("--max-sessions", type=int, default=0, help="with --traces: replay at most this many sessions")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
-    if args.turns < 1:
-        parser.error("--turns must be at least 1")
+    if args.turns < 1 or args.repeat < 1:
+        parser.error("--turns and --repeat must be at least 1")
     buckets = QUICK_BUCKETS if args.quick else BUCKETS
     turns = 8 if args.quick else args.turns
     root = provenance.ROOT
@@ -711,7 +728,11 @@ def main() -> int:
     if args.before:
         services, commit = export(args.before, root)
         trees.append((f"before ({commit})", services))
-    trees.append((f"after ({provenance.git_commit()})", root / "services"))
+    if args.after:
+        services, commit = export(args.after, root)
+        trees.append((f"after ({commit})", services))
+    else:
+        trees.append((f"after ({provenance.git_commit()})", root / "services"))
 
     if args.traces is not None:
         return run_traces(args, trees)

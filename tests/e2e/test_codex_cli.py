@@ -107,7 +107,7 @@ def test_codex_runs_a_command_with_the_documented_profile(up: Up, tmp_path: Path
     work.mkdir()
     shutil.copytree(PROFILE, home)
     out = codex_exec(up, home, work, "Write 'hello from codex' into note.txt.")
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:] + up.log.read_text(errors="replace")[-3000:]
     # What Codex did: the command ran (in Codex's sandbox) and wrote the file; the turn ended
     # with the model's final message once the command's output had gone back to it.
     assert (work / "note.txt").read_text() == NOTE

@@ -81,91 +81,99 @@ class Qwen3CoderParser(FormatParser):
     def _step(self, out: list[Any]) -> bool:
         """One step inside a call; False when it needs more text."""
         p = self.pending
-        state = self.state
-        if state in (State.FUNCTION, State.PARAMS, State.END):
+        if self.state in (State.FUNCTION, State.PARAMS, State.END):
             s = p.lstrip()
             if self.name is None:
                 self.head += p[: len(p) - len(s)]
-            self.pending = p = s
+            self.pending = s
             if not s:
                 return False
-        if state is State.FUNCTION:
-            if p.startswith(FUNCTION):
-                name = self._tag_value(p, FUNCTION)
-                if name is None:
-                    return self.state is State.NOT_A_CALL
-                self.name = name
-                self.sink.start_call(self.name, out)
-                self.sent = []
-                self.state, self.params = State.PARAMS, 0
-                self._args("{", out)
-                return True
-            if FUNCTION.startswith(p):
-                return False
-            self.state = State.NOT_A_CALL
+        step = {State.FUNCTION: self._function, State.PARAMS: self._parameter, State.VALUE: self._value,
+                State.END: self._after_function, State.NOT_A_CALL: self._not_a_call}[self.state]
+        return step(self.pending, out)
+
+    def _function(self, p: str, out: list[Any]) -> bool:
+        if p.startswith(FUNCTION):
+            name = self._tag_value(p, FUNCTION)
+            if name is None:
+                return self.state is State.NOT_A_CALL
+            self.name = name
+            self.sink.start_call(self.name, out)
+            self.sent = []
+            self.state, self.params = State.PARAMS, 0
+            self._args("{", out)
             return True
-        if state is State.PARAMS:
-            if p.startswith(PARAMETER):
-                key = self._tag_value(p, PARAMETER)
-                if key is None:
-                    return self.state is State.NOT_A_CALL
-                self.kind = self._kind(key)
-                head = (", " if self.params else "") + json.dumps(key, ensure_ascii=False) + ": "
-                self._args(head + ('"' if self.kind is Kind.STRING else ""), out)
-                self.state, self.value_started, self.params = State.VALUE, False, self.params + 1
-                return True
-            if p.startswith("</function>"):
-                self.pending = p[len("</function>") :]
-                self._args("}", out)
-                self.state = State.END
-                return True
-            if p.startswith(CLOSE):
-                self.pending = p[len(CLOSE) :]
-                self._args("}", out)
-                self._end(out)
-                return True
-            if any(m.startswith(p) for m in (PARAMETER, "</function>", CLOSE)):
-                return False
-            self.state = State.NOT_A_CALL
+        if FUNCTION.startswith(p):
+            return False
+        self.state = State.NOT_A_CALL
+        return True
+
+    def _parameter(self, p: str, out: list[Any]) -> bool:
+        if p.startswith(PARAMETER):
+            key = self._tag_value(p, PARAMETER)
+            if key is None:
+                return self.state is State.NOT_A_CALL
+            self.kind = self._kind(key)
+            head = (", " if self.params else "") + json.dumps(key, ensure_ascii=False) + ": "
+            self._args(head + ('"' if self.kind is Kind.STRING else ""), out)
+            self.state, self.value_started, self.params = State.VALUE, False, self.params + 1
             return True
-        if state is State.VALUE:
-            if not self.value_started:
-                if p.startswith("\n"):
-                    p = self.pending = p[1:]
-                self.value_started = True
-                if not p:
-                    return False
-            at = p.find(VALUE_CLOSE)
-            if at < 0:
-                if self.kind is Kind.STRING:
-                    safe = len(p) - partial_suffix(p, VALUE_CLOSE)
-                    if safe > 0:
-                        self._args(json.dumps(p[:safe], ensure_ascii=False)[1:-1], out)
-                        self.pending = p[safe:]
+        if p.startswith("</function>"):
+            self.pending = p[len("</function>") :]
+            self._args("}", out)
+            self.state = State.END
+            return True
+        if p.startswith(CLOSE):
+            self.pending = p[len(CLOSE) :]
+            self._args("}", out)
+            self._end(out)
+            return True
+        if any(m.startswith(p) for m in (PARAMETER, "</function>", CLOSE)):
+            return False
+        self.state = State.NOT_A_CALL
+        return True
+
+    def _value(self, p: str, out: list[Any]) -> bool:
+        if not self.value_started:
+            if p.startswith("\n"):
+                p = self.pending = p[1:]
+            self.value_started = True
+            if not p:
                 return False
-            value = p[:at]
+        at = p.find(VALUE_CLOSE)
+        if at < 0:
             if self.kind is Kind.STRING:
-                self._args(json.dumps(value, ensure_ascii=False)[1:-1] + '"', out)
-            else:
-                self._args(json.dumps(_typed(value, self.kind), ensure_ascii=False), out)
-            self.pending = p[at + len(VALUE_CLOSE) :]
-            self.state = State.PARAMS
+                safe = len(p) - partial_suffix(p, VALUE_CLOSE)
+                if safe > 0:
+                    self._args(json.dumps(p[:safe], ensure_ascii=False)[1:-1], out)
+                    self.pending = p[safe:]
+            return False
+        value = p[:at]
+        if self.kind is Kind.STRING:
+            self._args(json.dumps(value, ensure_ascii=False)[1:-1] + '"', out)
+        else:
+            self._args(json.dumps(_typed(value, self.kind), ensure_ascii=False), out)
+        self.pending = p[at + len(VALUE_CLOSE) :]
+        self.state = State.PARAMS
+        return True
+
+    def _after_function(self, p: str, out: list[Any]) -> bool:
+        if p.startswith(CLOSE):
+            self.pending = p[len(CLOSE) :]
+            self._end(out)
             return True
-        if state is State.END:
-            if p.startswith(CLOSE):
-                self.pending = p[len(CLOSE) :]
-                self._end(out)
-                return True
-            if CLOSE.startswith(p):
-                return False
-            if p.startswith(FUNCTION):  # another call in the same block
-                self.sink.end_call(out)
-                self.name = None
-                self.state = State.FUNCTION
-                return True
-            self.state = State.NOT_A_CALL
+        if CLOSE.startswith(p):
+            return False
+        if p.startswith(FUNCTION):  # another call in the same block
+            self.sink.end_call(out)
+            self.name = None
+            self.state = State.FUNCTION
             return True
-        # NOT_A_CALL: the block up to its closer stays text (or ends the call it began)
+        self.state = State.NOT_A_CALL
+        return True
+
+    def _not_a_call(self, p: str, out: list[Any]) -> bool:
+        """The block up to its closer stays text (or ends the call it began)."""
         at = p.find(CLOSE)
         if at < 0:
             return False

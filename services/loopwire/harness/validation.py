@@ -92,31 +92,38 @@ def start_task(start: harness_pb2.StartTask) -> None:
         raise invalid("start.workspace", "contains a NUL byte")
     if start.max_turns > MAX_TURNS_LIMIT:
         raise invalid("start.max_turns", f"at most {MAX_TURNS_LIMIT}")
-    if start.model.conversation_mode not in harness_pb2.ConversationMode.values():
-        raise invalid("start.model.conversation_mode", f"unknown value {start.model.conversation_mode}")
-    choice = start.model.tool_choice
-    if choice.mode not in common_pb2.ToolChoiceMode.values():
-        raise invalid("start.model.tool_choice.mode", f"unknown value {choice.mode}")
-    if choice.mode == common_pb2.TOOL_CHOICE_MODE_FUNCTION or choice.function_name:
-        raise invalid("start.model.tool_choice", "a session chooses auto, required or none; a named function is "
-                                                 "for single responses (the gateway's Converse)")
-    sampling = start.model.sampling
-    if not math.isfinite(sampling.temperature) or sampling.temperature < 0:
-        raise invalid("start.model.sampling.temperature", "must be a finite number >= 0")
-    if not math.isfinite(sampling.top_p) or not 0 <= sampling.top_p <= 1:
-        raise invalid("start.model.sampling.top_p", "must be in [0, 1]")
-    policy = start.approval_policy
-    if policy.default_mode not in harness_pb2.ApprovalMode.values():
-        raise invalid("start.approval_policy.default_mode", f"unknown value {policy.default_mode}")
-    for tool, mode in policy.per_tool.items():
-        if mode not in harness_pb2.ApprovalMode.values():
-            raise invalid(f"start.approval_policy.per_tool[{tool}]", f"unknown value {mode}")
+    _model_options(start.model)
+    _approval_policy(start.approval_policy)
     if start.HasField("replay"):
         if not start.replay.turns:
             raise invalid("start.replay.turns", "a replay needs at least one recorded turn")
         for n, replay_tool in enumerate(start.replay.tools):
             if not replay_tool.name:
                 raise invalid(f"start.replay.tools[{n}].name", "required")
+
+
+def _model_options(model: harness_pb2.ModelOptions) -> None:
+    if model.conversation_mode not in harness_pb2.ConversationMode.values():
+        raise invalid("start.model.conversation_mode", f"unknown value {model.conversation_mode}")
+    choice = model.tool_choice
+    if choice.mode not in common_pb2.ToolChoiceMode.values():
+        raise invalid("start.model.tool_choice.mode", f"unknown value {choice.mode}")
+    if choice.mode == common_pb2.TOOL_CHOICE_MODE_FUNCTION or choice.function_name:
+        raise invalid("start.model.tool_choice", "a session chooses auto, required or none; a named function is "
+                                                 "for single responses (the gateway's Converse)")
+    sampling = model.sampling
+    if not math.isfinite(sampling.temperature) or sampling.temperature < 0:
+        raise invalid("start.model.sampling.temperature", "must be a finite number >= 0")
+    if not math.isfinite(sampling.top_p) or not 0 <= sampling.top_p <= 1:
+        raise invalid("start.model.sampling.top_p", "must be in [0, 1]")
+
+
+def _approval_policy(policy: harness_pb2.ApprovalPolicy) -> None:
+    if policy.default_mode not in harness_pb2.ApprovalMode.values():
+        raise invalid("start.approval_policy.default_mode", f"unknown value {policy.default_mode}")
+    for tool, mode in policy.per_tool.items():
+        if mode not in harness_pb2.ApprovalMode.values():
+            raise invalid(f"start.approval_policy.per_tool[{tool}]", f"unknown value {mode}")
 
 
 def action(request: harness_pb2.RunRequest) -> str:

@@ -541,7 +541,8 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
     by_bucket = {lb: {b: [t for t in turns[lb] if bucket_of(t.context) == b] for b in buckets} for lb in labels}
 
     table = Table(title="Process CPU per stateful turn of recorded sessions, by context at the turn (ms)")
-    for col in ("services", "context", "turns", "median context", "median new tokens", "gateway median",
+    for col in ("services", "context", "turns", "median context", "median new tokens", "mean output tokens",
+                "gateway median",
                 "gateway mean", "gateway p90", "inference median", "inference mean"):
         table.add_column(col, justify="right")
     for lb in labels:
@@ -550,7 +551,8 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
             g = [t.gateway_us for t in ts]
             i = [t.inference_us for t in ts]
             table.add_row(lb, bucket_label(b), f"{len(ts)}", f"{statistics.median(t.context for t in ts):,.0f}",
-                          f"{statistics.median(t.new_tokens for t in ts):,.0f}", f"{_ms(g, statistics.median):.2f}",
+                          f"{statistics.median(t.new_tokens for t in ts):,.0f}",
+                          f"{statistics.fmean(t.output_tokens for t in ts):,.0f}", f"{_ms(g, statistics.median):.2f}",
                           f"{_ms(g, statistics.fmean):.2f}", f"{sorted(g)[int(0.9 * (len(g) - 1))] / 1000:.2f}",
                           f"{_ms(i, statistics.median):.2f}", f"{_ms(i, statistics.fmean):.2f}")
     growth = Table(title=f"Growth, largest context bucket ÷ smallest (buckets with ≥ {MIN_BUCKET_TURNS} turns: "
@@ -560,13 +562,17 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
         growth.add_column(col, justify="right")
     summary: dict[str, dict[str, dict[str, float]]] = {}
     if usable:
-        # Later turns also bring more new tokens (longer tool outputs), which cost per token whatever the
-        # context: the second comparison keeps the turns whose new tokens lie within the smallest bucket's
-        # 10th-90th percentiles, in both buckets.
-        small_new = sorted(t.new_tokens for lb in labels for t in by_bucket[lb][usable[0]])
-        band = small_new[int(0.1 * (len(small_new) - 1))], small_new[int(0.9 * (len(small_new) - 1))]
+        # Later turns also bring more new tokens (longer tool outputs) and longer outputs, which cost per
+        # token whatever the context: the second comparison keeps, in both buckets, the turns whose new and
+        # output tokens lie within the smallest bucket's 10th-90th percentiles.
+        def band(attr: str) -> tuple[int, int]:
+            values = sorted(getattr(t, attr) for lb in labels for t in by_bucket[lb][usable[0]])
+            return values[int(0.1 * (len(values) - 1))], values[int(0.9 * (len(values) - 1))]
+
+        new, out = band("new_tokens"), band("output_tokens")
         selections = (("all", lambda t: True),
-                      (f"new tokens {band[0]}-{band[1]}", lambda t: band[0] <= t.new_tokens <= band[1]))
+                      (f"new tokens {new[0]}-{new[1]}, output {out[0]}-{out[1]}",
+                       lambda t: new[0] <= t.new_tokens <= new[1] and out[0] <= t.output_tokens <= out[1]))
         for lb in labels:
             summary[lb] = {}
             for name, keep in selections:
@@ -640,8 +646,8 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
                "turn's tool outputs as input), never the first full request",
                f"each session replayed {args.repeat} time(s) on each tree; context buckets by the turn's prompt "
                f"tokens; the growth uses the smallest and largest bucket with ≥ {MIN_BUCKET_TURNS} turns in every "
-               "tree, over all their turns and over the turns whose new tokens lie within the smallest bucket's "
-               "10th-90th percentiles",
+               "tree, over all their turns and over the turns whose new and output tokens lie within the smallest "
+               "bucket's 10th-90th percentiles",
                *(f"replay stopped early: {line}" for line in stopped)])
     body: list[str] = []
     for shown in tables:

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
+import json
 import os
 import statistics
 import subprocess
@@ -518,11 +520,18 @@ def _ms(values: list[int], how) -> float:
     return how(values) / 1000 if values else float("nan")
 
 
+def raw_turns(turns: dict[str, list[TraceTurn]], output: str, summary: dict) -> bytes:
+    """Every measured turn, compressed (a row per turn, its fields named once), with the growth."""
+    fields = list(TraceTurn.__dataclass_fields__)
+    data = {"output": output, "buckets": TRACE_EDGES, "growth": summary, "fields": fields,
+            "turns": {lb: [[getattr(t, f) for f in fields] for t in ts] for lb, ts in turns.items()}}
+    return gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0)
+
+
 def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: list[tuple[Path, int]],
                  args: argparse.Namespace) -> int:
     """Tables (median and mean per context bucket and per turn group, each tree's growth from the
-    smallest bucket to the largest, before ÷ after), a figure, markdown and the raw turns as JSON."""
-    import json
+    smallest bucket to the largest, before ÷ after), a figure, markdown and the raw turns (gzip JSON)."""
 
     import matplotlib
 
@@ -655,9 +664,8 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
     body.append(f"![turn cpu traces]({stem}.png)")
     md = provenance.write_markdown(args.out, stem, f"Per-turn CPU on recorded sessions, by context (output: "
                                    f"{args.output})", header, body)
-    raw = args.out / f"{stem}.json"
-    raw.write_text(json.dumps({"output": args.output, "buckets": TRACE_EDGES, "growth": summary,
-                               "turns": {lb: [t.__dict__ for t in ts] for lb, ts in turns.items()}}))
+    raw = args.out / f"{stem}.json.gz"
+    raw.write_bytes(raw_turns(turns, args.output, summary))
     console.print(f"wrote {provenance.rel(png)}, {provenance.rel(md)} and {provenance.rel(raw)}")
     return 0
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from loopwire.harness import file_pool, workspace_files
+from loopwire.harness import file_pool, workspace_files, workspace_grep
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
 
 import interrupts
@@ -55,9 +55,9 @@ def lay_out(root: Path) -> tuple[Path, Path]:
 
 async def one_way(way: str, a: Path, b: Path, sandbox: Sandbox, greps: int) -> tuple[float, float, float]:
     """(B's read_file seconds alone, beside A's greps, A's greps seconds)."""
-    saved = workspace_files.re2
+    saved = workspace_grep.re2
     if way == "before":
-        workspace_files.re2 = None  # the backtracking engine decides, as before RE2
+        workspace_grep.re2 = None  # the backtracking engine decides, as before RE2
 
     async def call(ws: Path, fn, *args):  # noqa: ANN001, ANN202
         if way == "before":
@@ -69,7 +69,7 @@ async def one_way(way: str, a: Path, b: Path, sandbox: Sandbox, greps: int) -> t
         await call(b, workspace_files.read_file, "notes.txt", 1, 400)
         alone = time.perf_counter() - t0
         t0 = time.perf_counter()
-        a_tasks = [asyncio.ensure_future(call(a, workspace_files.grep, PATTERN, "xs.txt", "")) for _ in range(greps)]
+        a_tasks = [asyncio.ensure_future(call(a, workspace_grep.grep, PATTERN, "xs.txt", "")) for _ in range(greps)]
         await asyncio.sleep(0)  # A's calls are queued first, as in one turn of parallel calls
         t1 = time.perf_counter()
         await call(b, workspace_files.read_file, "notes.txt", 1, 400)
@@ -78,7 +78,7 @@ async def one_way(way: str, a: Path, b: Path, sandbox: Sandbox, greps: int) -> t
         a_time = time.perf_counter() - t0
         return alone, beside, a_time
     finally:
-        workspace_files.re2 = saved
+        workspace_grep.re2 = saved
 
 
 FORKS, PROCESS_LIMIT = 200, 150

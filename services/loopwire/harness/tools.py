@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loopwire.harness import exec_sessions, file_edit, file_pool, workspace_files
+from loopwire.harness import exec_sessions, file_edit, file_pool, workspace_files, workspace_grep
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.output import cap, to_text
 from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
@@ -232,7 +232,7 @@ async def execute(call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcom
             text = await file_pool.run_tool(ctx.sandbox, ws, workspace_files.list_dir, _str(args, "path", "."),
                                             _int(args, "depth", 2))
         elif call.name == "grep":
-            text = await file_pool.run_tool(ctx.sandbox, ws, workspace_files.grep, _str(args, "pattern"),
+            text = await file_pool.run_tool(ctx.sandbox, ws, workspace_grep.grep, _str(args, "pattern"),
                                             _str(args, "path", "."), _str(args, "glob", ""))
         elif call.name == "edit_file":
             text = await file_pool.run_tool(ctx.sandbox, ws, _edit, args)

@@ -1,4 +1,4 @@
-"""read_file / list / grep inside the workspace, without a process per call.
+"""read_file / list inside the workspace (grep: ``workspace_grep``), without a process per call.
 
 Paths are walked one component at a time from an open descriptor of the workspace, never
 by name from the host root: every component is opened relative to its parent with
@@ -8,10 +8,8 @@ This is a userspace openat2(RESOLVE_BENEATH): it works on any kernel and in any 
 seccomp profile, and it can accept an absolute link that points back into the workspace.
 
 Only regular files are opened, with O_NONBLOCK and after an lstat, so a FIFO, socket or
-device is refused at once instead of blocking a worker; reads are bounded in bytes and
-grep in time. grep matches with RE2 (linear time: no pattern backtracks catastrophically)
-and only falls back to the backtracking `regex` engine, under its deadline, for what RE2
-lacks (backreferences, lookaround). File names that are not UTF-8 are shown escaped.
+device is refused at once instead of blocking a worker; reads are bounded in bytes. File
+names that are not UTF-8 are shown escaped.
 """
 
 from __future__ import annotations
@@ -22,21 +20,13 @@ import hashlib
 import os
 import re
 import stat
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-import regex
-
 from loopwire.harness.output import looks_binary, to_text
 
-try:  # google-re2: linear-time matching
-    import re2
-except ImportError:  # pragma: no cover - a dependency; without it every pattern takes the fallback
-    re2 = None
-
-_SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
+SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache", ".pytest_cache"}
 _MAX_LINKS = 40
 _RETRIES = 5
 _MAX_MKDIRS = 1000
@@ -44,12 +34,9 @@ _CHUNK = 1 << 16
 READ_SCAN_LIMIT = 16 << 20  # read_file looks at most this far into a file
 LINE_KEEP = 64 << 10  # and shows at most this much of one line
 EDIT_SIZE_LIMIT = 8 << 20  # edit_file rewrites files up to this size
-GREP_FILE_LIMIT = 4 << 20  # grep searches the first bytes of each file
-GREP_TOTAL_LIMIT = 256 << 20  # and stops after this many bytes in all
-GREP_TIME_LIMIT = 10.0  # seconds for a whole grep call, regex matching included
 
 _O_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_O_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 # Never a workspace: the root, system trees the sandbox mounts read-only, kernel interfaces.
 _NEVER = {"/", "/home", "/root", "/tmp", "/var", "/run", "/srv", "/mnt", "/media", "/opt"}
 _NEVER_INSIDE = ("/proc", "/sys", "/dev", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
@@ -199,6 +186,7 @@ class _Walk:
         self.stack = [os.dup(root_fd)]
         self.names: list[str] = []
         self.links = 0
+        self._retries = self._made = 0  # per descend: looks again after a race, directories made
 
     def __enter__(self) -> _Walk:
         return self
@@ -228,72 +216,89 @@ class _Walk:
         makes missing parent directories; ``make_dirs`` makes (and requires) every component a
         directory."""
         todo = list(reversed([p for p in parts if p not in ("", ".")]))
-        retries = made = 0
+        self._retries = self._made = 0
         while todo:
             part = todo.pop()
             if part == "..":
-                if len(self.stack) == 1:
-                    raise self._outside(what)
-                os.close(self.stack.pop())
-                self.names.pop()
+                self._up(what)
                 continue
             last = not todo
-            try:
-                st = os.stat(part, dir_fd=self.fd, follow_symlinks=False)
-            except FileNotFoundError:
-                st = None
-            except NotADirectoryError:
-                raise ToolInputError(f"{what}: not a directory") from None
+            st = self._lstat(part, what)
             if st is None:
                 if last and not make_dirs:
                     return part
-                if not (create or make_dirs):
-                    raise NoSuchFile(f"{what}: no such file or directory")
-                made += 1
-                if made > _MAX_MKDIRS:
-                    raise ToolInputError(f"{what}: too many directories to create")
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=self.fd)
-                    give_to_sandbox(part, self.fd)
+                self._make_dir(part, create or make_dirs, what)
                 todo.append(part)  # look again: whatever is there now is checked like anything else
-                continue
-            if stat.S_ISLNK(st.st_mode):
+            elif stat.S_ISLNK(st.st_mode):
                 if last and not follow_last:
                     return part
-                self.links += 1
-                if self.links > _MAX_LINKS:
-                    raise ToolInputError(f"{what}: too many levels of symbolic links")
-                try:
-                    target = os.readlink(part, dir_fd=self.fd)
-                except OSError as e:
-                    if e.errno not in (errno.EINVAL, errno.ENOENT) or retries >= _RETRIES:
-                        raise
-                    retries += 1  # no longer a link: look again
-                    todo.append(part)
-                    continue
-                if target.startswith("/"):
-                    norm = os.path.normpath(target)
-                    if norm != self.root_path and not norm.startswith(self.root_path.rstrip("/") + "/"):
-                        raise self._outside(what)
-                    self._restart()
-                    target = os.path.relpath(norm, self.root_path)
-                todo.extend(reversed([p for p in target.split("/") if p not in ("", ".")]))
-                continue
-            if last and not stat.S_ISDIR(st.st_mode) and not make_dirs:
-                return part
-            if not stat.S_ISDIR(st.st_mode):
+                todo.extend(self._link_parts(part, what))
+            elif not stat.S_ISDIR(st.st_mode):
+                if last and not make_dirs:
+                    return part
                 raise ToolInputError(f"{what}: {part!r} is not a directory")
-            try:
-                fd = os.open(part, _O_DIR, dir_fd=self.fd)
-            except OSError as e:
-                if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT) or retries >= _RETRIES:
-                    raise
-                retries += 1  # swapped between the lstat and the open: look again
-                todo.append(part)
-                continue
-            self.stack.append(fd)
-            self.names.append(part)
+            elif not self._enter(part):
+                todo.append(part)  # swapped between the lstat and the open: look again
         return None
+
+    def _up(self, what: str) -> None:
+        if len(self.stack) == 1:
+            raise self._outside(what)
+        os.close(self.stack.pop())
+        self.names.pop()
+
+    def _lstat(self, part: str, what: str) -> os.stat_result | None:
+        try:
+            return os.stat(part, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            raise ToolInputError(f"{what}: not a directory") from None
+
+    def _make_dir(self, part: str, allowed: bool, what: str) -> None:
+        if not allowed:
+            raise NoSuchFile(f"{what}: no such file or directory")
+        self._made += 1
+        if self._made > _MAX_MKDIRS:
+            raise ToolInputError(f"{what}: too many directories to create")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o777, dir_fd=self.fd)
+            give_to_sandbox(part, self.fd)
+
+    def _link_parts(self, part: str, what: str) -> list[str]:
+        """The components to walk instead of the link ``part`` (reversed, for the stack): its
+        target's, from the root for an absolute target inside the workspace; ``part`` itself
+        when it is no longer a link (look again)."""
+        self.links += 1
+        if self.links > _MAX_LINKS:
+            raise ToolInputError(f"{what}: too many levels of symbolic links")
+        try:
+            target = os.readlink(part, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOENT) or self._retries >= _RETRIES:
+                raise
+            self._retries += 1
+            return [part]
+        if target.startswith("/"):
+            norm = os.path.normpath(target)
+            if norm != self.root_path and not norm.startswith(self.root_path.rstrip("/") + "/"):
+                raise self._outside(what)
+            self._restart()
+            target = os.path.relpath(norm, self.root_path)
+        return list(reversed([p for p in target.split("/") if p not in ("", ".")]))
+
+    def _enter(self, part: str) -> bool:
+        """Push directory ``part``; False when it changed since its lstat (look again)."""
+        try:
+            fd = os.open(part, _O_DIR, dir_fd=self.fd)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT) or self._retries >= _RETRIES:
+                raise
+            self._retries += 1
+            return False
+        self.stack.append(fd)
+        self.names.append(part)
+        return True
 
 
 @dataclass
@@ -341,7 +346,7 @@ def open_regular(workspace: Path, path: str) -> tuple[int, os.stat_result, str]:
             if not stat.S_ISREG(st.st_mode):
                 raise ToolInputError(f"{path} is {_kind(st.st_mode)}, not a regular file; refusing to open it")
             try:
-                fd = os.open(t.name, _O_FILE, dir_fd=t.dir_fd)
+                fd = os.open(t.name, FILE_FLAGS, dir_fd=t.dir_fd)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOENT):
                     continue
@@ -432,7 +437,7 @@ def list_dir(workspace: Path, path: str = ".", depth: int = 2, max_entries: int 
         try:
             for dirpath, dirnames, filenames, _ in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
                 here = PurePosixPath(dirpath)
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+                dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
                 if len(here.parts) >= depth:
                     dirnames[:] = []
                 for name in [*(d + "/" for d in dirnames), *sorted(filenames)]:
@@ -442,146 +447,3 @@ def list_dir(workspace: Path, path: str = ".", depth: int = 2, max_entries: int 
         finally:
             os.close(dir_fd)
     return "\n".join(out) if out else "(empty)"
-
-
-def grep(workspace: Path, pattern: str, path: str = ".", glob: str = "", max_matches: int = 200,
-         time_limit: float | None = None, file_limit: int = GREP_FILE_LIMIT,
-         total_limit: int = GREP_TOTAL_LIMIT) -> str:
-    """Matches as path:line:text, with a deadline for the whole call (GREP_TIME_LIMIT unless
-    given). RE2 matches in linear time; a pattern only the `regex` engine takes runs without
-    the GIL and under the deadline, so a catastrophically backtracking one costs seconds, not hours."""
-    search = _compile(pattern)
-    deadline = time.monotonic() + (GREP_TIME_LIMIT if time_limit is None else time_limit)
-    state = _GrepState(search, deadline, max_matches, file_limit, total_limit)
-    with target(workspace, path) as t:
-        st = _lstat(t)
-        if st is not None and not stat.S_ISDIR(st.st_mode):
-            fd, _, rel = open_regular(workspace, path)
-            with contextlib.suppress(_Stop):
-                state.search_fd(fd, rel)
-        else:
-            try:
-                dir_fd = os.open(t.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 dir_fd=t.dir_fd)
-            except FileNotFoundError:
-                raise ToolInputError(f"{path}: no such file or directory") from None
-            prefix = "" if t.rel == "." else t.rel + "/"
-            try:
-                state.search_tree(dir_fd, prefix, glob)
-            finally:
-                os.close(dir_fd)
-    return state.result()
-
-
-_Search = Callable[[str, float], bool]  # (line, seconds left) -> matched; TimeoutError past them
-
-
-def _compile(pattern: str) -> _Search:
-    if re2 is not None:
-        options = re2.Options()
-        options.log_errors = False
-        try:
-            linear = re2.compile(pattern, options=options)
-        except re2.error:
-            pass  # a backreference, lookaround, or a pattern RE2 spells otherwise: the fallback decides
-        else:
-            return lambda line, remaining: linear.search(line) is not None
-    try:
-        backtracking = regex.compile(pattern)
-    except (regex.error, ValueError, OverflowError) as e:
-        raise ToolInputError(f"invalid regular expression: {e}") from None
-    return lambda line, remaining: backtracking.search(line, concurrent=True, timeout=remaining) is not None
-
-
-def _lstat(t: Target) -> os.stat_result | None:
-    try:
-        return os.stat(t.name, dir_fd=t.dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-
-
-class _Stop(Exception):
-    pass
-
-
-class _GrepState:
-    def __init__(self, search: _Search, deadline: float, max_matches: int, file_limit: int,
-                 total_limit: int) -> None:
-        self.search, self.deadline, self.max_matches = search, deadline, max_matches
-        self.file_limit, self.total_limit = file_limit, total_limit
-        self.out: list[str] = []
-        self.scanned = 0
-        self.partial_files = 0
-        self.stopped = ""
-
-    def search_tree(self, dir_fd: int, prefix: str, glob: str) -> None:
-        try:
-            for dirpath, dirnames, filenames, fd in os.fwalk(".", dir_fd=dir_fd, follow_symlinks=False):
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-                for name in sorted(filenames):
-                    self._check_time()
-                    rel = prefix + os.path.normpath(os.path.join(dirpath, name))
-                    if glob and not PurePosixPath(rel).match(glob):
-                        continue
-                    try:
-                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                        if not stat.S_ISREG(st.st_mode):
-                            continue  # links, FIFOs, sockets, devices: never opened
-                        file_fd = os.open(name, _O_FILE, dir_fd=fd)
-                    except OSError:
-                        continue
-                    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                        os.close(file_fd)
-                        continue
-                    self.search_fd(file_fd, rel)
-        except _Stop:
-            pass
-
-    def search_fd(self, fd: int, rel: str) -> None:
-        """Search one open file (and close it)."""
-        try:
-            if self.stopped:
-                return
-            room = min(self.file_limit, self.total_limit - self.scanned)
-            if room <= 0:
-                self.stopped = f"stopped after searching {self.scanned} bytes"
-                raise _Stop
-            data = read_bounded(fd, room + 1)
-            if len(data) > room:
-                data = data[:room]
-                self.partial_files += 1
-            self.scanned += len(data)
-        finally:
-            os.close(fd)
-        if looks_binary(data):
-            return
-        shown = to_text(rel)
-        for n, line in enumerate(to_text(data).splitlines(), 1):
-            remaining = self._check_time()
-            try:
-                found = self.search(line, remaining)
-            except TimeoutError:
-                self.stopped = "the pattern took too long (time limit reached); results are incomplete"
-                raise _Stop from None
-            if found:
-                self.out.append(f"{shown}:{n}:{line[:400]}")
-                if len(self.out) >= self.max_matches:
-                    self.stopped = f"stopped at {self.max_matches} matches"
-                    raise _Stop
-
-    def _check_time(self) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            self.stopped = "time limit reached; results are incomplete"
-            raise _Stop
-        return remaining
-
-    def result(self) -> str:
-        notes = []
-        if self.partial_files:
-            notes.append(f"[{self.partial_files} file(s) searched only in their first {self.file_limit} bytes]")
-        if self.stopped:
-            notes.append(f"[{self.stopped}]")
-        if not self.out:
-            return "\n".join(["no matches", *notes])
-        return "\n".join([*self.out, *notes])

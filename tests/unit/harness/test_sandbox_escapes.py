@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from loopwire.harness import file_edit, tools, workspace_files
+from loopwire.harness import file_edit, tools, workspace_files, workspace_grep
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
 from loopwire.harness.workspace_files import ToolInputError
@@ -193,7 +193,7 @@ def test_file_tools_refuse_the_host_root_as_workspace():
     with pytest.raises(ToolInputError, match="system directory"):
         workspace_files.read_file(Path("/"), "etc/shadow")
     with pytest.raises(ToolInputError, match="system directory"):
-        workspace_files.grep(Path("/"), "root", "etc")
+        workspace_grep.grep(Path("/"), "root", "etc")
 
 
 # --- the file tools --------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def test_grep_does_not_follow_a_link_out_of_the_workspace(tmp_path, workspace):
     (tmp_path / "secret.txt").write_text("TOPSECRET\n")
     os.symlink(tmp_path / "secret.txt", workspace / "leak.txt")
     (workspace / "mine.txt").write_text("no secret here\n")
-    assert workspace_files.grep(workspace, "TOPSECRET") == "no matches"
+    assert workspace_grep.grep(workspace, "TOPSECRET") == "no matches"
 
 
 def _unblock(fifo: Path) -> None:
@@ -286,7 +286,7 @@ async def test_catastrophic_patterns_end_within_the_grep_limit(ctx, workspace):
     # (2^60 paths: it would never end): the time limit ends it and says so. No wall-clock
     # assertion: the test's own timeout is the backstop.
     (workspace / "long.txt").write_text("a" * 60 + "!\n")
-    text = await asyncio.to_thread(workspace_files.grep, workspace, r"(?=(a|aa)+$)", "long.txt", time_limit=1.0)
+    text = await asyncio.to_thread(workspace_grep.grep, workspace, r"(?=(a|aa)+$)", "long.txt", time_limit=1.0)
     assert "too long" in text or "time limit" in text, text
 
 

@@ -26,7 +26,7 @@ from harness_testkit import TENANT_KEYS, answer, harness_env, of
 from harness_testkit import call as model_call
 
 from loopwire.common.grpc_server import service_channel
-from loopwire.harness import file_edit, file_pool, tenant_volumes, tools, workspace_files
+from loopwire.harness import file_edit, file_pool, tenant_volumes, tools, workspace_files, workspace_grep
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.sandbox import Sandbox, SandboxLimits
 from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
@@ -185,7 +185,7 @@ REDOS_FILE = ("x" * 40 + "\n") * 3000
 
 
 async def test_grep_matches_a_redos_pattern_in_linear_time(root, monkeypatch):
-    monkeypatch.setattr(workspace_files, "GREP_TIME_LIMIT", 1.0)  # the backtracking engine needs seconds here
+    monkeypatch.setattr(workspace_grep, "GREP_TIME_LIMIT", 1.0)  # the backtracking engine needs seconds here
     box = make_box(root)
     ws = workspace(root, "A")
     (ws / "xs.txt").write_text(REDOS_FILE)
@@ -196,7 +196,7 @@ async def test_grep_matches_a_redos_pattern_in_linear_time(root, monkeypatch):
 
 async def test_one_tenants_slow_greps_do_not_hold_up_another_tenants_file_tools(root, monkeypatch):
     # A lookahead is beyond RE2: these greps take the backtracking engine, each until its deadline.
-    monkeypatch.setattr(workspace_files, "GREP_TIME_LIMIT", 2.0)
+    monkeypatch.setattr(workspace_grep, "GREP_TIME_LIMIT", 2.0)
     box = make_box(root)
     ws_a, ws_b = workspace(root, "A"), workspace(root, "B")
     (ws_a / "xs.txt").write_text(REDOS_FILE)

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from loopwire.harness import workspace_quota
-from loopwire.harness.workspace_quota import SessionQuota, _Tree, usage
+from loopwire.harness import workspace_usage
+from loopwire.harness.workspace_quota import SessionQuota
+from loopwire.harness.workspace_usage import UsageTree, usage
 
 NAMES = st.sampled_from(["a", "b", "c", "d", "e", "sub", "x" * 120])  # collisions on purpose; long names
 SIZES = st.sampled_from([0, 1, 100, 4096, 4097, 20000, 70000])
@@ -71,7 +72,7 @@ class Workspace(RuleBasedStateMachine):
     def start(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="quota-"))
         self.top = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-        self.tree = _Tree()
+        self.tree = UsageTree()
         assert self.tree.measure(self.top) == full_walk(self.top)
         self.pending = False
 
@@ -223,7 +224,7 @@ def test_moves_links_and_deletes_of_nested_directories(tmp_path):
     ws.mkdir()
     outside.mkdir()
     top = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
-    tree = _Tree()
+    tree = UsageTree()
     tree.measure(top)
 
     def shell(*steps: str) -> None:
@@ -251,7 +252,7 @@ def test_moves_links_and_deletes_of_nested_directories(tmp_path):
 def test_nothing_changed_reads_no_directory(tmp_path, top, monkeypatch):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_bytes(b"x" * 10000)
-    tree = _Tree()
+    tree = UsageTree()
     assert tree.measure(top) == full_walk(top) > 0
     assert not tree.changed()
     expected = full_walk(top)
@@ -261,7 +262,7 @@ def test_nothing_changed_reads_no_directory(tmp_path, top, monkeypatch):
 
 
 def test_an_overflow_walks_the_workspace_whole(tmp_path, top):
-    tree = _Tree()
+    tree = UsageTree()
     tree.measure(top)
     limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
     if limit > 200_000:
@@ -277,30 +278,30 @@ def test_an_overflow_walks_the_workspace_whole(tmp_path, top):
 
 
 def test_an_overflow_event_read_walks_whole(tmp_path, top, monkeypatch):
-    tree = _Tree()
+    tree = UsageTree()
     tree.measure(top)
     (tmp_path / "f").write_bytes(b"x" * 9000)
-    monkeypatch.setattr(tree, "_events", lambda: [(-1, workspace_quota._IN_Q_OVERFLOW)])
+    monkeypatch.setattr(tree, "_events", lambda: [(-1, workspace_usage._IN_Q_OVERFLOW)])
     assert tree.measure(top) == full_walk(top) and tree.walks == 2
     tree.close()
 
 
 def test_a_directory_not_where_it_was_walks_whole(tmp_path, top):
     (tmp_path / "a" / "b").mkdir(parents=True)
-    tree = _Tree()
+    tree = UsageTree()
     tree.measure(top)
     b = next(wd for wd, node in tree._wds.items() if node.name == "b")
     os.rename(tmp_path / "a" / "b", tmp_path / "b")
     (tmp_path / "a" / "b").mkdir()
     (tmp_path / "a" / "b" / "f").write_bytes(b"x" * 9000)
     # As if only the old a/b's event had come: a/b is another directory now, the tree cannot tell why.
-    tree._events = lambda: [(b, workspace_quota._IN_MODIFY)]  # type: ignore[method-assign]
+    tree._events = lambda: [(b, workspace_usage._IN_MODIFY)]  # type: ignore[method-assign]
     assert tree.measure(top) == full_walk(top) and tree.walks == 2
     tree.close()
 
 
 def test_without_inotify_every_check_walks(tmp_path, top, monkeypatch):
-    tree = _Tree()
+    tree = UsageTree()
     tree.exact = False
     (tmp_path / "f").write_bytes(b"x" * 9000)
     assert tree.changed() and tree.measure(top) == full_walk(top)
@@ -311,7 +312,7 @@ def test_without_inotify_every_check_walks(tmp_path, top, monkeypatch):
 def test_the_watch_limit_turns_to_walking_every_time(tmp_path, top, monkeypatch):
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "f").write_bytes(b"x" * 9000)
-    real = workspace_quota._libc
+    real = workspace_usage._libc
 
     class Limited:
         def __getattr__(self, name):
@@ -321,8 +322,8 @@ def test_the_watch_limit_turns_to_walking_every_time(tmp_path, top, monkeypatch)
         def inotify_add_watch(fd, path, mask):
             return -1
 
-    monkeypatch.setattr(workspace_quota, "_libc", Limited())
-    tree = _Tree()
+    monkeypatch.setattr(workspace_usage, "_libc", Limited())
+    tree = UsageTree()
     assert tree.measure(top) == full_walk(top) and not tree.exact and tree.changed()
     (tmp_path / "g").write_bytes(b"x" * 9000)
     assert tree.measure(top) == full_walk(top)
@@ -332,7 +333,7 @@ def test_a_write_through_a_link_in_an_unchanged_directory_counts_once(tmp_path, 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     (tmp_path / "a" / "f").write_bytes(b"x" * 5000)
-    tree = _Tree()
+    tree = UsageTree()
     tree.measure(top)
     os.link(tmp_path / "a" / "f", tmp_path / "b" / "g")  # no event in a: its link count is the inode's
     assert tree.measure(top) == full_walk(top)
@@ -346,7 +347,7 @@ def test_a_write_through_a_link_in_an_unchanged_directory_counts_once(tmp_path, 
 
 async def test_a_session_quota_follows_changes_without_walking_whole(tmp_path, monkeypatch):
     walks = []
-    monkeypatch.setattr(workspace_quota, "usage", lambda *a: walks.append(1) or usage(*a))
+    monkeypatch.setattr(workspace_usage, "usage", lambda *a: walks.append(1) or usage(*a))
     (tmp_path / "src").mkdir()
     recorded = []
     quota = SessionQuota(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY), 1 << 20, 60, None, recorded.append)

@@ -15,7 +15,9 @@ engine's numba kernels, GGUF files), the harness, the api and the PostgreSQL sto
 
 from __future__ import annotations
 
+import argparse
 import ast
+import asyncio
 import importlib.metadata as md
 import re
 import subprocess
@@ -267,3 +269,22 @@ def test_a_role_without_the_engine_loads_none_of_it(role: str) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
     assert not loaded & set(ENGINE_ONLY), sorted(loaded & set(ENGINE_ONLY))
+
+
+def test_inference_without_the_engine_extra_says_which_extra_to_install(monkeypatch):
+    """Started without numba/gguf/threadpoolctl, the inference service names the extra in one line."""
+    from loopwire.inference import server
+
+    assert server.ENGINE_EXTRA == set(ENGINE_ONLY)
+
+    def missing(options):
+        raise ModuleNotFoundError("No module named 'threadpoolctl'", name="threadpoolctl")
+
+    monkeypatch.setattr(server, "build_engine", missing)
+    parser = argparse.ArgumentParser()
+    server.add_arguments(parser)
+    args = parser.parse_args([])
+    with pytest.raises(SystemExit) as exit_:
+        asyncio.run(server.serve_from_args(args))
+    message = str(exit_.value)
+    assert "loopwire[engine]" in message and "threadpoolctl" in message and "\n" not in message

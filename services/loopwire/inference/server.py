@@ -262,11 +262,20 @@ def add_servicer(server: object, engine: Engine, role: str = "both", service_tok
     return servicer
 
 
+# What the reference engine and GGUF models need beyond the core install (pyproject's `engine` extra).
+ENGINE_EXTRA = {"numba", "llvmlite", "gguf", "threadpoolctl"}
+
+
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
     try:
         engine = build_engine(EngineOptions.from_args(args))
     except (ValueError, OSError) as e:  # ModelError, TokenizerError, ChatTemplateError are ValueErrors
         raise SystemExit(f"inference: {e}") from None
+    except ModuleNotFoundError as e:
+        if e.name not in ENGINE_EXTRA:
+            raise
+        raise SystemExit(f"inference: the {args.engine} engine needs the 'engine' extra ({e.name} is not installed): "
+                         "pip install 'loopwire[engine]'") from None
     log.info("%s", describe(engine))
     telemetry.set_model(engine.definition.name)  # on this replica's server spans and every metric
     token = service_token_from_args(args, "inference")

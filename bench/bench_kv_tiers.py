@@ -16,14 +16,38 @@ waits for approval holds its context at 70 for ``HOLD_S``; the
 rest at the default 35. Long tools are not held: the harness cannot tell a 2 s tool from a
 2 min one, and holding every session's context starves the active ones at this capacity (TensorRT-LLM ``KvCacheRetentionConfig`` semantics).
 
-Run: .venv/bin/python bench/bench_kv_tiers.py [--traces DIR] [--quick] [--out DIR]
-Writes kv_tiers.md and kv_tiers.png into ``--out`` (default .state/bench/).
+``hints`` modes: instead of pinning, the harness's KV hints (``kv_cache.BlockManager.pause`` /
+``resume``, as ``HoldKv`` with a hint reaches a replica): when a turn ends and its tool (or an
+approval) runs, the session's blocks are demoted (they leave the device first, for the host tier,
+kept there at priority 80); the replica brings them back ahead of the expected end (the pause's
+length as the replay knows it, less the copy's modelled time, doubled, and 0.25 s), and the
+harness's resume hint at the tool's end (``ASSEMBLE_S`` before the next request reaches the
+replica) brings back whatever is still in the host tier. ``hints, resume only`` gives no expected
+pause: only the resume hint brings the blocks back. A hint's copies occupy the host link
+(``CostModelExecutor.prefetch``): a step that starts before they are done waits for them.
+
+``--traces`` also takes the Claude Code request traces (a folder of ``.json.gz``): real sessions
+with their recorded request times. Each 64-token block id becomes 64 token ids (a function of
+the file and the id, so prefix reuse follows the recorded block structure; the engine's blocks
+are 64 tokens too), each request's recorded output length is its output, its pause the recorded
+time to the next request less the recorded API time. Sessions start ``TRACE_STAGGER_S`` apart
+(the time compression: their recorded pauses are kept); a subagent is its own stream, started
+when the parent request before it in the recording ends, sharing the file's blocks. The
+reference for hits is an infinite per-session cache: the longest prefix of a request's blocks
+that any earlier request of its file had.
+
+Run: .venv/bin/python bench/bench_kv_tiers.py [--traces DIR] [--quick] [--sessions N] [--out DIR]
+Writes kv_tiers.md, kv_tiers.png and kv_tiers.json (``{"modes": {MODE: {"hit_after_gap",
+"ttft_after_gap_p50_ms", "ttft_warm_p50_ms", ...}}}``; warm: turns after a gap under
+``LONG_GAP_S``) into ``--out`` (default .state/bench/).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import heapq
+import json
 import math
 import re
 import statistics
@@ -41,12 +65,14 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from bench_engine import Turn, session_turns  # noqa: E402
+from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hashes  # noqa: E402
 from loopwire.common.model_def import dummy_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.conversation import Conversation  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
+from loopwire.inference.kv_cache import prefetch_lead_seconds  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest, RetentionPolicy, TokenRangeRetention  # noqa: E402
 from loopwire.inference.simulated_engine import simulated_core  # noqa: E402
 
@@ -63,6 +89,11 @@ HOLD_S = 300.0
 LONG_GAP_S = 30.0  # "after a gap": turns that waited at least this long
 STAGGER_S = 4.0  # session i starts at i * STAGGER_S
 QUICK_SESSIONS, QUICK_TURNS = 8, 20
+ASSEMBLE_S = 0.005  # a tool's end to its next request at the replica (store the outputs, build, prepare)
+HINT_S = 3600.0  # how long a pause hint counts at most (the tenant's retention ceiling)
+TRACE_BLOCK = 64  # the Claude Code traces' block size
+TRACE_STAGGER_S = 20.0
+TRACE_VOCAB = 100_000
 # Gap model (seconds): lognormal(median, sigma). Long tools: test runs, installs, builds.
 LONG_TOOL = re.compile(r"pytest|python -m|python3? \S+\.py|pip install|tox|make\b|setup\.py|npm |cargo ")
 SHORT_TOOL_GAP, LONG_TOOL_GAP, APPROVAL_GAP = (1.0, 0.7), (20.0, 1.0), (90.0, 1.0)
@@ -75,6 +106,7 @@ class Mode:
     policy: str
     priorities: str  # "": none; "prefix": the instructions only; "holds": also approval holds
     host: bool
+    hints: str = ""  # "": none; "expected": pause hints with the expected pause; "resume": without it
 
 
 MODES = [
@@ -83,6 +115,8 @@ MODES = [
     Mode("priority", "priority", "holds", False),
     Mode("LRU + host tier", "lru", "", True),
     Mode("priority + host tier", "priority", "holds", True),
+    Mode("hints, resume only", "priority", "prefix", True, "resume"),
+    Mode("hints", "priority", "prefix", True, "expected"),
 ]
 
 
@@ -93,6 +127,10 @@ class SessionPlan:
     system_len: int
     gaps: list[float]  # before turn j (gaps[0]: the start offset)
     holds: list[bool]  # turn j is followed by an approval wait (the harness knows it is asking)
+    # Cached tokens an infinite per-session cache would give turn j (traces; None: not computed).
+    ideal: list[int] | None = None
+    after: tuple[int, int] | None = None  # a subagent: starts when this (plan, turn) ends
+    file: str = ""  # the recording it comes from (traces: one file's streams share its blocks)
 
 
 @dataclass
@@ -102,7 +140,11 @@ class Result:
     host_hit: int = 0
     ttft: list[float] = field(default_factory=list)
     ttft_after_gap: list[float] = field(default_factory=list)
+    ttft_warm: list[float] = field(default_factory=list)  # turns after a gap under LONG_GAP_S
     hit_after_gap: list[float] = field(default_factory=list)
+    hit_tokens_after_gap: int = 0
+    ideal_tokens_after_gap: int = 0
+    prefetched: int = 0
     onloaded: int = 0
     transfer_s: float = 0.0
     makespan: float = 0.0
@@ -145,53 +187,163 @@ def retention(p: SessionPlan, j: int, holds: bool) -> RetentionPolicy:
                            decode_duration_s=HOLD_S if p.holds[j] else None)
 
 
-def capacities(plans: list[SessionPlan]) -> tuple[int, int]:
-    """(device KV blocks, host tier bytes) for these sessions."""
-    working_set = sum(len(p.turns[-1].prompt) + len(p.turns[-1].oracle) for p in plans)
+def trace_tokens(salt: int, ids: list[int], n: int) -> list[int]:
+    """The first ``n`` token ids of a traced prompt: each block id becomes ``TRACE_BLOCK`` ids, a
+    function of the file (``salt``) and the id, so equal ids within a file are equal blocks."""
+    base = (np.asarray(ids, dtype=np.int64) * 1_000_003 + salt * 7_919) % TRACE_VOCAB
+    return ((base[:, None] + np.arange(TRACE_BLOCK)[None, :] * 7) % TRACE_VOCAB).reshape(-1)[:n].tolist()
+
+
+def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
+    """The streams of one traced session (the parent, then each subagent), with their recorded
+    pauses and what an infinite cache of the file's earlier requests would hit."""
+    d = json.loads(gzip.decompress(path.read_bytes()))
+    salt = index + 1
+    system_len = int(d.get("tool_tokens", 0)) + int(d.get("system_tokens", 0))
+    seen: set[tuple[int, int]] = set()  # (prefix hash, length) of every prefix requested so far
+
+    def ideal(r: dict) -> int:
+        ids, h, k = r["hash_ids"], ROOT_BLOCK_HASH, 0
+        chain = []
+        for block_id in ids:
+            h = hash((h, block_id))
+            chain.append((h, len(chain)))
+        while k < len(chain) and chain[k] in seen:
+            k += 1
+        seen.update(chain)
+        usable = (int(r["in"]) - 1) // TRACE_BLOCK
+        return min(k, usable) * TRACE_BLOCK
+
+    plans: list[SessionPlan] = []
+
+    def stream(name: str, requests: list[dict], offset: float, after: tuple[int, int] | None) -> None:
+        me = len(plans)
+        plan = SessionPlan(name, [], system_len, [offset], [], ideal=[], after=after, file=path.name)
+        plans.append(plan)
+        asked = [r for r in requests if r.get("type") != "subagent"]
+        pending: list[tuple[dict, int]] = []
+        for r in requests:
+            if r.get("type") == "subagent":
+                pending.append((r, len(plan.turns) - 1))
+                continue
+            for sub, before in pending:  # the parent's next request waits for its subagents
+                stream(f"{name}/sub{len(plans)}", sub.get("requests", []), 0.0 if before >= 0 else offset,
+                       (me, before) if before >= 0 else None)
+            pending = []
+            j = len(plan.turns)
+            prompt = trace_tokens(salt, r["hash_ids"], int(r["in"]))
+            out_n = max(1, min(int(r.get("out", 1)), max_output))
+            oracle = [(salt * 131 + index * 17 + j * 7 + k) % TRACE_VOCAB for k in range(out_n)]
+            plan.turns.append(Turn(prompt, oracle))
+            assert plan.ideal is not None
+            plan.ideal.append(ideal(r))
+            if j + 1 < len(asked):
+                nxt = asked[j + 1]
+                plan.gaps.append(max(0.0, float(nxt["t"]) - float(r["t"]) - float(r.get("api_time", 0.0))))
+            plan.holds.append(False)
+        for sub, before in pending:
+            stream(f"{name}/sub{len(plans)}", sub.get("requests", []), 0.0 if before >= 0 else offset,
+                   (me, before) if before >= 0 else None)
+
+    stream(path.name.split(".")[0], d["requests"], index * TRACE_STAGGER_S, None)
+    return [p for p in plans if p.turns]
+
+
+def capacities(plans: list[SessionPlan], block: int = BLOCK) -> tuple[int, int]:
+    """(device KV blocks, host tier bytes) for these sessions: fractions of the working set, the
+    device at least twice the longest context (a replay of a few long sessions must fit one)."""
+    contexts = [max(len(t.prompt) + len(t.oracle) for t in p.turns) for p in plans]
+    working_set = sum(contexts)
     per_token = CostModel.named(GPU, PARAMS).kv_bytes_per_token
-    return int(working_set * DEVICE_FRACTION) // BLOCK, int(working_set * HOST_FRACTION) * per_token
+    device = max(int(working_set * DEVICE_FRACTION), 2 * max(contexts))
+    return device // block, int(working_set * HOST_FRACTION) * per_token
 
 
-def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object) -> Result:
+def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, block: int = BLOCK) -> Result:
     cost = CostModel.named(GPU, PARAMS)
-    device_blocks, host_bytes = capacities(plans)
-    config = EngineConfig(model=model_preset(PARAMS), block_size=BLOCK, num_kv_blocks=device_blocks,
+    device_blocks, host_bytes = capacities(plans, block)
+    config = EngineConfig(model=model_preset(PARAMS), block_size=block, num_kv_blocks=device_blocks,
                           max_batch_tokens=8192, max_running=256, eviction_policy=mode.policy,
                           host_kv_bytes=host_bytes if mode.host else 0)
     core, executor = simulated_core(config, cost, dummy_definition())
-    clock = core.clock
+    clock, blocks = core.clock, core.blocks
     stop = tuple(dummy_definition().stop_token_ids)
-    arrivals: list[tuple[float, int, int]] = [(p.gaps[0], i, 0) for i, p in enumerate(plans)]
+    arrivals: list[tuple[float, int, int]] = [(p.gaps[0], i, 0) for i, p in enumerate(plans) if p.after is None]
     heapq.heapify(arrivals)
+    followers: dict[tuple[int, int], list[int]] = {}  # subagents waiting for a turn to end
+    for i, p in enumerate(plans):
+        if p.after is not None:
+            followers.setdefault(p.after, []).append(i)
+    resumes: list[tuple[float, int, list[int]]] = []  # the harness's resume hints
     waited: dict[str, float] = {}
     out = Result()
-    while arrivals or core.has_work():
-        if not core.has_work() and arrivals and arrivals[0][0] > clock.now():
-            clock.advance(arrivals[0][0] - clock.now())  # type: ignore[attr-defined]
+
+    def price_prefetch() -> None:
+        n = blocks.take_prefetched()
+        if n:
+            executor.prefetch(n)
+            out.prefetched += n
+
+    def pause(i: int, j: int) -> None:
+        """Turn j of plan i ended and its tool runs: the harness's pause hint, the resume due."""
+        p, turn = plans[i], plans[i].turns[j]
+        hashes = block_hashes(turn.prompt + turn.oracle, block, ROOT_BLOCK_HASH)
+        gap, now = p.gaps[j + 1], clock.now()
+        prefetch_at, until = math.inf, now + HINT_S
+        if mode.hints == "expected":
+            lead = prefetch_lead_seconds(len(hashes), executor.seconds_per_host_block)
+            prefetch_at, until = now + max(0.0, gap - lead), now + min(HINT_S, math.ceil(gap) * 2 + 10)
+        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, prefetch_at)
+        heapq.heappush(resumes, (now + max(0.0, gap - ASSEMBLE_S), i, hashes))
+
+    while arrivals or resumes or core.has_work():
+        if not core.has_work():
+            due = min(arrivals[0][0] if arrivals else math.inf, resumes[0][0] if resumes else math.inf,
+                      blocks.next_pause_event())
+            if due > clock.now():
+                clock.advance(due - clock.now())  # type: ignore[attr-defined]
+            blocks.expire_retentions(clock.now())  # a pause's prefetch or end, while idle
+        while resumes and resumes[0][0] <= clock.now():
+            _, i, hashes = heapq.heappop(resumes)
+            blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, clock.now())
+        price_prefetch()
         while arrivals and arrivals[0][0] <= clock.now():
             _, i, j = heapq.heappop(arrivals)
             p = plans[i]
             turn = p.turns[j]
             rid = f"{i}/{j}"
-            waited[rid] = p.gaps[j] if j else 0.0
+            waited[rid] = p.gaps[j] if j else -1.0
             core.add(GenerationRequest(rid, turn.prompt, len(turn.oracle), stop_token_ids=stop, oracle=turn.oracle,
                                        speculative=False, session_id=p.name,
                                        retention=retention(p, j, mode.priorities == "holds") if mode.priorities
                                        else None))
-        for o in core.step():
+        outputs = core.step()
+        price_prefetch()
+        for o in outputs:
             if o.finished is None:
                 continue
             i, j = map(int, o.request_id.split("/"))
+            p = plans[i]
             u, ttft = o.finished.usage, o.finished.timings.ttft_us / 1e6
             out.ttft.append(ttft)
-            if waited.pop(o.request_id) >= LONG_GAP_S:
+            gap = waited.pop(o.request_id)
+            if gap >= LONG_GAP_S:
                 out.ttft_after_gap.append(ttft)
                 out.hit_after_gap.append(u.cached_input_tokens / max(u.input_tokens, 1))
-            if j + 1 < len(plans[i].turns):
-                heapq.heappush(arrivals, (clock.now() + plans[i].gaps[j + 1], i, j + 1))
+                if p.ideal is not None:
+                    out.hit_tokens_after_gap += u.cached_input_tokens
+                    out.ideal_tokens_after_gap += p.ideal[j]
+            elif gap >= 0:
+                out.ttft_warm.append(ttft)
+            for follower in followers.pop((i, j), []):
+                heapq.heappush(arrivals, (clock.now(), follower, 0))
+            if j + 1 < len(p.turns):
+                heapq.heappush(arrivals, (clock.now() + p.gaps[j + 1], i, j + 1))
+                if mode.hints:
+                    pause(i, j)
             progress.advance(task)  # type: ignore[arg-type]
-    b = core.blocks
-    out.queried, out.hit, out.host_hit, out.onloaded = b.queried_tokens, b.hit_tokens, b.host_hit_tokens, b.onloaded_blocks
+    out.queried, out.hit, out.host_hit, out.onloaded = (blocks.queried_tokens, blocks.hit_tokens,
+                                                        blocks.host_hit_tokens, blocks.onloaded_blocks)
     out.transfer_s = executor.transfer_seconds
     out.makespan = clock.now()
     return out
@@ -207,40 +359,76 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_SESSIONS} sessions, their first {QUICK_TURNS} turns")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gap model")
+    parser.add_argument("--sessions", type=int, default=0, help="replay only the first N sessions (0: all)")
+    parser.add_argument("--modes", default="", help="comma-separated mode labels to run (default: all): "
+                        + "; ".join(m.label for m in MODES))
+    parser.add_argument("--max-output", type=int, default=128,
+                        help="traces: output tokens per request at most (the traces' outputs are never reused)")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
-    paths = provenance.session_files(args.traces)[: QUICK_SESSIONS if args.quick else None]
-    rng = np.random.default_rng(args.seed)
-    plans = [p for i, path in enumerate(paths) if (p := plan(path, i, rng, QUICK_TURNS if args.quick else 0))]
+    modes = [m for m in MODES if not args.modes or m.label in args.modes.split(",")]
+    traced = sorted(args.traces.glob("*.json.gz")) if args.traces.is_dir() else []
+    limit = QUICK_SESSIONS if args.quick else args.sessions or None
+    block = TRACE_BLOCK if traced else BLOCK
+    if traced:
+        paths = traced[:limit]
+        plans = [p for i, path in enumerate(paths) for p in trace_plans(path, i, args.max_output)]
+        used = [(path, sum(len(p.turns) for p in plans if p.file == path.name)) for path in paths]
+    else:
+        paths = provenance.session_files(args.traces)[:limit]
+        rng = np.random.default_rng(args.seed)
+        plans = [p for i, path in enumerate(paths) if (p := plan(path, i, rng, QUICK_TURNS if args.quick else 0))]
+        used = [(path, len(p.turns)) for path, p in zip(paths, plans, strict=False)]
     if not plans:
         raise SystemExit(f"no recorded sessions under {args.traces}")
     n_turns = sum(len(p.turns) for p in plans)
     results: dict[str, Result] = {}
     with Progress(console=console, transient=True) as progress:
-        for mode in MODES:
-            results[mode.label] = run(mode, plans, progress, progress.add_task(mode.label, total=n_turns))
-    device_blocks, host_bytes = capacities(plans)
+        for mode in modes:
+            results[mode.label] = run(mode, plans, progress, progress.add_task(mode.label, total=n_turns), block)
+    device_blocks, host_bytes = capacities(plans, block)
     gaps = [g for p in plans for g in p.gaps[1:]]
     long_gaps = sum(g >= LONG_GAP_S for g in gaps)
 
     table = Table(title=f"Eviction policies, {len(plans)} sessions, {n_turns:,} turns (replay; simulated "
-                        f"{GPU.upper()} Llama {PARAMS.upper()}, {device_blocks * BLOCK:,} tokens of device KV)")
+                        f"{GPU.upper()} Llama {PARAMS.upper()}, {device_blocks * block:,} tokens of device KV)")
     for col in ("policy", "prefix hit rate", "from host", f"hit rate after a gap ≥ {LONG_GAP_S:.0f} s",
-                "TTFT after a gap p50 / p90", "TTFT p50 / p99", "host→device copies", "makespan"):
+                *(("of an infinite per-session cache",) if traced else ()),
+                "TTFT after a gap p50 / p90", "TTFT warm p50", "after a gap ÷ warm (p50)", "TTFT p50 / p99",
+                "host→device copies (by hints)", "makespan"):
         table.add_column(col, justify="left" if col == "policy" else "right")
-    for mode in MODES:
+    summary: dict[str, dict[str, float]] = {}
+    for mode in modes:
         r = results[mode.label]
+        summary[mode.label] = {
+            "hit_after_gap": statistics.fmean(r.hit_after_gap) if r.hit_after_gap else float("nan"),
+            "ttft_after_gap_p50_ms": pct(r.ttft_after_gap, 50) * 1e3,
+            "ttft_warm_p50_ms": pct(r.ttft_warm, 50) * 1e3,
+            "ttft_after_gap_p90_ms": pct(r.ttft_after_gap, 90) * 1e3,
+            "hit_rate": r.hit / max(r.queried, 1),
+            **({"hit_after_gap_of_infinite_cache": r.hit_tokens_after_gap / max(r.ideal_tokens_after_gap, 1)}
+               if traced else {}),
+        }
+        row = summary[mode.label]
         table.add_row(mode.label, f"{r.hit / max(r.queried, 1):.1%}", f"{r.host_hit / max(r.queried, 1):.1%}",
-                      f"{statistics.fmean(r.hit_after_gap):.1%}" if r.hit_after_gap else "-",
-                      f"{pct(r.ttft_after_gap, 50) * 1e3:,.0f} / {pct(r.ttft_after_gap, 90) * 1e3:,.0f} ms",
+                      f"{row['hit_after_gap']:.1%}",
+                      *((f"{row['hit_after_gap_of_infinite_cache']:.1%}",) if traced else ()),
+                      f"{row['ttft_after_gap_p50_ms']:,.0f} / {row['ttft_after_gap_p90_ms']:,.0f} ms",
+                      f"{row['ttft_warm_p50_ms']:,.0f} ms",
+                      f"{row['ttft_after_gap_p50_ms'] / row['ttft_warm_p50_ms']:.2f}x",
                       f"{pct(r.ttft, 50) * 1e3:,.0f} / {pct(r.ttft, 99) * 1e3:,.0f} ms",
-                      f"{r.onloaded:,} blocks ({r.transfer_s:.2f} s)", f"{r.makespan / 60:,.1f} min")
+                      f"{r.onloaded + r.prefetched:,} blocks ({r.prefetched:,}; {r.transfer_s:.2f} s)",
+                      f"{r.makespan / 60:,.1f} min")
     console.print(table)
+    if traced:
+        ideal = sum(i for p in plans if p.ideal for i, g in zip(p.ideal, p.gaps, strict=False) if g >= LONG_GAP_S)
+        after = sum(len(t.prompt) for p in plans for t, g in zip(p.turns, p.gaps, strict=False) if g >= LONG_GAP_S)
+        console.print(f"an infinite per-session cache hits {ideal / max(after, 1):.1%} of the prompt tokens "
+                      f"after a gap ≥ {LONG_GAP_S:.0f} s")
 
-    used = [(path, len(p.turns)) for path, p in zip(paths, plans, strict=False)]
     short = provenance.short_data(used)
     fig, axes = plt.subplots(1, 2, figsize=(14, 5.5))
-    labels = [m.label for m in MODES]
+    labels = [m.label for m in modes]
     ax = axes[0]
     ax.bar(labels, [results[m].hit / max(results[m].queried, 1) * 100 for m in labels], label="all turns")
     ax.bar(labels, [results[m].host_hit / max(results[m].queried, 1) * 100 for m in labels],
@@ -259,29 +447,41 @@ def main() -> int:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.suptitle(f"KV eviction policies, simulated {GPU.upper()} Llama {PARAMS.upper()}, device KV "
-                 f"{device_blocks * BLOCK:,} tokens, host tier {host_bytes / 2**30:.1f} GiB")
+                 f"{device_blocks * block:,} tokens, host tier {host_bytes / 2**30:.1f} GiB")
     fig.tight_layout()
     provenance.stamp(fig, short)
     png = provenance.save_figure(fig, args.out, "kv_tiers")
+    if traced:
+        timing = (f"Claude Code request traces: each 64-token block id as 64 token ids, recorded pauses (next "
+                  f"request's time less this one's end), outputs at most {args.max_output} tokens; sessions start "
+                  f"{TRACE_STAGGER_S:g} s apart; subagents start when the parent request before them ends")
+    else:
+        timing = (f"gap model (seed {args.seed}): tool time lognormal, median {LONG_TOOL_GAP[0]:g} s (σ "
+                  f"{LONG_TOOL_GAP[1]:g}) when the recorded command runs tests/installs/builds, else "
+                  f"{SHORT_TOOL_GAP[0]:g} s (σ {SHORT_TOOL_GAP[1]:g}); before {APPROVAL_FRACTION:.0%} of the turns an "
+                  f"approval wait, median {APPROVAL_GAP[0]:g} s (σ {APPROVAL_GAP[1]:g}); sessions start "
+                  f"{STAGGER_S:g} s apart (the recordings carry no timestamps)")
     header = provenance.provenance(
         provenance.describe_sessions(used, note=f"turns replayed with idle gaps, {long_gaps} of {len(gaps)} gaps "
                                                 f"≥ {LONG_GAP_S:.0f} s"),
         engine=f"simulated engine, dummy:0 cl100k tokenizer; recorded turns forced by the replay oracle, no "
-               f"speculation; device KV {device_blocks:,} blocks of {BLOCK} "
+               f"speculation; device KV {device_blocks:,} blocks of {block} "
                f"({DEVICE_FRACTION:.0%} of the working set); host tier {host_bytes / 2**30:.1f} GiB "
                f"({HOST_FRACTION:.0%})",
         cost_model=provenance.cost_model(GPU, PARAMS) + f"; host link {CostModel.named(GPU, PARAMS).gpu.host_link_gb_per_s:g} GB/s",
-        notes=[f"gap model (seed {args.seed}): tool time lognormal, median {LONG_TOOL_GAP[0]:g} s (σ {LONG_TOOL_GAP[1]:g}) "
-               f"when the recorded command runs tests/installs/builds, else {SHORT_TOOL_GAP[0]:g} s (σ "
-               f"{SHORT_TOOL_GAP[1]:g}); before {APPROVAL_FRACTION:.0%} of the turns an approval wait, median "
-               f"{APPROVAL_GAP[0]:g} s (σ {APPROVAL_GAP[1]:g}); sessions start {STAGGER_S:g} s apart (the recordings "
-               "carry no timestamps)",
+        notes=[timing,
                f"retention: instructions + tool schemas 90; a turn followed by an approval wait holds "
-               f"its context at 70 for {HOLD_S:g} s; otherwise 35"])
+               f"its context at 70 for {HOLD_S:g} s (modes `priority`); otherwise 35",
+               f"hints: a pause hint when each turn ends (demoted, host priority 80, counts twice the pause + 10 s, "
+               f"at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) on "
+               f"(`hints` only) and at the resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; warm: "
+               f"turns after a gap under {LONG_GAP_S:g} s"])
     body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",
             "![kv tiers](kv_tiers.png)"]
     md = provenance.write_markdown(args.out, "kv_tiers", "KV eviction policies and the host tier", header, body)
-    console.print(f"wrote {provenance.rel(png)} and {provenance.rel(md)}")
+    out_json = Path(args.out) / "kv_tiers.json"
+    out_json.write_text(json.dumps({"modes": summary}, indent=2) + "\n")
+    console.print(f"wrote {provenance.rel(png)}, {provenance.rel(md)} and {provenance.rel(out_json)}")
     return 0
 
 

@@ -360,13 +360,13 @@ def main() -> int:
                         help=f"{QUICK_SESSIONS} sessions, their first {QUICK_TURNS} turns")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gap model")
     parser.add_argument("--sessions", type=int, default=0, help="replay only the first N sessions (0: all)")
-    parser.add_argument("--modes", default="", help="comma-separated mode labels to run (default: all): "
+    parser.add_argument("--modes", default="", help="mode labels to run, separated by semicolons (default: all): "
                         + "; ".join(m.label for m in MODES))
     parser.add_argument("--max-output", type=int, default=128,
                         help="traces: output tokens per request at most (the traces' outputs are never reused)")
     provenance.add_out_argument(parser)
     args = parser.parse_args()
-    modes = [m for m in MODES if not args.modes or m.label in args.modes.split(",")]
+    modes = [m for m in MODES if not args.modes or m.label in args.modes.split(";")]
     traced = sorted(args.traces.glob("*.json.gz")) if args.traces.is_dir() else []
     limit = QUICK_SESSIONS if args.quick else args.sessions or None
     block = TRACE_BLOCK if traced else BLOCK

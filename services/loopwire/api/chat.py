@@ -33,6 +33,7 @@ from loopwire.api.create import (
     output_format,
     replay_output,
     request_param,
+    sampling,
     tool_choice,
 )
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
@@ -52,8 +53,10 @@ FINISH = {
 }
 
 
-def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.CreateResponse, bool, bool]:
-    """The request as a full, unstored CreateResponse; (create, stream, include_usage)."""
+def parse_chat(body: dict[str, Any], models: list[str],
+               context_length: int = 0) -> tuple[gateway_pb2.CreateResponse, bool, bool]:
+    """The request as a full, unstored CreateResponse; (create, stream, include_usage).
+    ``context_length``: the served model's window (0: unknown), which the output limit must fit."""
     req = rm.validate(rm.ChatBody, body)
     if models and req.model not in models:
         raise ApiError(404, f"The model '{req.model}' does not exist.", param="model", code="model_not_found")
@@ -71,13 +74,8 @@ def parse_chat(body: dict[str, Any], models: list[str]) -> tuple[gateway_pb2.Cre
             create.text_format.CopyFrom(text_format)
     if req.n not in (None, 1):
         raise unsupported("n", "more than one choice")
-    if req.temperature is not None:
-        create.sampling.temperature = req.temperature
-    if req.top_p is not None:
-        create.sampling.top_p = req.top_p
-    limit = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
-    if limit is not None:
-        create.sampling.max_output_tokens = min(limit, 2**31 - 1)
+    limit_param = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+    sampling(create.sampling, req.temperature, req.top_p, getattr(req, limit_param), limit_param, context_length)
     if req.seed is not None:
         create.sampling.seed = req.seed % 2**64
     if req.stop is not None:

@@ -42,9 +42,10 @@ class ParsedCreate:
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False,
-                 schema: type[rm.Conversation] | None = None) -> ParsedCreate:
+                 schema: type[rm.Conversation] | None = None, context_length: int = 0) -> ParsedCreate:
     """A Responses body (``schema``: which one; a create request's by default) as the gateway's
-    CreateResponse and what the Response object echoes."""
+    CreateResponse and what the Response object echoes; ``context_length``: the served model's
+    window (0: unknown), which ``max_output_tokens`` must fit."""
     if schema is None:
         schema = rm.SocketCreateBody if websocket else rm.CreateBody
     given = rm.validate(schema, body)
@@ -66,7 +67,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     choice, choice_json = tool_choice(req.tool_choice, known)
     if choice is not None:
         create.tool_choice.CopyFrom(choice)
-    _sampling(req, create.sampling)
+    sampling(create.sampling, req.temperature, req.top_p, req.max_output_tokens, "max_output_tokens", context_length)
     effort = None if req.reasoning is None else req.reasoning.effort
     if effort in THINK_BUDGETS:
         create.sampling.reasoning_budget_tokens = THINK_BUDGETS[effort]
@@ -200,13 +201,27 @@ def request_param(error: ApiError, names: dict[str, str]) -> ApiError:
     return error
 
 
-def _sampling(req: rm.CountBody, sampling: common_pb2.SamplingParams) -> None:
-    if req.temperature is not None:
-        sampling.temperature = req.temperature
-    if req.top_p is not None:
-        sampling.top_p = req.top_p
-    if req.max_output_tokens is not None:
-        sampling.max_output_tokens = min(req.max_output_tokens, 2**31 - 1)
+# What an omitted temperature and top_p mean, as the API defines them: sampling, never greedy
+# unless asked (temperature 0). A model that ships generation defaults (GGUF general.sampling.*)
+# would set its own here; the bundled SmolLM2 ships none.
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
+
+
+def sampling(out: common_pb2.SamplingParams, temperature: float | None, top_p: float | None, limit: int | None,
+             limit_param: str, context_length: int) -> None:
+    """The request's sampling as the gateway's: omitted values take the API's defaults (the
+    gateway's 0 would mean greedy), and an output limit that cannot fit the window is a 400
+    naming it (the gateway would cap it silently, as its gRPC clients expect)."""
+    out.temperature = DEFAULT_TEMPERATURE if temperature is None else temperature
+    out.top_p = DEFAULT_TOP_P if top_p is None else top_p
+    if limit is None:
+        return
+    if context_length and limit >= context_length:
+        raise bad_request(f"Invalid '{limit_param}': {limit} output tokens cannot fit the model's context window of "
+                          f"{context_length} tokens (with the prompt's at least one token, at most "
+                          f"{context_length - 1}).", limit_param, "invalid_value")
+    out.max_output_tokens = min(limit, 2**31 - 1)
 
 
 def replay_output(replay: rm.Replay) -> common_pb2.ReplayOutput:

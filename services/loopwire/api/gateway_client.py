@@ -11,6 +11,7 @@ it, so the client's departure can end the stream, and with it the generation.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Protocol
@@ -21,6 +22,9 @@ from loopwire.api.errors import ApiError, from_rpc_error
 from loopwire.common import grpc_server
 from loopwire.common.response_ids import check_gateway_id, gateway_of
 from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
+
+WINDOW_TTL_S = 60.0  # how long the served model's context length is taken as known
+WINDOW_TIMEOUT_S = 5.0
 
 
 class StreamOwner(Protocol):
@@ -76,6 +80,22 @@ class GatewayClient:
     def __init__(self, spec: str) -> None:
         self.gateways = [_Gateway(g, a) for g, a in parse_gateways(spec)]
         self._by_id = {g.gateway_id: g for g in self.gateways if g.gateway_id}
+        self._window = (0, 0.0)  # the served model's context length, and when it was asked
+
+    async def context_length(self, authorization: str) -> int:
+        """The served model's context window in tokens (0: unknown), asked of the gateway at most
+        once a minute: every request's ``max_output_tokens`` is checked against it."""
+        window, asked = self._window
+        if time.monotonic() - asked < WINDOW_TTL_S:
+            return window
+        metadata = (("authorization", authorization),) if authorization else None
+        try:
+            served = await self.stub().GetModel(gateway_pb2.GetModelRequest(), metadata=metadata,
+                                                timeout=WINDOW_TIMEOUT_S)
+        except grpc.aio.AioRpcError:
+            return 0  # the request itself then meets the gateway's answer (a bad key, no gateway)
+        self._window = (served.context_length, time.monotonic())
+        return served.context_length
 
     def holder(self, response_id: str) -> _Gateway | None:
         """The gateway ``response_id`` names, when it is one of these."""

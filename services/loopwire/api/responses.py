@@ -46,7 +46,8 @@ async def create_response(request: Request) -> Response:
             tenant = ctx.authorize(authorization)
             owner = tenant_key(tenant, authorization)
             parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
-                                     functools.partial(parse_create, models=ctx.models))
+                                     functools.partial(parse_create, models=ctx.models,
+                                                       context_length=await ctx.gateway.context_length(authorization)))
             check_previous(ctx.store, owner, parsed)
             ctx.apply_replay(parsed.create)
             if not parsed.generate:

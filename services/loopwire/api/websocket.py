@@ -258,8 +258,10 @@ class Connection:
             await stream.close()
 
     async def _respond(self, lane: Lane, body: dict[str, Any]) -> None:
+        window = await self.ctx.gateway.context_length(self.authorization)
         parsed = await self.ctx.decoding.run(
-            self.owner, functools.partial(parse_create, models=self.ctx.models, websocket=True), body)
+            self.owner, functools.partial(parse_create, models=self.ctx.models, websocket=True, context_length=window),
+            body)
         previous = parsed.create.previous_response_id
         if previous in self.evicted:
             raise previous_not_found(previous)

@@ -128,8 +128,10 @@ def test_hosted_tools_are_not_offered_and_the_response_says_so(api):
 
 @pytest.mark.parametrize(("tools", "choice", "param"), [
     ([{"type": "bogus_tool"}], None, "tools[0].type"),
-    ([{**PATCH, "format": {"type": "grammar", "syntax": "lark", "definition": "start: 'a'"}}], None,
+    ([{**PATCH, "format": {"type": "grammar", "syntax": "ebnf", "definition": "start: 'a'"}}], None,
      "tools[0].format.syntax"),
+    ([{**PATCH, "format": {"type": "grammar", "syntax": "lark", "definition": "start: undefined"}}], None,
+     "tools[0].format.definition"),
     ([{**PATCH, "format": {"type": "regexp"}}], None, "tools[0].format.type"),
     ([{**PATCH, "name": "a.b"}], None, "tools[0].name"),
     ([{**CRM, "name": "c.r"}], None, "tools[0].name"),

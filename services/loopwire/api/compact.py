@@ -28,6 +28,7 @@ import functools
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -73,32 +74,101 @@ async def compact_response(request: Request) -> Response:
             owner = tenant_key(ctx.authorize(authorization), authorization)
             parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
                                      functools.partial(_parse, models=ctx.models))
-            previous = parsed.create.previous_response_id
-            history = chain_items(ctx.store, owner, previous) + parsed.input_json
-            check_previous(ctx.store, owner, parsed)
-            builder = ResponseBuilder(parsed)
-            summary, why = await _summarize(ctx, authorization, parsed.create, builder)
+            compacted = await _compact(ctx, authorization, owner, parsed)
         except ApiError as e:
             log.info("POST /v1/responses/compact -> %d %s", e.status, e.code)
             return error_response(e)
+    output = [*copy.deepcopy(compacted.kept), compacted.item(compacted.summary)]
+    resource: dict[str, Any] = {
+        "id": f"resp_{secrets.token_hex(16)}", "object": OBJECT, "created_at": int(time.time()), "output": output,
+        "usage": compacted.builder.usage, "loopwire_compaction": compacted.method()}
+    if parsed.store:
+        ctx.store.put(owner, resource, parsed.input_json)
+    _log("POST /v1/responses/compact", resource, compacted)
+    return JSONResponse(resource)
+
+
+@dataclass
+class Compacted:
+    """A conversation compacted: the user messages kept as they were, and the text of the
+    ``compaction`` item (the model's summary, or the conversation masked and ``why``)."""
+
+    builder: ResponseBuilder
+    previous: str
+    kept: list[dict[str, Any]]
+    summary: str
+    why: str
+
+    def item(self, text: str) -> dict[str, Any]:
+        return {"type": "compaction", "id": f"cmp_{secrets.token_hex(12)}",
+                "encrypted_content": items.compaction_content(text)}
+
+    def method(self) -> dict[str, str]:
+        return {"method": "masked", "reason": self.why} if self.why else {"method": "summary"}
+
+
+async def _compact(ctx: ApiContext, authorization: str, owner: str, parsed: ParsedCreate) -> Compacted:
+    previous = parsed.create.previous_response_id
+    history = chain_items(ctx.store, owner, previous) + parsed.input_json
+    check_previous(ctx.store, owner, parsed)
+    builder = ResponseBuilder(parsed)
+    summary_call = gateway_pb2.CreateResponse()
+    summary_call.CopyFrom(parsed.create)  # the request's own settings stay what its Response echoes
+    summary, why = await _summarize(ctx, authorization, summary_call, builder)
     if why:  # deterministic: the conversation masked, as the harness masks its log
         summary = masked_history(_conversation(history), why, HISTORY_TOKENS)
     users = [i for i in history if i.get("type", "message") == "message" and i.get("role") == "user"]
-    kept = users[:1] + users[1:][-1:]
-    output = [*copy.deepcopy(kept), {"type": "compaction", "id": f"cmp_{secrets.token_hex(12)}",
-                                     "encrypted_content": items.compaction_content(summary)}]
-    resource: dict[str, Any] = {
-        "id": f"resp_{secrets.token_hex(16)}", "object": OBJECT, "created_at": int(time.time()), "output": output,
-        "usage": builder.usage,
-        "loopwire_compaction": {"method": "masked", "reason": why} if why else {"method": "summary"}}
+    return Compacted(builder, previous, users[:1] + users[1:][-1:], summary, why)
+
+
+def _log(route: str, resource: dict[str, Any], compacted: Compacted) -> None:
+    u = resource["usage"] or {}
+    log.info("%s id=%s previous=%s in=%s cached=%s out=%s kept=%d method=%s%s", route,
+             resource["id"], compacted.previous or "-", u.get("input_tokens"),
+             (u.get("input_tokens_details") or {}).get("cached_tokens"), u.get("output_tokens"),
+             len(compacted.kept), "masked" if compacted.why else "summary",
+             f" ({compacted.why})" if compacted.why else "")
+
+
+async def compaction_turn(ctx: ApiContext, authorization: str, owner: str,
+                          parsed: ParsedCreate) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Compaction v2: a create request whose input ends with a ``compaction_trigger`` item is
+    answered with a Response whose output is exactly one ``compaction`` item, standing for the
+    whole conversation (the kept user messages are written into it), and the streaming events of
+    that Response. Stored, its id continues as a ``previous_response_id`` like a compaction's."""
+    compacted = await _compact(ctx, authorization, owner, parsed)
+    users = "\n\n".join(f"{label}:\n{_text(item)}" for label, item in zip(
+        ("The user's first request", "The user's latest request"), compacted.kept, strict=False))
+    text = f"{users}\n\n{compacted.summary}" if users else compacted.summary
+    item = compacted.item(text)
+    builder = compacted.builder
+    builder.id, builder.output, builder.status = f"resp_{secrets.token_hex(16)}", [], "in_progress"
+    builder.incomplete = builder.error = None
+    builder.seq, builder.completed_at = 0, None
+    started = builder.response()
+    builder.output, builder.status, builder.completed_at = [item], "completed", int(time.time())
+    resource = {**builder.response(), "loopwire_compaction": compacted.method()}
+    events: list[dict[str, Any]] = [{"type": "response.created", "response": started}, {"type": "response.in_progress", "response": started},
+              {"type": "response.output_item.added", "output_index": 0, "item": item},
+              {"type": "response.output_item.done", "output_index": 0, "item": item},
+              {"type": "response.completed", "response": resource}]
+    events = [{**e, "sequence_number": n} for n, e in enumerate(events)]
     if parsed.store:
         ctx.store.put(owner, resource, parsed.input_json)
-    u = resource["usage"]
-    log.info("POST /v1/responses/compact id=%s previous=%s in=%s cached=%s out=%s kept=%d method=%s%s",
-             resource["id"], previous or "-", u.get("input_tokens"),
-             (u.get("input_tokens_details") or {}).get("cached_tokens"), u.get("output_tokens"), len(kept),
-             "masked" if why else "summary", f" ({why})" if why else "")
-    return JSONResponse(resource)
+    _log("compaction_trigger", resource, compacted)
+    return resource, events
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text") or "" for part in content or [] if isinstance(part, dict))
+
+
+def compacted_response(response: dict[str, Any]) -> bool:
+    """Whether a stored response stands for its whole conversation (a compaction, v1 or v2)."""
+    return response.get("object") == OBJECT or "loopwire_compaction" in response
 
 
 async def _summarize(ctx: ApiContext, authorization: str, create: gateway_pb2.CreateResponse,
@@ -159,13 +229,13 @@ def chain_items(store: ResponseStore, owner: str, previous: str) -> list[dict[st
         stored = store.get(owner, previous)
         if stored is None:
             break
-        if stored.response.get("object") == OBJECT:
+        if compacted_response(stored.response):
             out[:0] = stored.response["output"]
             break
         out[:0] = [*stored.input_items, *stored.response.get("output", [])]
         previous = stored.response.get("previous_response_id") or ""
         before = store.get(owner, previous) if previous else None
-        if before is not None and before.response.get("object") == OBJECT:
+        if before is not None and compacted_response(before.response):
             break  # its input began with the compaction's items (``expand_compacted``)
     return out
 
@@ -188,7 +258,7 @@ def expand_compacted(store: ResponseStore, owner: str, parsed: ParsedCreate) -> 
     still names the compaction as its ``previous_response_id``."""
     previous = parsed.create.previous_response_id
     stored = store.get(owner, previous) if previous else None
-    if stored is None or stored.response.get("object") != OBJECT:
+    if stored is None or not compacted_response(stored.response):
         return
     output = stored.response["output"]
     kept = items.response_input(output)

@@ -39,6 +39,8 @@ class ParsedCreate:
     # types that were not offered (tools.py).
     tool_kinds: tools.ToolKinds = field(default_factory=tools.ToolKinds)
     not_offered: list[str] = field(default_factory=list)
+    # Compaction v2: the input ends with a ``compaction_trigger`` item (compact.compaction_turn).
+    compaction_trigger: bool = False
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False,
@@ -60,7 +62,12 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     create = gateway_pb2.CreateResponse(model=req.model, previous_response_id=req.previous_response_id or "",
                                         instructions=req.instructions or "")
     create.input.extend(items.input_items(req.input))
-    offered, tools_json, not_offered = tools.parse(req.tools or [])
+    # Responses Lite: the tools an ``additional_tools`` input item adds join the request's.
+    sent = [(f"tools[{i}]", t) for i, t in enumerate(req.tools or [])]
+    for k, item in enumerate(req.input if isinstance(req.input, list) else []):
+        if isinstance(item, rm.AdditionalTools):
+            sent += [(f"input[{k}].tools[{j}]", t) for j, t in enumerate(item.tools)]
+    offered, tools_json, not_offered = tools.parse(sent)
     create.tools.extend(offered)
     # A delta without tools inherits the conversation's: only the gateway knows them then.
     known = [t.name for t in create.tools] if create.tools or not req.previous_response_id else None
@@ -92,9 +99,18 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         create.replay.CopyFrom(replay_output(req.loopwire_replay))
     text_json = {} if text.verbosity is None else {"verbosity": text.verbosity}
     generate = not isinstance(req, rm.SocketCreateBody) or req.generate is not False
+    triggers = [k for k, item in enumerate(req.input if isinstance(req.input, list) else [])
+                if isinstance(item, rm.CompactionTrigger)]
+    if triggers and triggers != [len(req.input) - 1]:
+        param = f"input[{triggers[0]}]"
+        raise bad_request(f"Invalid value for '{param}': a compaction_trigger item ends the input (once).", param,
+                          "invalid_value")
+    if triggers and background:
+        raise unsupported("background", "background mode with a compaction_trigger item")
     return ParsedCreate(create, req.stream is True, store, generate, metadata, req.parallel_tool_calls is not False,
                         tools_json, choice_json, {**text_json, "format": format_json(fmt)}, echo(req),
-                        items.input_json(body.get("input", [])), background, tools.kinds(tools_json), not_offered)
+                        items.input_json(body.get("input", [])), background, tools.kinds(tools_json), not_offered,
+                        bool(triggers))
 
 
 def format_json(fmt: rm.TextFormatText | rm.TextFormatJsonObject | rm.TextFormatJsonSchema) -> dict[str, Any]:
@@ -118,10 +134,15 @@ def echo(req: rm.CreateBody) -> dict[str, Any]:
         "top_logprobs": logprobs_param(req) or 0,  # what is produced: 0 when no logprobs were asked
         # A reasoning model's think block is returned as a reasoning item (never summarized); the
         # effort becomes a thinking budget (sampling.reasoning_budget_tokens, set by parse_create).
-        "reasoning": {"effort": None if req.reasoning is None else req.reasoning.effort, "summary": None},
+        "reasoning": {"effort": _echoed_effort(req.reasoning), "summary": None},
         "service_tier": "default",  # the only tier there is
         "presence_penalty": 0.0, "frequency_penalty": 0.0,
     }
+
+
+def _echoed_effort(reasoning: rm.Reasoning | None) -> str | None:
+    effort = None if reasoning is None else reasoning.effort
+    return ECHOED_EFFORT.get(effort, effort) if isinstance(effort, str) else None
 
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -142,6 +163,9 @@ REASONING_EFFORTS = rm.REASONING_EFFORTS
 # Tokens of reasoning each effort allows before the think block's closer is forced (the gateway's
 # reasoning_budget_tokens; "none" and "xhigh" set no budget: the model's own end of thinking).
 THINK_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
+# Efforts OpenAI takes that the Open Responses specification's enumeration lacks, echoed as its
+# nearest value (the budget applied is still the asked effort's).
+ECHOED_EFFORT = {"minimal": "low"}
 
 _MODES = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED, "none": common_pb2.TOOL_CHOICE_MODE_NONE,
           "required": common_pb2.TOOL_CHOICE_MODE_REQUIRED}

@@ -213,7 +213,7 @@ class TextGrammar(Strict):
 
 class Grammar(Strict):
     type: Literal["grammar"]
-    syntax: Literal["regex"]
+    syntax: Literal["regex", "lark"]
     definition: str
 
 

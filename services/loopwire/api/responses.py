@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api.body import read_json
-from loopwire.api.compact import check_previous
+from loopwire.api.compact import check_previous, compaction_turn
 from loopwire.api.context import (
     SSE_KEEPALIVE,
     ApiContext,
@@ -48,6 +48,8 @@ async def create_response(request: Request) -> Response:
             parsed = await read_json(request, ctx.max_body_bytes, ctx.decoding, owner,
                                      functools.partial(parse_create, models=ctx.models,
                                                        context_length=await ctx.gateway.context_length(authorization)))
+            if parsed.compaction_trigger:
+                return await _compaction_turn(ctx, authorization, owner, parsed)
             check_previous(ctx.store, owner, parsed)
             ctx.apply_replay(parsed.create)
             if not parsed.generate:
@@ -107,6 +109,16 @@ async def create_response(request: Request) -> Response:
 
     return StreamingResponse(body_events(), media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+async def _compaction_turn(ctx: ApiContext, authorization: str, owner: str, parsed: ParsedCreate) -> Response:
+    """Compaction v2 (compact.compaction_turn): the Response, or its events when streamed."""
+    ctx.apply_replay(parsed.create)
+    resource, events = await compaction_turn(ctx, authorization, owner, parsed)
+    if not parsed.stream:
+        return JSONResponse(resource)
+    return Response(b"".join(sse(e) for e in events), media_type="text/event-stream",
+                    headers={"cache-control": "no-cache"})
 
 
 async def background_response(ctx: ApiContext, authorization: str, tenant: str, owner: str, parsed: ParsedCreate,

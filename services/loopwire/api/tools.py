@@ -4,7 +4,8 @@ The gateway knows one kind of tool, a function with JSON Schema parameters. Here
 
 - ``function``: offered as is; its calls are ``function_call`` items.
 - ``custom`` (free-form input): offered as a function of one string, ``input`` (a ``regex``
-  grammar becomes that string's ``pattern``, so decoding keeps to it); its calls are
+  grammar becomes that string's ``pattern``, so decoding keeps to it; a ``lark`` grammar too,
+  written as the pattern of its language: lark_grammar.py); its calls are
   ``custom_tool_call`` items whose ``input`` is that string, and ``custom_tool_call_output``
   answers them.
 - ``namespace``: its functions and custom tools are offered as ``<namespace>.<name>`` (the dot is
@@ -20,13 +21,15 @@ The gateway knows one kind of tool, a function with JSON Schema parameters. Here
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from loopwire.api import items
+from loopwire.api import items, lark_grammar
 from loopwire.api import request_models as rm
+from loopwire.api.errors import bad_request
 from loopwire.api.items import CUSTOM_INPUT, joined
 from loopwire.api.request_models import SEPARATOR
 from loopwire.v1 import common_pb2
@@ -61,13 +64,19 @@ def kinds(tools_json: Iterable[dict[str, Any]]) -> ToolKinds:
     return ToolKinds(frozenset(custom), frozenset(namespaces))
 
 
-def parse(value: list[Any]) -> tuple[list[common_pb2.Tool], list[dict[str, Any]], list[str]]:
-    """The request's validated ``tools`` (``request_models.Tool``) as the gateway's tools, the
-    Response's echo of them, and the types of those not offered (in order, once each)."""
+def parse(value: list[tuple[str, Any]]) -> tuple[list[common_pb2.Tool], list[dict[str, Any]], list[str]]:
+    """The request's validated tools (``request_models.Tool``), each with its path in the request
+    (a grammar's error names its definition there), as the gateway's tools, the Response's echo
+    of them, and the types of those not offered (in order, once each)."""
     tools: list[common_pb2.Tool] = []
     echo: list[dict[str, Any]] = []
     not_offered: list[str] = []
-    for tool in value:
+    seen: set[str] = set()
+    for path, tool in value:
+        key = tool.model_dump_json()
+        if key in seen:  # sent again (in ``tools`` and an ``additional_tools`` item): offered once
+            continue
+        seen.add(key)
         if isinstance(tool, rm.HostedTool):
             if tool.type not in not_offered:
                 not_offered.append(tool.type)
@@ -75,10 +84,10 @@ def parse(value: list[Any]) -> tuple[list[common_pb2.Tool], list[dict[str, Any]]
             tools.append(items.function_tool(tool))
             echo.append(_function_json(tool))
         elif isinstance(tool, rm.CustomTool):
-            tools.append(_custom(tool))
+            tools.append(_custom(tool, path))
             echo.append(_custom_json(tool))
         elif isinstance(tool, rm.NamespaceTool):
-            ns_tools, ns_echo = _namespace(tool)
+            ns_tools, ns_echo = _namespace(tool, path)
             tools += ns_tools
             echo.append(ns_echo)
     return tools, echo, not_offered
@@ -91,15 +100,28 @@ def _function_json(tool: rm.FunctionTool) -> dict[str, Any]:
             "strict": tool.strict}
 
 
-def _custom(tool: rm.CustomTool, namespace: str = "") -> common_pb2.Tool:
+def _custom(tool: rm.CustomTool, path: str, namespace: str = "") -> common_pb2.Tool:
     text: dict[str, Any] = {"type": "string", "description": "The tool's free-form input."}
     fmt = tool.format
-    if isinstance(fmt, rm.Grammar):
+    if isinstance(fmt, rm.Grammar) and fmt.syntax == "regex":
         text["pattern"] = f"^(?:{fmt.definition})$"
+    elif isinstance(fmt, rm.Grammar):
+        try:
+            text["pattern"] = _lark_pattern(fmt.definition)
+        except lark_grammar.LarkError as e:
+            param = f"{path}.format.definition"
+            raise bad_request(f"Invalid value for '{param}': custom tool {tool.name!r}'s Lark grammar: {e}", param,
+                              "invalid_value") from None
     schema = {"type": "object", "properties": {CUSTOM_INPUT: text}, "required": [CUSTOM_INPUT],
               "additionalProperties": False}
     return common_pb2.Tool(name=joined(namespace, tool.name) if namespace else tool.name,
                            description=tool.description or "", parameters=json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def _lark_pattern(definition: str) -> str:
+    """Clients send the same grammar every turn: each is read and checked once."""
+    return lark_grammar.to_pattern(definition)
 
 
 def _custom_json(tool: rm.CustomTool) -> dict[str, Any]:
@@ -107,13 +129,13 @@ def _custom_json(tool: rm.CustomTool) -> dict[str, Any]:
     return {"type": "custom", "name": tool.name, "description": tool.description, "format": fmt}
 
 
-def _namespace(ns: rm.NamespaceTool) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
+def _namespace(ns: rm.NamespaceTool, path: str) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
     description = ns.description or ""
     tools: list[common_pb2.Tool] = []
     echo: list[dict[str, Any]] = []
-    for member in ns.tools:
+    for j, member in enumerate(ns.tools):
         if isinstance(member, rm.CustomTool):
-            tool = _custom(member, ns.name)
+            tool = _custom(member, f"{path}.tools[{j}]", ns.name)
             echo.append(_custom_json(member))
         else:
             tool = items.function_tool(member, joined(ns.name, member.name))

@@ -40,7 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from loopwire.api import items
 from loopwire.api.body import INLINE_BYTES
-from loopwire.api.compact import check_previous
+from loopwire.api.compact import check_previous, compaction_turn
 from loopwire.api.context import ApiContext, context, request_span
 from loopwire.api.create import GATEWAY_PARAMS, ParsedCreate, parse_create, request_param
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, previous_not_found
@@ -265,6 +265,12 @@ class Connection:
         previous = parsed.create.previous_response_id
         if previous in self.evicted:
             raise previous_not_found(previous)
+        if parsed.compaction_trigger:  # compaction v2: one compaction item (compact.compaction_turn)
+            self.ctx.apply_replay(parsed.create)
+            _, events = await compaction_turn(self.ctx, self.authorization, self.owner, parsed)
+            for compaction_event in events:
+                await self.send(lane.tag(compaction_event))
+            return
         check_previous(self.ctx.store, self.owner, parsed)
         parsed = self._merge_held(parsed)
         if not parsed.generate:

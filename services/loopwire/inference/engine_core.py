@@ -1,14 +1,16 @@
 """The synchronous heart shared by the reference and simulated engines: a step loop over
-the scheduler, the KV block manager, a drafter and an executor (the forward pass).
+the scheduler, the KV cache manager, a drafter and an executor (the forward pass).
 
-``step()`` plans a batch, runs it, turns logits (or the replay oracle) into tokens, and
-returns what each request gained. Nothing here blocks or sleeps, so tests can drive it
-step by step and the async runner (``engine.py``) can run it in a worker thread.
+``step()`` is three calls: ``schedule`` plans a batch (the scheduler takes blocks from the KV
+cache manager in tokens), ``execute`` runs its forward pass, and ``update_from_output`` turns
+logits (or the replay oracle) into tokens, keeps the draft branch the target followed, commits
+computed blocks to the prefix cache, and returns what each request gained. Nothing here blocks
+or sleeps, so tests can drive it step by step and the async runner (``engine.py``) can run it in
+a worker thread.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import weakref
 from collections.abc import Sequence as Seq
@@ -25,6 +27,7 @@ from loopwire.inference.draft_length import DraftLengthPolicy, StepPricer
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
 from loopwire.inference.kv_cache import BlockManager, KvStore
 from loopwire.inference.kv_host_tier import HostTier
+from loopwire.inference.kv_manager import KvCacheManager
 from loopwire.inference.logprobs import TokenLogprobs, certain, token_logprobs
 from loopwire.inference.rate_window import RateWindow
 from loopwire.inference.sampling import NoAllowedToken, verify, verify_branches, verify_masked, verify_oracle
@@ -90,7 +93,8 @@ class EngineCore:
         host = HostTier(config.host_kv_bytes, host_block_bytes(config, store)) if config.host_kv_bytes else None
         self.blocks = BlockManager(config.num_kv_blocks, config.block_size, config.prefix_cache,
                                    config.eviction_policy, host, store)
-        self.scheduler = Scheduler(config, self.blocks, config.prefill_policy, config.prefill_chunk_tokens)
+        self.kv = KvCacheManager(self.blocks)
+        self.scheduler = Scheduler(config, self.kv, config.prefill_policy, config.prefill_chunk_tokens)
         # Draft length by the roofline where the executor prices its steps (the simulated engine),
         # else by the executor's own measured steps (the reference engine).
         if config.draft_length not in ("fixed", "cost"):
@@ -137,8 +141,14 @@ class EngineCore:
     # -- the step ---------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        batch = self.schedule()
+        results = self.execute(batch)
+        return self.update_from_output(batch, results)
+
+    def schedule(self) -> list[ScheduledSeq]:
+        """Plan the next batch: holds and hints that ran out end, the draft cap follows the
+        batch, and the host tier's copies the plan made are priced."""
         self.blocks.expire_retentions(self.clock.now())
-        outputs, self._done = self._done, []
         if self.draft_policy is not None:
             self.scheduler.draft_cap = self.draft_policy.cap(
                 [len(s.tokens) for s in self.scheduler.running if s.is_decoding and s.draft is not None])
@@ -148,12 +158,17 @@ class EngineCore:
             transfer = getattr(self.executor, "transfer", None)  # the simulated engine prices the copies
             if transfer is not None:
                 transfer(onloaded, offloaded)
-        if not batch:
-            return outputs
         now = self.clock.now()
         for item in batch:
             if item.seq.first_scheduled is None:
                 item.seq.first_scheduled = now
+        return batch
+
+    def execute(self, batch: list[ScheduledSeq]) -> list[np.ndarray | None]:
+        """The batch's forward pass (nothing for an empty batch), its CPU time observed for the
+        draft-length policy."""
+        if not batch:
+            return []
         started = time.thread_time()  # the step runs in this thread; CPU time ignores other load
         results = self.executor.execute(batch)
         if self.step_cost is not None:
@@ -161,64 +176,84 @@ class EngineCore:
                                    sum(len(i.token_ids) if i.seq.is_decoding else 1 for i in batch if i.sample),
                                    time.thread_time() - started)
         self.steps += 1
+        return results
+
+    def update_from_output(self, batch: list[ScheduledSeq], results: list[np.ndarray | None]) -> list[RequestOutput]:
+        """Each sequence's gain from the step, then the requests that finished (those cancelled
+        since the last step first)."""
+        outputs, self._done = self._done, []
+        if not batch:
+            return outputs
         now = self.clock.now()
+        prefill_tokens = sum(len(i.token_ids) for i in batch if i.fork is None and not i.seq.is_decoding)
+        self._rates.add(now, prefill_tokens, sum(len(i.token_ids) for i in batch) - prefill_tokens)
         masks = self._first_masks(batch, results)
-        prefill_tokens = decode_tokens = 0
-        fork_logits = {id(item): logits for item, logits in zip(batch, results, strict=True)
-                       if item.fork_blocks is not None}
+        fork_logits = {id(item): logits for item, logits in zip(batch, results, strict=True) if item.fork is not None}
         for item, logits in zip(batch, results, strict=True):
-            seq = item.seq
-            if item.fork_blocks is not None:  # verified with its sequence's own item
-                decode_tokens += len(item.token_ids)
+            if item.fork is not None:  # verified with its sequence's own item
                 continue
-            if seq.is_decoding:
-                decode_tokens += len(item.token_ids)
-            else:
-                prefill_tokens += len(item.token_ids)
-            seq.num_computed = item.start + len(item.token_ids)
+            item.seq.num_computed = item.start + len(item.token_ids)
             if not item.sample:
-                self._commit(seq)
-                outputs.append(RequestOutput(seq.request_id, [], prefilled=seq.num_computed))
-                continue
-            if seq.prefill_done is None:
-                seq.prefill_done = now
-            if seq.req.prefill_only:
-                self._commit(seq)
-                self._finish(seq, FinishReason.PREFILLED, retain=True)
-                continue
-            try:
-                new, chosen = self._pick(item, logits, masks.get(seq.request_id), fork_logits)
-            except NoAllowedToken as e:
-                self._adopt(item, item)
-                self._commit(seq)
-                self._finish(seq, FinishReason.CONSTRAINT_FAILED, retain=False, error=str(e))
-                continue
-            if chosen is not item:
-                logits = fork_logits[id(chosen)]
-            self._adopt(item, chosen)
-            accepted = len(new) - 1
-            if self.draft_policy is not None and item.draft_limit:
-                self.draft_policy.stats.observe(item.draft_limit, len(item.draft.token_ids),
-                                                accepted if chosen is item else 0)
-            proposed = len(item.draft.token_ids) + sum(len(f.draft.token_ids) for f in item.forks)
-            if proposed:
-                seq.usage.draft_tokens_proposed += proposed
-                seq.usage.draft_tokens_accepted += accepted
-            seq.usage.verification_steps += 1
-            if proposed:  # K/V of rejected drafts are garbage: not computed
-                seq.num_computed = item.start + 1 + accepted
-            emitted, reason = self._append(seq, new)
-            if emitted and seq.first_token is None:
-                seq.first_token = now
-            self._commit(seq)
-            self._trim(seq)
-            outputs.append(RequestOutput(seq.request_id, emitted, logprobs=_logprobs(seq, emitted, logits)))
-            if reason is not None:
-                self._finish(seq, reason, retain=True)
-        self._rates.add(now, prefill_tokens, decode_tokens)
+                self.kv.commit(item.seq, self.clock.now())
+                outputs.append(RequestOutput(item.seq.request_id, [], prefilled=item.seq.num_computed))
+            elif item.seq.req.prefill_only:
+                self._mark_prefilled(item.seq, now)
+                self.kv.commit(item.seq, self.clock.now())
+                self._finish(item.seq, FinishReason.PREFILLED, retain=True)
+            else:
+                self._mark_prefilled(item.seq, now)
+                if (out := self._sample(item, logits, masks.get(item.seq.request_id), fork_logits, now)) is not None:
+                    outputs.append(out)
         outputs.extend(self._done)
         self._done = []
         return outputs
+
+    @staticmethod
+    def _mark_prefilled(seq: Sequence, now: float) -> None:
+        if seq.prefill_done is None:
+            seq.prefill_done = now
+
+    def _sample(self, item: ScheduledSeq, logits: np.ndarray | None, mask: np.ndarray | None,
+                fork_logits: dict[int, np.ndarray | None], now: float) -> RequestOutput | None:
+        """Verify the item's draft (and its forks'), append what the target accepted, keep the
+        chosen branch's blocks; the tokens it emitted, None when its grammar allowed none."""
+        seq = item.seq
+        try:
+            new, chosen = self._pick(item, logits, mask, fork_logits)
+        except NoAllowedToken as e:
+            self.kv.keep_branch(seq, [f.fork for f in item.forks if f.fork is not None], None)
+            self.kv.commit(seq, self.clock.now())
+            self._finish(seq, FinishReason.CONSTRAINT_FAILED, retain=False, error=str(e))
+            return None
+        if chosen is not item:
+            logits = fork_logits[id(chosen)]
+        self.kv.keep_branch(seq, [f.fork for f in item.forks if f.fork is not None], chosen.fork)
+        accepted = len(new) - 1
+        if self._note_drafts(item, chosen, accepted):  # K/V of rejected drafts are garbage: not computed
+            seq.num_computed = item.start + 1 + accepted
+        emitted, reason = self._append(seq, new)
+        if emitted and seq.first_token is None:
+            seq.first_token = now
+        self.kv.commit(seq, self.clock.now())
+        self.kv.trim(seq)
+        output = RequestOutput(seq.request_id, emitted, logprobs=_logprobs(seq, emitted, logits))
+        if reason is not None:
+            self._finish(seq, reason, retain=True)
+        return output
+
+    def _note_drafts(self, item: ScheduledSeq, chosen: ScheduledSeq, accepted: int) -> int:
+        """Count a verification step in the request's usage and the draft policy's statistics;
+        the draft tokens it proposed over all branches."""
+        seq = item.seq
+        if self.draft_policy is not None and item.draft_limit:
+            self.draft_policy.stats.observe(item.draft_limit, len(item.draft.token_ids),
+                                            accepted if chosen is item else 0)
+        proposed = len(item.draft.token_ids) + sum(len(f.draft.token_ids) for f in item.forks)
+        if proposed:
+            seq.usage.draft_tokens_proposed += proposed
+            seq.usage.draft_tokens_accepted += accepted
+        seq.usage.verification_steps += 1
+        return proposed
 
     def _first_masks(self, batch: list[ScheduledSeq], results: list[np.ndarray | None]) -> dict[str, np.ndarray]:
         """The grammar masks of this step's first sampled position, for every constrained
@@ -256,21 +291,6 @@ class EngineCore:
         new, j = verify_branches(rows, [b.draft.token_ids for b in branches], seq.req.sampling, seq.rng)
         return new, branches[j]
 
-    def _adopt(self, item: ScheduledSeq, chosen: ScheduledSeq) -> None:
-        """Keep the chosen branch's blocks: a fork's replace the sequence's from its partial block
-        on; the other branches' blocks go back to the pool."""
-        if not item.forks:
-            return
-        seq = item.seq
-        shared = item.start // self.blocks.block_size
-        for fork in item.forks:
-            assert fork.fork_blocks is not None
-            if fork is chosen:
-                self.blocks.release(seq.block_ids[shared:])
-                seq.block_ids = fork.fork_blocks
-            else:
-                self.blocks.release(fork.fork_blocks[shared:])
-
     def _append(self, seq: Sequence, new: Seq[int]) -> tuple[list[int], FinishReason | None]:
         emitted: list[int] = []
         reason = None
@@ -290,44 +310,18 @@ class EngineCore:
             seq.draft.extend(emitted)
         return emitted, reason
 
-    def _commit(self, seq: Sequence) -> None:
-        """Enter the sequence's full, computed blocks into the prefix cache."""
-        bs = self.blocks.block_size
-        while (len(seq.block_hashes) + 1) * bs <= seq.num_computed:
-            i = len(seq.block_hashes)
-            parent = seq.block_hashes[-1] if seq.block_hashes else seq.cache_root
-            seq.block_hashes.append(self.blocks.commit(seq.block_ids[i], parent, seq.tokens[i * bs : (i + 1) * bs]))
-        policy = seq.req.retention
-        if policy is None:
-            return
-        now = self.clock.now()
-        for i in range(seq.num_prioritized, len(seq.block_hashes)):  # hits from the cache included
-            got = policy.block_priority(i * bs, (i + 1) * bs, seq.prompt_len)
-            if got is not None:
-                priority, duration = got
-                self.blocks.set_priority(seq.block_ids[i], priority, math.inf if duration is None else now + duration)
-        seq.num_prioritized = len(seq.block_hashes)
-    def _trim(self, seq: Sequence) -> None:
-        """Give back blocks reserved for drafts that were rejected."""
-        keep = -(-len(seq.tokens) // self.blocks.block_size)
-        if len(seq.block_ids) > keep:
-            self.blocks.release(seq.block_ids[keep:])
-            del seq.block_ids[keep:]
-
     def _finish(self, seq: Sequence, reason: FinishReason, *, retain: bool, error: str = "") -> None:
         now = self.clock.now()
         if seq in self.scheduler.running:
             self.scheduler.running.remove(seq)
-        if retain and seq.req.retention_seconds > 0 and seq.block_ids:
-            key = seq.req.session_id or seq.request_id
-            self.blocks.retain(key, seq.block_ids, now + seq.req.retention_seconds)
-        hashes = seq.block_hashes
+        if retain and seq.req.retention_seconds > 0:
+            self.kv.retain(seq, seq.req.session_id or seq.request_id, now + seq.req.retention_seconds)
+        hashes = seq.kv.block_hashes
         if seq.req.park_key and reason is not FinishReason.CANCELLED:
-            self.blocks.park(seq.req.park_key, seq.block_ids, hashes)  # the stream's next turn takes them
-            seq.block_ids = []
+            self.kv.park(seq, seq.req.park_key)  # the stream's next turn takes them
         if seq.draft is not None:
             seq.draft.finish()
-        self.scheduler.free(seq)
+        self.kv.free(seq)
         seq.status = SeqStatus.FINISHED
         del self.seqs[seq.request_id]
         first = seq.first_scheduled if seq.first_scheduled is not None else now

@@ -20,7 +20,8 @@ copy of its partial one, so the forward pass runs it as any other sequence; the 
 branch the target follows. Forks never preempt: without blocks to allocate the alternatives are
 dropped. Like a chain's draft rows, a fork may take the least recently used cached blocks; it gives
 them back as free blocks after the step, so the next step's forks reuse them.
-When blocks run out, retention holds are given up first, then the
+Blocks are asked for in tokens (``kv_manager.KvCacheManager``); the scheduler never sees a block
+id. When blocks run out, retention holds are given up first (by the KV manager), then the
 lowest-priority, latest running sequence not yet planned is preempted: its blocks are freed
 and it is recomputed later (its own blocks usually still sit in the prefix cache).
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import Draft
-from loopwire.inference.kv_cache import BlockManager
+from loopwire.inference.kv_manager import ForkSlots, KvCacheManager
 from loopwire.inference.sequence import SeqStatus, Sequence
 
 
@@ -43,15 +44,17 @@ class ScheduledSeq:
     draft: Draft
     sample: bool  # the chunk reaches the end of the sequence: pick the next token(s)
     draft_limit: int = 0  # the most draft tokens this step allowed (what acceptance is measured against)
-    # A fork (an alternative draft branch): its block table, and the block whose K/V it copies
-    # into its first block before the step (the sequence's partial block), or None.
-    fork_blocks: list[int] | None = None
-    fork_copy: tuple[int, int] | None = None
+    fork: ForkSlots | None = None  # an alternative draft branch's blocks (this item is a fork)
     forks: list[ScheduledSeq] = field(default_factory=list)  # a decode's forks, planned after it
 
     @property
     def block_table(self) -> list[int]:
-        return self.seq.block_ids if self.fork_blocks is None else self.fork_blocks
+        return self.seq.kv.block_ids if self.fork is None else self.fork.block_ids
+
+    @property
+    def fork_copy(self) -> tuple[int, int] | None:
+        """The block whose K/V a fork copies into its first block before the step, and that block."""
+        return None if self.fork is None else self.fork.copy
 
 
 # Prompt tokens one sequence prefills per step under the fair policy: about where a step of a
@@ -64,14 +67,14 @@ POLICIES = ("fair", "fcfs")
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, blocks: BlockManager, policy: str = "fair",
+    def __init__(self, config: EngineConfig, kv: KvCacheManager, policy: str = "fair",
                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> None:
         if policy not in POLICIES:
             raise ValueError(f"unknown prefill policy {policy!r}; choose {' or '.join(POLICIES)}")
         if prefill_chunk <= 0:
             raise ValueError("prefill_chunk must be positive")
         self.config = config
-        self.blocks = blocks
+        self.kv = kv
         self.policy = policy
         self.prefill_chunk = prefill_chunk
         self.waiting: list[Sequence] = []
@@ -93,11 +96,7 @@ class Scheduler:
         self.free(seq)
 
     def free(self, seq: Sequence) -> None:
-        self.blocks.release(seq.block_ids)
-        seq.block_ids = []
-        seq.block_hashes = []
-        seq.num_prioritized = 0
-        seq.num_computed = 0
+        self.kv.free(seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -116,7 +115,7 @@ class Scheduler:
         admitting = True
         # The next block each prefilling prompt computes. A waiting prompt that shares it waits a
         # step and then hits it in the prefix cache, instead of computing it side by side (forks).
-        computing = {b for seq in self.running if (b := self._next_block(seq)) is not None}
+        computing = {b for seq in self.running if (b := self.kv.next_block(seq)) is not None}
         for seq in sorted([*self.running, *self.waiting], key=_fair_key):
             if budget <= 0:
                 break
@@ -137,13 +136,13 @@ class Scheduler:
                 if self.num_preemptions > before or len(self.running) >= self.config.max_running:
                     admitting = False
                     continue
-                if self._shares_computing(seq, computing):
+                if self.kv.shares_computing(seq, computing):
                     continue
                 plan = self._admit_one(seq, min(budget, self.prefill_chunk))
                 if plan is None:
                     admitting = False
                     continue
-                if (b := self._next_block(seq)) is not None:
+                if (b := self.kv.next_block(seq)) is not None:
                     computing.add(b)
                 out.append(plan)
                 budget -= len(plan.token_ids)
@@ -183,9 +182,7 @@ class Scheduler:
         """Blocks for ``seq``'s inputs: holds are given up first, then the least important of the
         sequences not planned yet is preempted (``seq`` itself when it is the least important).
         False when ``seq`` was preempted."""
-        while not self._reserve(seq, num_inputs):
-            if self.blocks.drop_oldest_retention():
-                continue
+        while self.kv.allocate_slots(seq, num_inputs) is None:
             victim = max([*unplanned, seq], key=Sequence.sort_key)
             if victim is not seq:
                 unplanned.remove(victim)
@@ -194,38 +191,15 @@ class Scheduler:
                 return False
         return True
 
-    def _next_block(self, seq: Sequence) -> tuple[int, int] | None:
-        """(index, hash) of the full prompt block a prefilling sequence computes next."""
-        bs = self.blocks.block_size
-        i = len(seq.block_hashes)
-        if not self.blocks.prefix_cache or seq.is_decoding or (i + 1) * bs > len(seq.tokens) - 1:
-            return None
-        return i, seq.prefix_hashes(bs)[i]
-
-    def _shares_computing(self, seq: Sequence, computing: set[tuple[int, int]]) -> bool:
-        if not computing:
-            return False
-        chain = seq.prefix_hashes(self.blocks.block_size)
-        return any(i < len(chain) and chain[i] == h for i, h in computing)
-
     def _admit_one(self, seq: Sequence, limit: int) -> ScheduledSeq | None:
         """Start a waiting sequence with up to ``limit`` inputs; None (holding nothing) when
         its blocks do not fit."""
-        if not seq.block_ids:
-            seq.block_ids, seq.block_hashes = self.blocks.match(
-                seq.prefix_hashes(self.blocks.block_size), seq.tokens, seq.req.park_key)
-            seq.num_computed = len(seq.block_ids) * self.blocks.block_size
-            if not seq.cached_recorded:
-                seq.usage.cached_input_tokens = min(seq.num_computed, seq.prompt_len)
-                seq.cached_recorded = True
-        inputs = seq.tokens[seq.num_computed : seq.num_computed + limit]
-        if not self._reserve(seq, len(inputs)):
-            while self.blocks.drop_oldest_retention():
-                if self._reserve(seq, len(inputs)):
-                    break
-            else:
-                self.free(seq)  # keep nothing while waiting: others may need the blocks
-                return None
+        computed = self.kv.computed_blocks(seq)
+        seq.record_cached(computed)
+        inputs = seq.tokens[computed : computed + limit]
+        if self.kv.allocate_slots(seq, len(inputs)) is None:
+            self.free(seq)  # keep nothing while waiting: others may need the blocks
+            return None
         self.waiting.remove(seq)
         seq.status = SeqStatus.RUNNING
         self.running.append(seq)
@@ -276,36 +250,20 @@ class Scheduler:
         """Plan a fork per alternative of ``plan``'s draft while blocks and ``budget`` last;
         the tokens they take."""
         seq, used = plan.seq, 0
-        bs = self.blocks.block_size
         start = plan.start  # the position of the sequence's last token, computed in this step
-        shared, offset = divmod(start, bs)
         for alt in plan.draft.alternatives:
             if used + 1 + len(alt) > budget:
                 break
-            got = self.blocks.allocate((start + len(alt)) // bs - shared + 1)
-            if got is None:
+            slots = self.kv.allocate_fork(seq, start, len(alt))
+            if slots is None:
                 break
-            copy = (seq.block_ids[shared], got[0]) if offset else None
-            fork = ScheduledSeq(seq, start, [seq.tokens[-1], *alt], Draft(alt), True,
-                                fork_blocks=seq.block_ids[:shared] + got, fork_copy=copy)
+            fork = ScheduledSeq(seq, start, [seq.tokens[-1], *alt], Draft(alt), True, fork=slots)
             plan.forks.append(fork)
             out.append(fork)
             used += 1 + len(alt)
         if len(plan.forks) < len(plan.draft.alternatives):
             plan.draft = Draft(plan.draft.token_ids, alternatives=[f.draft.token_ids for f in plan.forks])
         return used
-
-    def _reserve(self, seq: Sequence, num_inputs: int) -> bool:
-        """Make sure ``seq`` has blocks for its next ``num_inputs`` positions."""
-        total = seq.num_computed + num_inputs
-        need = -(-total // self.blocks.block_size) - len(seq.block_ids)
-        if need <= 0:
-            return True
-        got = self.blocks.allocate(need)
-        if got is None:
-            return False
-        seq.block_ids += got
-        return True
 
     def preempt(self, seq: Sequence) -> None:
         """Recompute later: free the blocks now, keep the tokens."""

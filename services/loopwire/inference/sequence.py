@@ -104,6 +104,16 @@ class GenerationRequest:
 
 
 @dataclass
+class KvAllocation:
+    """The KV blocks a sequence holds, owned by ``kv_manager.KvCacheManager``: its block table in
+    position order and the prefix-cache hashes of the first, committed ones."""
+
+    block_ids: list[int] = field(default_factory=list)
+    block_hashes: list[int] = field(default_factory=list)  # of block_ids[:len(block_hashes)]
+    num_prioritized: int = 0  # blocks whose retention priority is set
+
+
+@dataclass
 class Usage:
     input_tokens: int = 0
     cached_input_tokens: int = 0
@@ -167,9 +177,7 @@ class Sequence:
         self.max_tokens = max_tokens
         self.stop_ids = frozenset(req.stop_token_ids)
         self.num_computed = 0  # tokens whose K/V are in this sequence's blocks
-        self.block_ids: list[int] = []
-        self.block_hashes: list[int] = []  # hashes of block_ids[:len(block_hashes)], committed
-        self.num_prioritized = 0  # blocks whose retention priority is set
+        self.kv = KvAllocation()
         self.status = SeqStatus.WAITING
         self.order = next(_arrivals)
         self.draft = draft
@@ -204,6 +212,13 @@ class Sequence:
             parent = hashes[-1] if hashes else self.cache_root
             hashes += block_hashes(self.tokens[len(hashes) * block_size : usable * block_size], block_size, parent)
         return hashes
+
+    def record_cached(self, num_tokens: int) -> None:
+        """Prompt tokens the prefix cache served at the first admission (a recompute after a
+        preemption is the engine's doing, not the request's)."""
+        if not self.cached_recorded:
+            self.usage.cached_input_tokens = min(num_tokens, self.prompt_len)
+            self.cached_recorded = True
 
     def sort_key(self) -> tuple[int, int]:
         """Higher priority first, then first come first served."""

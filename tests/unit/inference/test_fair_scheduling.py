@@ -13,6 +13,7 @@ from loopwire.inference.config import EngineConfig
 from loopwire.inference.cost_model import CostModel
 from loopwire.inference.engine_core import EngineCore
 from loopwire.inference.kv_cache import BlockManager
+from loopwire.inference.kv_manager import KvCacheManager
 from loopwire.inference.scheduler import Scheduler
 from loopwire.inference.sequence import GenerationRequest
 
@@ -160,7 +161,7 @@ def test_canary_ttft_beside_a_20k_prefill_on_the_simulated_gpu(policy, within) -
 
 
 def test_unknown_policy_is_refused() -> None:
-    blocks = BlockManager(8, 16)
+    blocks = KvCacheManager(BlockManager(8, 16))
     with pytest.raises(ValueError, match="unknown prefill policy"):
         Scheduler(EngineConfig(), blocks, policy="lifo")
     with pytest.raises(ValueError, match="prefill_chunk"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import importlib.util
 import os
 import tempfile
@@ -31,6 +32,7 @@ from rich.table import Table
 from loopwire.client import RunResult, run_task
 from loopwire.common.recorded import RecordedSession, load_sessions
 from loopwire.console import EventPrinter, wide_console
+from loopwire.harness.replay import not_runnable
 from loopwire.v1 import harness_pb2
 
 MODES = {
@@ -277,6 +279,10 @@ def main(args: argparse.Namespace) -> int:
         console.print("[red]no sessions to replay[/]")
         return 1
     modes = args.mode
+    if swe := swe_agent_calls(sessions):
+        console.print(f"{sum(swe.values())} recorded calls are SWE-agent's own tools, not shell commands "
+                      f"({', '.join(f'{tool} {n}' for tool, n in swe.most_common())}): the harness has none of them, "
+                      "so they replay their recorded outputs and are never run")
     console.print(
         f"replaying {len(sessions)} recorded session(s), {sum(len(s.turns) for s in sessions)} turns, "
         f"modes: {', '.join(modes)}; {args.engine} engine serving {args.model} (the engine does the real work of "
@@ -301,6 +307,11 @@ def main(args: argparse.Namespace) -> int:
     for line in early:
         console.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
     return 1 if failed or early else 0
+
+
+def swe_agent_calls(sessions: list[RecordedSession]) -> collections.Counter[str]:
+    """How many of the sessions' calls are each of SWE-agent's own tools (``harness.replay.not_runnable``)."""
+    return collections.Counter(tool for s in sessions for t in s.turns for c in t.calls if (tool := not_runnable(c)))
 
 
 async def _replay_mode(args: argparse.Namespace, sessions: list[RecordedSession], mode: str,

@@ -1,6 +1,7 @@
 """Interactive commands on a pseudo-terminal: `exec_command` starts one and returns what it
-printed within a yield window; while it still runs it gets a session id, and `write_stdin`
-types into it (control keys too: "\\u0003" is Ctrl-C) and returns what it printed since.
+printed once it exited or its output settled (nothing new for ``QUIET_S``), the yield window
+being the longest wait; while it still runs it gets a session id, and `write_stdin` types into
+it (control keys too: "\\u0003" is Ctrl-C) and returns what it printed since, the same way.
 
 The pty is made inside the sandbox, by util-linux `script` running as the sandboxed command:
 the relay between the harness's pipes and the pty master, the pty itself (from the sandbox's own
@@ -25,6 +26,7 @@ import codecs
 import itertools
 import re
 import shlex
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,9 @@ from loopwire.harness.sandbox import Sandbox, SandboxedProcess
 from loopwire.harness.workspace_files import ToolInputError, check_workspace_path
 
 MIN_YIELD_MS, MAX_YIELD_MS, DEFAULT_YIELD_MS = 250, 30_000, 1000
+# A call returns once the program's output has settled: something printed, then nothing new for this long (a
+# REPL's answer, a prompt); the yield window only bounds the wait for a program that stays silent or keeps printing.
+QUIET_S = 0.15
 DEFAULT_PER_TENANT = 8
 # A terminal of a fixed size: `script` copies none from a pipe, and 0x0 confuses programs.
 _PTY = "stty rows 40 cols 120 2>/dev/null; exec bash -c {}"
@@ -56,6 +61,32 @@ class _Output(HeadTailBuffer):
     def __init__(self, limit: int) -> None:
         super().__init__(limit)
         self._decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        self.fed_at = 0.0  # the loop's time of the last output
+        self._fed: asyncio.Future[bool] | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        super().feed(chunk)
+        self.fed_at = time.monotonic()  # the clock of asyncio's loop
+        if self._fed is not None and not self._fed.done():
+            self._fed.set_result(True)
+
+    async def settled(self, ended: asyncio.Future[bool], window: float) -> bool:
+        """Wait until the program ended (True), or its output settled (something to read, then nothing new
+        for QUIET_S) or ``window`` seconds passed (False)."""
+        loop = asyncio.get_running_loop()
+        since = loop.time()
+        deadline = since + window
+        while not ended.done() and (now := loop.time()) < deadline:
+            if self.total:  # new output only moves fed_at: wait out the quiet period from the latest
+                quiet = QUIET_S - (now - max(self.fed_at, since))
+                if quiet <= 0:
+                    break
+                await asyncio.wait([ended], timeout=min(quiet, deadline - now))
+            else:  # nothing yet: wait for the first output
+                self._fed = loop.create_future()
+                await asyncio.wait([ended, self._fed], timeout=deadline - now, return_when=asyncio.FIRST_COMPLETED)
+                self._fed = None
+        return ended.done()
 
     def take(self, final: bool = False) -> CappedOutput:
         if self.total == len(self.head) + len(self.tail):  # nothing cut
@@ -174,7 +205,8 @@ class ExecSessions:
         return any(s.process.running for s in self.sessions.values())
 
     async def start(self, sandbox: Sandbox, workspace: Path, command: str, window: float) -> Reply:
-        """Run ``command`` on a pty; after ``window`` s (or its exit) return what it printed."""
+        """Run ``command`` on a pty; once it exited or its output settled (at most ``window`` s) return what
+        it printed."""
         tenant = tenant_of(sandbox, workspace)
         bound = _bound(sandbox)
         bound.take(tenant)
@@ -192,7 +224,7 @@ class ExecSessions:
         assert isinstance(process.buffer, _Output)
         session = ExecSession(0, command, process, process.buffer, ended)
         try:
-            if await process.wait(window):
+            if await session.output.settled(ended, window):
                 return await self._ended(session)
         except BaseException:
             process.kill()
@@ -202,8 +234,8 @@ class ExecSessions:
         return Reply(session.output.take(), session.number)
 
     async def write(self, number: int, chars: str, window: float) -> Reply:
-        """Type ``chars`` into a running session; after ``window`` s (or its exit) return what it
-        printed since the last read."""
+        """Type ``chars`` into a running session; once it exited or its output settled (at most ``window`` s)
+        return what it printed since the last read."""
         session = self.sessions.get(number)
         if session is None and number in self.lost:
             raise ToolInputError(f"exec session {number} was lost when the harness restarted; start the command "
@@ -224,7 +256,7 @@ class ExecSessions:
                     note = "[input not sent: the program exited]"
             elif chars:
                 note = "[input not sent: the program exited]"
-            if await session.process.wait(max(deadline - asyncio.get_running_loop().time(), 0.0)):
+            if await session.output.settled(session.ended, max(deadline - asyncio.get_running_loop().time(), 0.0)):
                 self.sessions.pop(number, None)
                 reply = await self._ended(session)
                 reply.note = note

@@ -17,12 +17,23 @@ bash start. When bash exits its init kills whatever is left in its namespace (se
 double forks cannot leave it), reaps it all, and only then tells the harness bash's status, so
 nothing of a command runs once the harness sees it end. A SIGKILL through the harness's pidfd
 ends the whole tree the same way, and the harness then reads no status.
+
+A spare made with ``shell`` runs a shell that stays (``SHELL``): it serves one command after another,
+each in a subshell of its own (a fork, no exec), so a session's commands back to back cost neither a
+spare nor a bash start. After each command the shell kills every other process of its namespace
+(``kill -9 -1`` spares only the caller and pid 1) and waits until none is left (orphans are the
+init's to reap), so nothing of a command runs once its status line is written; the line also says
+whether the shell may serve again: not after a command with stdin, nor when the command left
+something in /tmp, /dev/shm or the IPC namespace (the next command must find them fresh, as in a
+spare of its own). A command that kills the shell (``kill $$``) ends the namespace; its init then
+writes ``!`` and bash's status, and the harness drops the shell.
 """
 
 import ctypes
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import struct
@@ -41,6 +52,44 @@ MAX_FDS = 4
 WAITING_BASH = ('IFS= read -r -u {script} -n 1 BASH_EXECUTION_STRING && [ "$BASH_EXECUTION_STRING" = i ] && '
                 'exec 0<&{stdin}; exec {stdin}<&-; IFS= read -r -u {script} -N 2147483647 BASH_EXECUTION_STRING; '
                 'exec {script}<&-; SECONDS=0; eval "$BASH_EXECUTION_STRING"')
+# The shell that stays: each command comes as a header (a flag, "i" when it has a stdin pipe, and its length in
+# bytes) and the command; it runs in a subshell with the command's stdout and stderr on the output pipe and the
+# shell's own descriptors closed, parsed and run by eval as the waiting bash does (the same $0, $$, $PPID,
+# $BASH_EXECUTION_STRING, line numbers, $SECONDS). Then every other process of the namespace is killed and gone,
+# and the status line says "<status> <1 if the shell may serve again, else 0>". One line: $LINENO as in `bash -c`.
+# Only as pid 2 of its namespace (its init's first child): kill -9 -1 anywhere else would reach too far.
+SHELL = ('[ $$ = 2 ] && while LC_ALL=C IFS= read -r -u {script} __lw_n && LC_ALL=C IFS= read -r -N "${{__lw_n:1}}" -u {script} '
+         '__lw_c; do if [ "${{__lw_n::1}}" = i ]; then ( exec 0<&{stdin} {stdin}<&- {script}<&- {status}>&- 1>&{out} '
+         '2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x; SECONDS=0; '
+         'eval "$BASH_EXECUTION_STRING" ); else ( exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 {out}>&-; '
+         'BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x; SECONDS=0; '
+         'eval "$BASH_EXECUTION_STRING" ); fi; __lw_s=$?; kill -9 -1; while kill -0 -1; do :; done; '
+         '__lw_k=1; [ "${{__lw_n::1}}" = i ] && __lw_k=0; '
+         '{fresh}'
+         'for __lw_f in shm sem msg; do {{ read -r __lw_x && read -r __lw_x && __lw_k=0; }} < /proc/sysvipc/$__lw_f; '
+         'done; printf "%s %s\\n" "$__lw_s" "$__lw_k" >&{status}; done')
+# Whether anything is left in a directory (but ``keep``): a builtin glob, no process.
+LEFT = ('for __lw_f in {d}/* {d}/.[!.]* {d}/..?*; do if [ "$__lw_f" != {keep} ] && {{ [ -e "$__lw_f" ] || '
+        '[ -L "$__lw_f" ]; }}; then __lw_k=0; break; fi; done; ')
+
+
+def left(directory, keep=""):
+    return LEFT.format(d=shlex.quote(directory), keep=shlex.quote(keep))
+
+
+def fresh_checks(workspace):
+    """The shell's checks that /tmp, /dev/shm and /dev/mqueue are as fresh as a spare's: empty but for the
+    directories leading to a workspace under /tmp (made on the fresh tmpfs, the workspace bound on top)."""
+    checks = {"/dev/shm": left("/dev/shm"), "/dev/mqueue": left("/dev/mqueue"), "/tmp": left("/tmp")}
+    parts = workspace.split("/")
+    for target in ("/tmp", "/dev/shm"):
+        if not workspace.startswith(target + "/"):
+            continue
+        for n in range(target.count("/") + 1, len(parts)):
+            checks["/".join(parts[:n])] = left("/".join(parts[:n]), "/".join(parts[:n + 1]))
+    return "".join(checks.values())
+
+
 CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}[os.uname().machine]
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -62,7 +111,7 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def confine(program, tmp_size, workspace):
+def confine(program, tmp_size, workspace, shell):
     """In the command's init: its own mounts and IPC, fresh /tmp, /dev/shm and /dev/pts, no
     capability left (bounding and ambient sets too), then the seccomp filter. /proc stays the
     sandbox's (read-only; the kernel refuses a new one over bubblewrap's covered /proc)."""
@@ -75,6 +124,9 @@ def confine(program, tmp_size, workspace):
             os.makedirs(workspace, exist_ok=True)
             mount(f"/proc/self/fd/{held}", workspace, None, MS_BIND | MS_REC)
     os.close(held)
+    if shell:  # a POSIX message queue a command leaves is then seen (and the shell not used again)
+        os.makedirs("/dev/mqueue", exist_ok=True)
+        mount("mqueue", "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
     with open("/proc/sys/kernel/cap_last_cap") as f:
         last = int(f.read())
@@ -132,11 +184,17 @@ def read_to_end(fd):
     return b"".join(chunks)
 
 
-def start_bash(request, script, out, stdin):
+def start_bash(request, script, out, stdin, status):
     """The command's bash: started to wait for its script (``request["ahead"]``), or on the script, read here. vfork and
     exec (no copy of this process), as bwrap would start it: a session of its own, default signal dispositions
     (Python ignores SIGPIPE and SIGXFSZ, which exec would keep; posix_spawn would leave libc's internal signals
     ignored)."""
+    if request.get("shell"):
+        text = SHELL.format(script=script, stdin=stdin, status=status, out=out, fresh=fresh_checks(request["cwd"]))
+        return subprocess.Popen(["bash", "-c", text], cwd=request["cwd"], env=request["env"],
+                                pass_fds=(script, stdin, status, out), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                restore_signals=True)
     if request["ahead"]:
         argv, given, keep = ["bash", "-c", WAITING_BASH.format(script=script, stdin=stdin)], -1, (script, stdin)
     else:
@@ -153,9 +211,9 @@ def spare_init(ready, request, pipes, program, tmp_size):
     bash = None
     try:
         close_all_but([ready, *pipes])
-        confine(program, tmp_size, request["cwd"])
-        if request["ahead"]:
-            bash = start_bash(request, script, out, stdin)
+        confine(program, tmp_size, request["cwd"], request.get("shell"))
+        if request["ahead"] or request.get("shell"):
+            bash = start_bash(request, script, out, stdin, status)
     except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
         try:
             os.write(ready, f"cannot make the command's init: {e!r}".encode())
@@ -164,7 +222,7 @@ def spare_init(ready, request, pipes, program, tmp_size):
     os.write(ready, b"ready")
     if bash is None:
         try:
-            bash = start_bash(request, script, out, stdin)
+            bash = start_bash(request, script, out, stdin, status)
         except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor
             try:
                 os.write(out, f"sandbox: cannot start the command: {e!r}\n".encode())
@@ -181,7 +239,7 @@ def spare_init(ready, request, pipes, program, tmp_size):
             break
     code = status_code(waited)
     end_namespace()
-    os.write(status, str(code).encode())
+    os.write(status, (f"!{code}\n" if request.get("shell") else str(code)).encode())
     os._exit(code)
 
 

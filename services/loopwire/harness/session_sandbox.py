@@ -41,6 +41,7 @@ import itertools
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -102,15 +103,100 @@ class _Command:
 
 class _Spare:
     """A command's init made ahead of time, confined, its bash waiting for the script written to ``script``;
-    ``out``, ``status`` and ``stdin``: our ends of its output, status and stdin pipes."""
+    ``out``, ``status`` and ``stdin``: our ends of its output, status and stdin pipes. With ``shell`` its
+    bash is a shell that stays, serving one command after another (``sandbox_supervisor.SHELL``)."""
 
-    def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int) -> None:
+    def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int, *, shell: bool = False) -> None:
         self.pidfd, self.script, self.out, self.status, self.stdin = pidfd, script, out, status, stdin
+        self.shell = shell
+
+    def alive(self) -> bool:
+        """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
+        (a shell that died idle, whose init then said so)."""
+        return not select.select([self.pidfd, self.status], [], [], 0)[0]
 
     def drop(self) -> None:
         _kill(self.pidfd)
         for fd in (self.script, self.out, self.status, self.stdin):
             _close(fd)
+        self.pidfd = self.script = self.out = self.status = self.stdin = -1
+
+
+class _ShellCommand:
+    """A command run by a shell that stays (a spare with ``shell``), with the process interface bwrap's has.
+    Its end is the shell's status line, written once nothing of the command runs: the output pipe then holds
+    all the command wrote, read to empty before the end is told (no marker in the output, which is any bytes)."""
+
+    stdout = None  # no stream: SandboxedProcess uses ``pump``
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, spare: _Spare, stdin: asyncio.StreamWriter | None,
+                 exited: asyncio.Future[int]) -> None:
+        self._loop, self._spare, self.stdin, self._exited = loop, spare, stdin, exited
+        self._buffer: HeadTailBuffer | None = None
+        self._closed: asyncio.Future[None] = loop.create_future()
+        self.reusable = False  # the shell said it may serve the next command
+        loop.add_reader(spare.status, self._status)
+
+    def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
+        self._buffer = buffer
+        self._loop.add_reader(self._spare.out, self._drain)
+        return self._closed
+
+    def _drain(self) -> bool:
+        """Read what the output pipe holds into the buffer; False once every writer is gone."""
+        assert self._buffer is not None
+        while True:
+            try:
+                data = os.read(self._spare.out, _READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                data = b""
+            if not data:
+                self._loop.remove_reader(self._spare.out)
+                return False
+            self._buffer.feed(data)
+            if len(data) < _READ_SIZE:
+                return True
+
+    def _status(self) -> None:
+        loop, spare = self._loop, self._spare
+        loop.remove_reader(spare.status)
+        try:
+            said = os.read(spare.status, 64)
+        except OSError:
+            said = b""
+        mark("status received")
+        words = said.split()
+        if len(words) == 2 and words[0].isdigit():  # "<status> <may serve again>"
+            code, self.reusable = int(words[0]), words[1] == b"1"
+        elif len(words) == 1 and words[0][:1] == b"!" and words[0][1:].isdigit():  # the shell ended; its init told
+            code = int(words[0][1:])
+        else:  # killed: nothing said
+            code = -signal.SIGKILL
+        if self._buffer is not None:
+            self._drain()
+            loop.remove_reader(spare.out)
+        mark("output closed")
+        if not self._closed.done():
+            self._closed.set_result(None)
+        if not self._exited.done():
+            self._exited.set_result(code)
+
+    def abandon(self) -> None:
+        """Stop reading (the command never started, or its shell is dropped)."""
+        for fd in (self._spare.status, self._spare.out):
+            if fd >= 0:
+                self._loop.remove_reader(fd)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exited.result() if self._exited.done() else None
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exited)
 
 
 class _Supervisor:
@@ -137,7 +223,8 @@ class _Supervisor:
         try:
             spawn = self.sandbox._prepare(self.workspace, "", network=False, control=theirs.fileno())
             self.bound = spawn.workspace  # the workspace's real path: where it is in the sandbox
-            self._spec = {"cwd": self.bound, "env": command_env(self.bound), "ahead": self.sandbox.bash_ahead}
+            self._spec = {"cwd": self.bound, "env": command_env(self.bound), "ahead": self.sandbox.bash_ahead,
+                          "shell": self.sandbox.shell_stays}
             theirs.detach()  # the spawn passes it to the supervisor and closes it
             self.process = await self.sandbox._launch(spawn, network=False, stdin=False, quota=False,
                                                       buffer=HeadTailBuffer(self.sandbox.output_limit))
@@ -196,7 +283,10 @@ class _Supervisor:
                 if not (waiter := self._waiting.popleft()).done():
                     waiter.set_exception(why)
             return
-        spare = _Spare(*fds)
+        spare = _Spare(*fds, shell=self.sandbox.shell_stays)
+        if spare.shell:
+            os.set_blocking(spare.out, False)
+            os.set_blocking(spare.status, False)
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
                 waiter.set_result(spare)
@@ -238,8 +328,18 @@ class _Supervisor:
                 waiter.set_exception(SandboxUnavailable("the session's sandbox ended while a command started"
                                                         + (f": {said[-500:]}" if said else "")))
 
+    def _give_back(self, spare: _Spare) -> None:
+        """A shell that may serve again: to the next command waiting, else first in line."""
+        while self._waiting:
+            if not (waiter := self._waiting.popleft()).done():
+                waiter.set_result(spare)
+                return
+        self._ready.appendleft(spare)
+
     async def _spare(self) -> _Spare:
-        """A spare for the next command: a ready one, else the next one made."""
+        """A spare for the next command: a ready one (a shell that served before first), else the next one made."""
+        while self._ready and not self._ready[0].alive():  # ended while idle (killed from outside)
+            self._ready.popleft().drop()
         if self._ready:
             spare = self._ready.popleft()
         else:
@@ -270,6 +370,8 @@ class _Supervisor:
             self._ended(None)
             raise
         mark("spare taken")
+        if spare.shell:
+            return await self._run_in_shell(spare, command, stdin=stdin, buffer=buffer)
         loop = asyncio.get_running_loop()
         pidfd, script_w, out_r, status_r, in_w = spare.pidfd, spare.script, spare.out, spare.status, spare.stdin
         exited: asyncio.Future[int] = loop.create_future()
@@ -312,9 +414,60 @@ class _Supervisor:
         return process
 
 
-def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes) -> None:
-    """Write ``script`` to the waiting bash and close the pipe (its EOF ends the script); what the pipe
-    cannot take at once is written as bash reads it, from a writer callback."""
+    async def _run_in_shell(self, spare: _Spare, command: str, *, stdin: bool,
+                            buffer: HeadTailBuffer | None) -> SandboxedProcess:
+        """``command`` sent to ``spare``'s shell; when it ends, the shell goes back to the ready ones if it said
+        it may serve again (and was neither killed nor given stdin), else it is dropped."""
+        loop = asyncio.get_running_loop()
+        data = os.fsencode(command)
+        exited: asyncio.Future[int] = loop.create_future()
+        shell = _ShellCommand(loop, spare, None, exited)
+        kill = -1
+
+        def ended(_: object) -> None:
+            if shell.reusable and self.alive and spare.pidfd >= 0:
+                self._give_back(spare)
+            else:
+                shell.abandon()
+                spare.drop()
+            self._ended(None)
+
+        exited.add_done_callback(ended)
+        try:
+            header = f"{'i' if stdin else '-'}{len(data)}\n".encode()
+            if not _write_script(loop, spare.script, header + data, close=False):
+                spare.script = -1  # the writer callback sends the rest and closes it: this shell serves once
+            mark("command sent")
+            if stdin:
+                transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                                    os.fdopen(spare.stdin, "wb", 0))
+                spare.stdin = -1
+                shell.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+            kill = os.dup(spare.pidfd)  # the command's kill; the shell keeps its own pidfd for the next one
+            process = SandboxedProcess(shell, buffer or HeadTailBuffer(self.sandbox.output_limit),
+                                       self.sandbox.limits.largest_file)
+            process.adopt_pidfd(kill)
+            kill = -1
+            mark("pipes connected")
+            if self.quota is not None:
+                process.quota = self.quota.watch(process.kill)
+            elif self.volume and self.sandbox.volumes is not None:
+                process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
+            mark("quota watch started")
+        except BaseException:
+            _close(kill)
+            shell.abandon()
+            spare.drop()  # the command may have started: its namespace ends with its init
+            if not exited.done():
+                exited.set_result(-signal.SIGKILL)
+            raise
+        return process
+
+
+def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes, *, close: bool = True) -> bool:
+    """Write ``script`` to the waiting bash and close the pipe (its EOF ends the script; with ``close`` off, a
+    shell that stays reads its length, and the pipe stays open); what the pipe cannot take at once is written as
+    bash reads it, from a writer callback, which then closes the pipe: False says so."""
     os.set_blocking(fd, False)
     try:
         sent = os.write(fd, script)
@@ -323,8 +476,9 @@ def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes) -> No
     except OSError:  # bash is gone (killed): its init reports that
         sent = len(script)
     if sent == len(script):
-        os.close(fd)
-        return
+        if close:
+            os.close(fd)
+        return True
     rest = memoryview(script)[sent:]
 
     def writable() -> None:
@@ -340,6 +494,7 @@ def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes) -> No
             os.close(fd)
 
     loop.add_writer(fd, writable)
+    return False
 
 
 def _read_status(loop: asyncio.AbstractEventLoop, fd: int, exited: asyncio.Future[int]) -> None:

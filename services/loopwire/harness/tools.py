@@ -299,7 +299,7 @@ async def _exec(name: str, args: dict, ctx: ToolContext) -> ToolOutcome:
     text = reply.output.text + (f"\n{reply.note}" if reply.note else "")
     if reply.exit_code is None:
         n = reply.number
-        return ToolOutcome(f"{text}\n[exec session {n} still running after {window:g}s; write_stdin with "
+        return ToolOutcome(f"{text}\n[exec session {n} still running (waited at most {window:g}s); write_stdin with "
                            f"session_id {n} to type into it or read more]", truncated=reply.output.truncated)
     ended = f"exec session {args['session_id']} exited with code" if name == "write_stdin" else "exit code"
     return ToolOutcome(f"{text}\n[{ended} {reply.exit_code}]", is_error=reply.exit_code != 0,

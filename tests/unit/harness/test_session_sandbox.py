@@ -350,6 +350,7 @@ async def test_two_commands_back_to_back_after_idle_run_in_inits_made_ahead(sand
     """Idle, the session keeps ``spares_ahead`` (2) inits ready; two commands one right after the other
     (the second sent as the first ends, before its replacement can be made) both run in one of them."""
     assert box.spares_ahead == 2
+    box.shell_stays = False  # (a shell that stays serves both: test_session_shell)
     session = sandbox.session(workspace)
     await (await session.start("true")).result(30)
     supervisor = session._supervisor

@@ -1,0 +1,163 @@
+"""A shell that stays in a session's sandbox: back-to-back commands are sent to one waiting shell,
+each run in a subshell of its own, with the guarantees of a spare of its own (nothing of a command
+runs once its end is told, nothing it changed in its shell, /tmp or IPC reaches the next), and a
+command that breaks the shell gets its result told as a sandbox of its own tells it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from harness_testkit import until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_session_sandbox import SessionRuns, host_pid, probed
+
+from loopwire.harness.sandbox import Sandbox
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def box(tmp_path):
+    return probed(tmp_path)
+
+
+@pytest.fixture
+async def sandbox(box):
+    runs = SessionRuns(box)
+    yield runs
+    await runs.close()
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    return ws
+
+
+async def init_of(session, command: str) -> tuple[int, int, str]:
+    process = await session.start(command)
+    pid = host_pid(process._init)
+    r = await process.result(30)
+    return pid, r.exit_code, r.output.text
+
+
+async def test_commands_back_to_back_go_to_the_shell_that_stays(sandbox, box, workspace):
+    assert box.shell_stays
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: supervisor._asked == 0, "the spares asked for to come")
+    made = supervisor._ids
+    ran = [await init_of(session, f"echo {n}; exit {n}") for n in range(5)]
+    assert [(code, text) for _, code, text in ran] == [(n, f"{n}\n") for n in range(5)]
+    assert len({pid for pid, _, _ in ran}) == 1  # one shell served them all
+    assert supervisor._ids is made and not supervisor._waiting and supervisor._asked == 0  # no spare was made
+
+
+STATE = ["cd /; export LEAK=1; alias ll=ls; f() { :; }; set -e -o pipefail; umask 077; ulimit -n 64; "
+         "trap 'echo trapped' EXIT; shopt -s nullglob; LOCAL=2; echo set",
+         "pwd; echo ${LEAK:-unset} ${LOCAL:-unset}; type ll f 2>&1 | head -2; echo $- $SHELLOPTS; umask; ulimit -n; "
+         "trap; shopt nullglob; echo ${__lw_c:-no} ${__lw_n:-no}"]
+
+
+async def test_what_a_command_changes_in_its_shell_never_reaches_the_next(sandbox, box, workspace):
+    """cd, export, aliases, functions, options, umask, ulimit, traps: what a fresh `bash -c` gives the next."""
+    session = sandbox.session(workspace)
+    got = [await init_of(session, c) for c in STATE]
+    assert got[0][0] == got[1][0]  # the same shell ran both
+    own = [await box.run(workspace, c, timeout=30) for c in STATE]
+    assert [(code, text) for _, code, text in got] == [(r.exit_code, r.output.text) for r in own]
+    assert got[1][2].startswith(f"{workspace}\nunset unset\n")
+
+
+BREAKERS = ["kill $$", "kill -9 $$", "kill -TERM $PPID; echo after", "exit 3", "exec echo replaced", "set -e; false; echo no",
+            "echo 'unbalanced", "echo \"$(", "cat; echo read:$?", "exec >&- 2>&-; echo gone", "exec 3>&-; exec 0<&-; echo ok",
+            "(sleep 30 &); exit 0",
+            "ulimit -t 1; while :; do :; done"]
+
+
+async def test_a_command_that_breaks_the_shell_is_told_as_on_a_sandbox_of_its_own(sandbox, box, workspace):
+    session = sandbox.session(workspace)
+    for command in BREAKERS:
+        _, code, text = await init_of(session, command)
+        own = await box.run(workspace, command, timeout=30)
+        assert (text.replace("bash: eval: ", "bash: -c: "), code) == (own.output.text, own.exit_code), command
+        _, code, text = await init_of(session, "echo next")  # the session goes on (a new shell if that one died)
+        assert (code, text) == (0, "next\n"), command
+    # The differences: $$ is the shell's, not the subshell's, so a command that ignores a signal and sends it to $$
+    # ends with the shell, told as killed by it; and one that signals every process it can reaches its shell too (a
+    # sandbox of its own has none). Either way the next command gets a new shell.
+    for command, killed_by in (("trap '' TERM; kill $$; sleep 30", 143), ("kill -9 -1; sleep 30", 137)):
+        assert (await init_of(session, command))[1] == killed_by
+        assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
+
+
+async def test_tmp_shm_and_ipc_a_command_leaves_are_never_seen_by_the_next(sandbox, workspace):
+    session = sandbox.session(workspace)
+    pid, _, _ = await init_of(session, "true")
+    for leave in ("touch /tmp/.x", "ln -s /nowhere /dev/shm/l", "ipcmk -M 4096 >/dev/null",
+                  "python3 -c 'import os; os.mkfifo(\"/tmp/f\")'", f"mkdir -p {workspace}/../sibling-in-tmp || true"):
+        await init_of(session, leave)
+        _, code, text = await init_of(session, "ls -A /tmp /dev/shm; ipcs -m | grep -c '^0x' || true")
+        assert (code, text) == (0, "/dev/shm:\n\n/tmp:\n" + _tmp_chain(workspace) + "0\n"), leave
+
+
+def _tmp_chain(workspace) -> str:
+    """What a fresh /tmp lists when the workspace is under /tmp: the directory leading to it."""
+    parts = str(workspace).split("/")
+    return f"{parts[2]}\n" if str(workspace).startswith("/tmp/") else ""
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=2048),
+                      st.sampled_from([b"0 1\n", b"!137\n", b"0 1", b"\n0 0\n!9", b"\0" * 70000, b"x" * (1 << 20)]),
+                      st.lists(st.sampled_from([b"0 1\n", b"!1\n", b"\xff\xfe", b"\0", b"\r\n", b"end"]),
+                               max_size=40).map(b"".join)),
+       code=st.integers(0, 255))
+async def test_any_output_and_exit_code_come_back_whole(tmp_path_factory, data, code):
+    """Output is never parsed (the end comes on a pipe of its own): any bytes, marker-like text, NULs, no
+    trailing newline, more than a pipe holds; the shell serves on."""
+    root = tmp_path_factory.mktemp("any")
+    box = Sandbox(output_limit=4 << 20)
+    assert box.probe(root / "probe") == ""
+    ws = root / "ws"
+    ws.mkdir()
+    (ws / "out.bin").write_bytes(data)
+    runs = SessionRuns(box)
+    try:
+        session = runs.session(ws)
+        pids = set()
+        for _ in range(2):
+            process = await session.start(f"cat out.bin; exit {code}")
+            pids.add(host_pid(process._init))
+            r = await process.result(30)
+            assert r.exit_code == code
+            assert bytes(process.buffer.head + process.buffer.tail) == data
+        assert len(pids) == 1
+    finally:
+        await runs.close()
+
+
+async def test_a_killed_command_ends_its_shell_and_the_next_gets_a_new_one(sandbox, workspace):
+    session = sandbox.session(workspace)
+    first, _, _ = await init_of(session, "true")
+    process = await session.start("sleep 30")
+    assert host_pid(process._init) == first
+    r = await process.result(0.5)  # its timeout: the kill of its namespace, shell and all
+    assert r.timed_out
+    second, code, text = await init_of(session, "echo $$ $PPID")
+    assert second != first and (code, text) == (0, "2 1\n")
+
+
+async def test_commands_at_once_each_get_a_shell(sandbox, workspace):
+    session = sandbox.session(workspace)
+    await init_of(session, "true")
+    processes = [await session.start(f"until [ -e go ]; do sleep 0.01; done; echo {n}") for n in range(3)]
+    assert len({host_pid(p._init) for p in processes}) == 3
+    (workspace / "go").touch()
+    results = await asyncio.gather(*(p.result(30) for p in processes))
+    assert [(r.exit_code, r.output.text) for r in results] == [(0, f"{n}\n") for n in range(3)]

@@ -56,11 +56,12 @@ from rich.console import Console  # noqa: E402
 from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from loopwire.common.recorded import load_session  # noqa: E402
+from loopwire.common.recorded import load_sessions  # noqa: E402
 from loopwire.harness import sandbox, tools  # noqa: E402
 from loopwire.harness.background import BackgroundTasks  # noqa: E402
 from loopwire.harness.config import HarnessConfig  # noqa: E402
 from loopwire.harness.loop import SessionRun  # noqa: E402
+from loopwire.harness.replay import swe_agent_action  # noqa: E402
 from loopwire.harness.sandbox import Sandbox, command_env  # noqa: E402
 from loopwire.harness.session_sandbox import SessionSandbox  # noqa: E402
 from loopwire.harness.store.sqlite import SqliteSessionStore  # noqa: E402
@@ -74,13 +75,14 @@ console = Console() if sys.stdout.isatty() else Console(width=150)
 STORM = "seq 1000 | xargs -I{} true"
 PER_COMMAND, ON_DEMAND = "sandbox per command (before)", "per session, init made per command"
 PER_SESSION, BARE = "per session, two inits made ahead, bash waiting in each (spares_ahead=2)", "bare (no sandbox)"
+SHELL = "per session, a shell that stays (each command a subshell of it; shell_stays)"
 ONE_AHEAD = "per session, one init made ahead (spares_ahead=1)"
 LATE_BASH = "per session, two inits made ahead, bash started per command (bash_ahead off)"
-SANDBOXED = (PER_COMMAND, ON_DEMAND, ONE_AHEAD, LATE_BASH, PER_SESSION)
+SANDBOXED = (PER_COMMAND, ON_DEMAND, ONE_AHEAD, LATE_BASH, PER_SESSION, SHELL)
 # --paths names: "session" is the per-session sandbox as it runs (inits made ahead, each with its bash waiting),
 # "late-bash" the same with each bash started when its command comes, "on-demand" with each init made then.
 PATHS = {"command": PER_COMMAND, "on-demand": ON_DEMAND, "one-ahead": ONE_AHEAD, "late-bash": LATE_BASH,
-         "session": PER_SESSION, "bare": BARE}
+         "session": PER_SESSION, "shell": SHELL, "bare": BARE}
 PACKAGE = "rich"  # the package whose source the realistic workspace holds
 _MARK = re.compile(r"@@loopwire-bench (\d+\.\d+) (\d+\.\d+)\s*$")
 
@@ -203,12 +205,19 @@ def make_workspace(tmp: Path, name: str, template: Path | None, package: str) ->
 
 
 def recorded_commands(paths: list[Path], limit: int) -> list[tuple[Path, int, list[str]]]:
+    """Each session's shell commands (not SWE-agent's own tools, which its recorded `bash` calls may hold); a file
+    that is no session (no assistant turn, unknown format) is skipped with a word why, as replay skips it."""
     sessions = []
-    for path in paths:
-        recorded = load_session(path)
-        commands = [json.loads(c.arguments).get("command", "") for t in recorded.turns for c in t.calls
-                    if c.name == "bash"]
-        sessions.append((path, len(recorded.turns), [c for c in commands if c][:limit or None]))
+    for path, recorded in load_sessions(paths, lambda why: console.print(f"[yellow]{why}")):
+        commands = []
+        for call in (c for t in recorded.turns for c in t.calls if c.name == "bash"):
+            try:
+                command = json.loads(call.arguments).get("command", "")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(command, str) and command and not swe_agent_action(command):
+                commands.append(command)
+        sessions.append((path, len(recorded.turns), commands[:limit or None]))
     return sessions
 
 
@@ -390,7 +399,7 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
         tables.append(profile_table(*profile))
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", ONE_AHEAD: "tab:cyan", LATE_BASH: "tab:orange",
-              PER_SESSION: "tab:green", BARE: "tab:blue"}
+              PER_SESSION: "tab:green", SHELL: "tab:purple", BARE: "tab:blue"}
     for ax, data, title in ((axes[0], spawn, "1a. `true`: wall per command"), (axes[1], storm, f"2. `{STORM}`")):
         medians = {m: statistics.median(v) * 1000 for m, v in data.items()}
         bars = ax.barh(list(medians), list(medians.values()), color=[colors[m] for m in medians])
@@ -416,9 +425,10 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
     return tables, fig
 
 
-def probed(tmp: Path, name: str, per_session: bool, spares: int, bash_ahead: bool = True) -> Sandbox:
+def probed(tmp: Path, name: str, per_session: bool, spares: int, bash_ahead: bool = True,
+           shell_stays: bool = False) -> Sandbox:
     box = Sandbox(output_limit=16384, per_session=per_session)
-    box.spares_ahead, box.bash_ahead = spares, bash_ahead
+    box.spares_ahead, box.bash_ahead, box.shell_stays = spares, bash_ahead, shell_stays
     if reason := box.probe(tmp / f"probe-{name}"):
         raise SystemExit(f"the sandbox cannot run here: {reason}")
     return box
@@ -429,17 +439,22 @@ async def main_async(args: argparse.Namespace) -> int:
     reps = 30 if args.quick else args.reps
     storm_reps = 3 if args.quick else 10
     limit = 20 if args.quick else args.limit
-    tmp = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
-    boxes = {PER_COMMAND: probed(tmp, "c", False, 0), ON_DEMAND: probed(tmp, "d", True, 0),
-             ONE_AHEAD: probed(tmp, "o", True, 1), LATE_BASH: probed(tmp, "l", True, 2, bash_ahead=False),
-             PER_SESSION: probed(tmp, "s", True, 2)}
-    if not boxes[PER_SESSION].per_session:
-        console.print("[red]no system python3 for a session's supervisor: nothing to compare")
-        return 1
     chosen = tuple(dict.fromkeys(args.paths))  # in the order given (part 1 and 2 interleave them in it)
     gap_s = args.session_gap / 1000
     sessions = recorded_commands(paths, limit)
+    if not sessions:
+        console.print("[red]no recorded session with shell commands under --traces")
+        return 1
+    tmp = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
     try:
+        makers = {PER_COMMAND: lambda: probed(tmp, "c", False, 0), ON_DEMAND: lambda: probed(tmp, "d", True, 0),
+                  ONE_AHEAD: lambda: probed(tmp, "o", True, 1),
+                  LATE_BASH: lambda: probed(tmp, "l", True, 2, bash_ahead=False),
+                  PER_SESSION: lambda: probed(tmp, "s", True, 2), SHELL: lambda: probed(tmp, "h", True, 2, shell_stays=True)}
+        boxes = {mode: make() for mode, make in makers.items() if mode in chosen}
+        if any(not box.per_session for mode, box in boxes.items() if mode != PER_COMMAND):
+            console.print("[red]no system python3 for a session's supervisor: nothing to compare")
+            return 1
         template = realistic_template(tmp)
         with Progress(console=console, transient=True) as progress:
             spawn = await repeat(boxes, tmp / "spawn", "true", reps, args.gap, progress, chosen)
@@ -448,8 +463,9 @@ async def main_async(args: argparse.Namespace) -> int:
             overheads = {"empty": await bench_sessions(boxes, tmp, sessions, None, progress, chosen, gap_s),
                          "realistic": await bench_sessions(boxes, tmp, sessions, template, progress, chosen, gap_s)}
             profile: tuple[dict[str, list[float]], list[float]] = ({}, [])
-            if PER_SESSION in chosen and args.profile > 0:
-                profile = await bench_profile(boxes[PER_SESSION], tmp, realistic_mix(sessions, args.profile), template,
+            profiled = SHELL if SHELL in chosen else PER_SESSION
+            if profiled in chosen and args.profile > 0:
+                profile = await bench_profile(boxes[profiled], tmp, realistic_mix(sessions, args.profile), template,
                                               args.gap)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -476,8 +492,19 @@ async def main_async(args: argparse.Namespace) -> int:
         body += [*provenance.table_markdown(t), ""]
     md = provenance.write_markdown(args.out, "sandbox", "Shell sandbox: per session vs per command", header,
                                    [*body, "![sandbox](sandbox.png)"])
-    console.print(f"wrote {provenance.rel(md)} and {provenance.rel(png)}")
+    summary = sandbox_json(overheads["realistic"])
+    out_json = Path(args.out) / "sandbox.json"
+    out_json.write_text(json.dumps(summary, indent=2) + "\n")
+    console.print(f"wrote {provenance.rel(md)}, {provenance.rel(png)} and {provenance.rel(out_json)}")
     return 0
+
+
+def sandbox_json(overhead: dict[str, Overhead]) -> dict[str, dict[str, dict[str, float]]]:
+    """Per path, on the recorded commands in the realistic workspace: the harness's overhead ÷ the commands' own
+    runtime (percent) and the median overhead of one command beyond its own runtime (ms)."""
+    return {"paths": {mode: {"overhead_pct": round(o.share * 100, 2),
+                             "median_ms": round(statistics.median(o.per_call) * 1000, 3) if o.per_call else 0.0}
+                      for mode, o in overhead.items()}}
 
 
 def _paths(text: str) -> tuple[str, ...]:
@@ -491,7 +518,9 @@ def _paths(text: str) -> tuple[str, ...]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", default=str(provenance.DATA_SESSIONS),
-                        help="recorded sessions whose shell commands part 3 runs (default: data/sessions)")
+                        help="recorded sessions (a directory or files: mini-swe-agent, SWE-agent, chat JSON) whose shell "
+                             "commands part 3 runs; files that are no session are skipped with a word why "
+                             "(default: data/sessions)")
     parser.add_argument("--sessions", type=int, default=0, help="only the first N sessions (0: all)")
     parser.add_argument("--reps", type=int, default=200, help="runs of `true` per path")
     parser.add_argument("--quick", action="store_true", help="fewer runs, 20 commands per session")

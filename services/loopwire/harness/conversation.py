@@ -200,12 +200,13 @@ class Conversation:
             if not self.stateful:
                 await self.close()
 
-    async def hold_kv(self, seconds: int) -> gateway_pb2.KvHeld:
+    async def hold_kv(self, seconds: int, hint: common_pb2.KvHint | None = None) -> gateway_pb2.KvHeld:
         """Ask the gateway to keep (``seconds`` > 0) or let go of (0) the KV of the last
-        response, e.g. while the session waits for a human. GatewayError when it cannot."""
+        response, e.g. while the session waits for a human, or pass a tool-pause ``hint`` on it
+        (``kv_hints``). GatewayError when it cannot."""
         if not self.last_response_id:
             return gateway_pb2.KvHeld()
-        hold = gateway_pb2.HoldKv(response_id=self.last_response_id, retention_seconds=seconds)
+        hold = gateway_pb2.HoldKv(response_id=self.last_response_id, retention_seconds=seconds, hint=hint)
         try:
             call = await self._stream()
             await call.write(gateway_pb2.ConverseRequest(hold_kv=hold))

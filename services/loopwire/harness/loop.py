@@ -26,6 +26,7 @@ from loopwire.harness.approvals import Verdict
 from loopwire.harness.background import BackgroundTasks
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.conversation import Conversation, EventHandler, GatewayError, ModelTurn
+from loopwire.harness.kv_hints import KvHints
 from loopwire.harness.replay import ReplayPlan
 from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.store import Decision, SessionStore, Status, StoredSession, StoreUnavailable
@@ -94,6 +95,7 @@ class SessionRun:
         self.cancel_status: int = Status.SESSION_STATUS_CANCELLED
         # The longest KV hold the tenant's policy allows (max_retention_seconds): the approval hold is cut to it.
         self.max_retention = max_retention
+        self.kv_hints = KvHints(self)  # tool pauses: the KV may leave the device, and comes back at the end
         self._emit = emit
         self._started_ns = time.perf_counter_ns()
         self._path_locks: dict[str, asyncio.Lock] = {}

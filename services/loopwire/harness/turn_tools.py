@@ -91,6 +91,7 @@ class TurnTools:
                     outcome = await tools.execute(mapped, self.run.tool_context)
         ended = now_us()
         harness_metrics.metrics().tool_finished(mapped.name, (ended - began) / 1e6, outcome.is_error)
+        self.run.kv_hints.observe(mapped, (ended - began) / 1e6)
         self.intervals.append((began, ended))
         self.run.emit(tool_call_ended=harness_pb2.ToolCallEnded(
             turn=self.turn_no, call_id=call.call_id, name=call.name, output=outcome.output,
@@ -152,6 +153,21 @@ class TurnTools:
             return Step.CONTINUE
         for call in calls:
             self.start(call)  # calls the gateway did not stream as ToolCallDone
+        resume = await self._pause_kv(calls)
+        try:
+            return await self._gather(calls)
+        finally:
+            if resume is not None:
+                await resume  # the next request must not share the gateway stream with the hint
+
+    async def _pause_kv(self, calls: list[common_pb2.FunctionCall]) -> asyncio.Task[None] | None:
+        """Tools still run: a pause hint, and the resume hint due when the last of them ends."""
+        running = [self.tasks[c.call_id] for c in calls if c.call_id in self.tasks and not self.tasks[c.call_id].done()]
+        if not running or not await self.run.kv_hints.pause([c for c in calls if c.call_id in self.tasks]):
+            return None
+        return self.run.kv_hints.resume_when_done(running)
+
+    async def _gather(self, calls: list[common_pb2.FunctionCall]) -> Step:
         n = 0
         while n < len(calls):
             if calls[n].call_id in self.awaiting:

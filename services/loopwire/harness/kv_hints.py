@@ -1,0 +1,119 @@
+"""KV hints around a tool pause: while a turn's tools run, the session's KV need not stay on the
+device, but it must be there again when the next request arrives.
+
+When the model's response is done and some of its tool calls still run, the harness tells the
+gateway the session pauses, and for about how long: an exec call's yield window, else what the
+same command (or tool) took earlier in this session, else a default. The replica that holds the
+conversation then lets its blocks leave the device first under memory pressure, for the host
+tier, instead of keeping them pinned, and starts bringing them back shortly before the expected
+end. The moment the last of those tools ends, the harness says so (a resume hint), so the
+replica copies what is left back while the harness stores the outputs and builds the request.
+
+A hint never holds a session up: one the gateway refuses or cannot deliver is logged and the
+turn goes on. Hints are sent only when the tenant's policy allows KV retention at all
+(max_retention_seconds), and a pause never counts longer than that ceiling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import shlex
+from typing import TYPE_CHECKING
+
+from loopwire.common import json_limits
+from loopwire.harness.conversation import GatewayError
+from loopwire.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from loopwire.harness.loop import SessionRun
+
+log = logging.getLogger("loopwire.harness")
+
+MIN_PAUSE_MS = 1000  # a shorter pause is not worth a round trip: the blocks would not move
+DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session
+EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
+PAUSE_SLACK = 2  # a pause counts this many times its expected length (and 10 s more) ...
+PAUSE_MARGIN_S = 10  # ... at most the tenant's retention ceiling
+
+
+def command_key(call: common_pb2.FunctionCall) -> str:
+    """What a call's duration is remembered by: the program a shell command runs (``pytest``,
+    ``npm``), else the tool's name."""
+    try:
+        args = json_limits.loads(call.arguments or "{}")
+    except ValueError:
+        return call.name
+    cmd = args.get("cmd") or args.get("command") if isinstance(args, dict) else None
+    if isinstance(cmd, list):
+        cmd = " ".join(str(c) for c in cmd)
+    if not isinstance(cmd, str):
+        return call.name
+    try:
+        words = shlex.split(cmd)
+    except ValueError:
+        words = cmd.split()
+    return f"{call.name}:{words[0]}" if words else call.name
+
+
+class KvHints:
+    """One session's hints: the durations its tools took (by ``command_key``), and the hints it sends."""
+
+    def __init__(self, run: SessionRun) -> None:
+        self.run = run
+        self._took_ms: dict[str, float] = {}
+
+    @property
+    def enabled(self) -> bool:
+        conversation = self.run.conversation
+        return bool(conversation.stateful and self.run.max_retention > 0 and conversation.last_response_id)
+
+    def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
+        """A tool ended: the next call of the same command is expected to take about as long
+        (the mean of the last one and what was expected before)."""
+        key = command_key(call)
+        ms = seconds * 1000
+        before = self._took_ms.get(key)
+        self._took_ms[key] = ms if before is None else (before + ms) / 2
+
+    def expected_ms(self, call: common_pb2.FunctionCall) -> int:
+        if call.name in EXEC_TOOLS:
+            try:
+                args = json_limits.loads(call.arguments or "{}")
+            except ValueError:
+                args = {}
+            window = args.get("yield_time_ms") if isinstance(args, dict) else None
+            if isinstance(window, (int, float)) and window > 0:
+                return int(window)
+        return int(self._took_ms.get(command_key(call), DEFAULT_PAUSE_MS))
+
+    async def pause(self, calls: list[common_pb2.FunctionCall]) -> bool:
+        """The session pauses for the running ``calls``: say so when it is likely long enough
+        to matter. Whether a hint was accepted (a resume hint is then due)."""
+        expected = max((self.expected_ms(c) for c in calls), default=0)
+        if not self.enabled or expected < MIN_PAUSE_MS:
+            return False
+        seconds = min(self.run.max_retention, math.ceil(expected / 1000) * PAUSE_SLACK + PAUSE_MARGIN_S)
+        reason = "exec_yield" if all(c.name in EXEC_TOOLS for c in calls) else "command"
+        hint = common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, expected_pause_ms=expected, reason=reason)
+        return await self._send(seconds, hint)
+
+    async def resume(self) -> None:
+        await self._send(0, common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_RESUME))
+
+    def resume_when_done(self, tasks: list[asyncio.Task[common_pb2.FunctionCallOutput]]) -> asyncio.Task[None]:
+        """The resume hint, sent as soon as the last of ``tasks`` ends (not after their outputs
+        are stored): awaited before the next request uses the gateway stream."""
+        async def wait_then_resume() -> None:
+            await asyncio.wait(tasks)
+            await self.resume()
+        return asyncio.ensure_future(wait_then_resume())
+
+    async def _send(self, seconds: int, hint: common_pb2.KvHint) -> bool:
+        try:
+            await self.run.conversation.hold_kv(seconds, hint=hint)
+        except GatewayError as e:
+            log.info("KV hint not applied: %s", e.error.message)
+            return False
+        return True

@@ -187,11 +187,13 @@ def retention(p: SessionPlan, j: int, holds: bool) -> RetentionPolicy:
                            decode_duration_s=HOLD_S if p.holds[j] else None)
 
 
-def trace_tokens(salt: int, ids: list[int], n: int) -> list[int]:
-    """The first ``n`` token ids of a traced prompt: each block id becomes ``TRACE_BLOCK`` ids, a
-    function of the file (``salt``) and the id, so equal ids within a file are equal blocks."""
+def trace_tokens(salt: int, ids: list[int], n: int, tail: int) -> list[int]:
+    """The ``n`` token ids of a traced prompt: each block id becomes ``TRACE_BLOCK`` ids, a function
+    of the file (``salt``) and the id, so equal ids within a file are equal blocks; the partial
+    block after the last id (the traces name full blocks only) is fresh, from ``tail``."""
     base = (np.asarray(ids, dtype=np.int64) * 1_000_003 + salt * 7_919) % TRACE_VOCAB
-    return ((base[:, None] + np.arange(TRACE_BLOCK)[None, :] * 7) % TRACE_VOCAB).reshape(-1)[:n].tolist()
+    out = ((base[:, None] + np.arange(TRACE_BLOCK)[None, :] * 7) % TRACE_VOCAB).reshape(-1)[:n].tolist()
+    return out + [(tail * 7_919 + k * 13) % TRACE_VOCAB for k in range(n - len(out))]
 
 
 def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
@@ -231,7 +233,7 @@ def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
                        (me, before) if before >= 0 else None)
             pending = []
             j = len(plan.turns)
-            prompt = trace_tokens(salt, r["hash_ids"], int(r["in"]))
+            prompt = trace_tokens(salt, r["hash_ids"], int(r["in"]), salt * 100_003 + len(plans) * 1_009 + j)
             out_n = max(1, min(int(r.get("out", 1)), max_output))
             oracle = [(salt * 131 + index * 17 + j * 7 + k) % TRACE_VOCAB for k in range(out_n)]
             plan.turns.append(Turn(prompt, oracle))

@@ -57,6 +57,7 @@ from loopwire.common import gc_tuning, grpc_server  # noqa: E402
 from loopwire.common.auth import Authenticator  # noqa: E402
 from loopwire.common.model_def import load_definition  # noqa: E402
 from loopwire.common.recorded import RecordedSession, load_session, user_item  # noqa: E402
+from loopwire.gateway.config import BaselineSwitches  # noqa: E402
 from loopwire.gateway.factory import start_gateway  # noqa: E402
 from loopwire.gateway.safety import GuardModelClassifier, SafetyClassifier  # noqa: E402
 from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
@@ -353,7 +354,8 @@ async def bench_protocol(sessions: list[RecordedSession], max_turns: int) -> dic
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("protocol: stateful vs stateless", total=total)
         for name, stateless in (("stateful", False), ("stateless", True)):
-            mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, stateless=stateless))
+            mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF,
+                                                        baseline=BaselineSwitches(stateless=stateless)))
             try:
                 results[name] = [
                     await replay_session(mesh.stub, s, stateless=stateless, max_turns=max_turns,
@@ -428,7 +430,8 @@ async def bench_safety(sessions: list[RecordedSession], turns: int) -> dict[str,
             for name, serial in (("serial", True), ("concurrent", False)):
                 classifier = GuardModelClassifier(guard_addresses[0], max_tokens=2)
                 mesh = await start_mesh(time_scale=1.0, classifier=classifier, gpu="b200", params="70b",
-                                        config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, safety_serial=serial))
+                                        config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF,
+                                                                      baseline=BaselineSwitches(safety_serial=serial)))
                 try:
                     ttfts[name] = []
                     for s in sessions:
@@ -628,7 +631,8 @@ async def bench_cpu(turns: int) -> dict[tuple[str, str], dict[int | str, list[Cp
         for spec, _ in CPU_MODELS:
             tokenizer = load_definition(spec).tokenizer
             for mode, incremental in CPU_MODES:
-                mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF, incremental_render=incremental), model=spec)
+                mesh = await start_process_mesh(GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF,
+                                                                baseline=BaselineSwitches(full_render=not incremental)), model=spec)
                 got: dict[int | str, list[CpuTurn]] = {}
                 results[(spec, mode)] = got
                 try:
@@ -821,7 +825,7 @@ async def main() -> int:
                 f"from {cpu_turns} turns with a {LONG_OUTPUT_WORDS}-word output at the smallest context; "
                 f"{WARMUP_TURNS} unmeasured turns first in each gateway process",
                 engine=process_engine + "; safety stream-then-cut with the lexicon classifier",
-                notes=["before: GatewayConfig(incremental_render=False), the whole conversation rendered by the chat "
+                notes=["before: GatewayConfig(baseline=BaselineSwitches(full_render=True)), the whole conversation rendered by the chat "
                        "template on every append (the former behaviour); after: only the new messages rendered "
                        "(gateway/template_window.py)",
                        "models: model_def.load_definition('default') (SmolLM2-135M-Instruct: its tokenizer and chat "

@@ -35,7 +35,7 @@ async def count(gw: Gateway, tenant: Tenant, create: gateway_pb2.CreateResponse)
         validation.check_items(create.input, held.call_ids if held is not None else ())
         conversation = (held.fork(held.item_count) if held is not None else
                         Conversation(gw.prompt, create.model, create.instructions, create.tools,
-                                     cache_salt=tenant.name, incremental=cfg.incremental_render,
+                                     cache_salt=tenant.name, incremental=not cfg.baseline.full_render,
                                      thinking=thinking(create)))
         conversation.use_thinking(thinking(create))
         conversation.append(list(create.input))

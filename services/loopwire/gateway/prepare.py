@@ -69,7 +69,7 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
     held: Conversation | None = None
     if create.previous_response_id:
         held = gw.store.resolve(create.previous_response_id, session.tenant.name, session.stream_id)
-    previous = None if (cfg.stateless or create.no_store) else session.conversation
+    previous = None if (cfg.baseline.stateless or create.no_store) else session.conversation
     # The router asks the prompt's block hashes at the replicas' block size: a long prompt's are
     # hashed with the rest of its work, not on the loop (only a new tail of them later).
     block_sizes = {replica.block_size for replica in gw.router.replicas}
@@ -102,7 +102,7 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         t0 = time.thread_time_ns()
         if conversation is None:
             conversation = Conversation(gw.prompt, create.model, create.instructions, create.tools,
-                                        cache_salt=session.tenant.name, incremental=cfg.incremental_render,
+                                        cache_salt=session.tenant.name, incremental=not cfg.baseline.full_render,
                                         thinking=thinking(create))
             tokenized = conversation.initial_tokens
         else:
@@ -116,7 +116,7 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
         if conversation.template_breaks != breaks_before and difference is None:
             difference = Difference(-1, "the chat template's rendering does not extend the previous prompt")
         # Recorded output decides a replay's tokens; otherwise the tools and choice shape them.
-        constraint = None if create.HasField("replay") or cfg.unconstrained else tool_grammar.constraint(
+        constraint = None if create.HasField("replay") or cfg.baseline.unconstrained else tool_grammar.constraint(
             create, gw.model, conversation.tools, think=create.sampling.reasoning_budget_tokens)
         return _Work(conversation, new, tokenized, tokenize_ns, difference, reused, constraint)
 
@@ -152,7 +152,7 @@ async def _prepare_checked(session: Stream, create: gateway_pb2.CreateResponse, 
             reason=common_pb2.ERROR_REASON_RATE_LIMIT,
         )
     gw.metrics.add("tokens_tokenized", model, tokenized)
-    naive = cfg.stateless or (create.no_store and not create.previous_response_id)
+    naive = cfg.baseline.stateless or (create.no_store and not create.previous_response_id)
     return Prepared(conversation, done.new_items, received, tokenized, done.tokenize_ns // 1000, done.difference,
                     done.reused, naive, done.constraint)
 

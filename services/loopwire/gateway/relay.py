@@ -197,7 +197,7 @@ class ResponseRun:
         out = [self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))]
         if safety.on:
             await safety.start(input_text(self.p.new_items), cfg.safety_chunk_chars, cfg.safety_overlap_chars,
-                               cfg.safety_serial, cfg.safety_input_window_chars)
+                               cfg.baseline.safety_serial, cfg.safety_input_window_chars)
         if safety.input_verdict is not None and not safety.input_verdict.verdict.allowed:
             out.append(self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0))
             return out + self._failure(RequestError(Code.ERROR_CODE_SAFETY_VIOLATION, "input failed the safety check"))
@@ -527,7 +527,7 @@ class ResponseRun:
                 link.replica.observe(finished.usage, finished.timings)
                 link.held_length, link.held_hash = finished.sequence_length, finished.sequence_hash
             self.place.vacate()
-            if not gw.config.stateless:
+            if not gw.config.baseline.stateless:
                 gw.store.put(self.id, conversation, session.tenant.name, session.stream_id, self.create.no_store)
                 session.conversation = conversation
             reason = self.parser.finish_reason(finished.finish_reason)

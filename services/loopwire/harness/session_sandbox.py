@@ -113,7 +113,10 @@ class _Spare:
     def alive(self) -> bool:
         """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
         (a shell that died idle, whose init then said so)."""
-        return not select.select([self.pidfd, self.status], [], [], 0)[0]
+        poll = select.poll()  # (select's descriptors stop at 1024)
+        for fd in (self.pidfd, self.status):
+            poll.register(fd, select.POLLIN)
+        return not poll.poll(0)
 
     def drop(self) -> None:
         _kill(self.pidfd)

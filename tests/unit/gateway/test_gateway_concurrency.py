@@ -8,8 +8,8 @@ import threading
 import time
 
 from loopwire.gateway import prepare
+from loopwire.gateway.config import BaselineSwitches, GatewayConfig
 from loopwire.gateway.safety import INPUT, Verdict
-from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 
 from .gateway_fakes import FakeReplica, kinds, last, start_replica, user
@@ -62,7 +62,7 @@ async def test_input_check_races_prefill(make_mesh):
 
 async def test_serial_safety_runs_the_classifier_before_prefill(make_mesh):
     classifier = SlowClassifier(0.05)
-    mesh = await make_mesh([FakeReplica(prefill_s=0.05)], classifier=classifier, config=GatewayConfig(allow_replay=True, safety_serial=True))
+    mesh = await make_mesh([FakeReplica(prefill_s=0.05)], classifier=classifier, config=GatewayConfig(allow_replay=True, baseline=BaselineSwitches(safety_serial=True)))
     await mesh.open().send(input=[user("hello")], replay=replay("hi"))
     (_, c1), (p0, _) = classifier.input_intervals[0], mesh.replicas[0].prefill_intervals[0]
     assert c1 <= p0

@@ -10,7 +10,7 @@ import pytest
 
 from loopwire.common import rpc_errors
 from loopwire.common.auth import Authenticator, hash_key
-from loopwire.gateway.service import GatewayConfig
+from loopwire.gateway.config import BaselineSwitches, GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 
 from .gateway_fakes import BASH, MODEL, PROMPT, FakeReplica, call_output, kinds, last, user
@@ -219,7 +219,7 @@ async def test_cancel_response_stops_it_and_the_stream_goes_on(make_mesh):
 
 
 async def test_stateless_mode_retokenizes_and_forwards_everything(make_mesh):
-    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, stateless=True))
+    mesh = await make_mesh(config=GatewayConfig(allow_replay=True, baseline=BaselineSwitches(stateless=True)))
     conv = mesh.open()
     items = [user("one")]
     first = await conv.send(instructions="sys", input=items, replay=replay("A"))

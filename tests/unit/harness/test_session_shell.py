@@ -161,3 +161,22 @@ async def test_commands_at_once_each_get_a_shell(sandbox, workspace):
     (workspace / "go").touch()
     results = await asyncio.gather(*(p.result(30) for p in processes))
     assert [(r.exit_code, r.output.text) for r in results] == [(0, f"{n}\n") for n in range(3)]
+
+
+async def test_a_shell_that_died_idle_is_never_handed_a_command(sandbox, workspace):
+    import os
+    import signal
+
+    from test_session_sandbox import children
+
+    session = sandbox.session(workspace)
+    first, _, _ = await init_of(session, "true")
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: any(host_pid(s.pidfd) == first for s in supervisor._ready), "the shell back among the ready")
+    spare = next(s for s in supervisor._ready if host_pid(s.pidfd) == first)
+    (shell,) = children(first)
+    os.kill(shell, signal.SIGKILL)  # from outside, while it waits
+    await until(lambda: not spare.alive(), "its init to tell the shell ended")
+    second, code, text = await init_of(session, "echo ok")
+    assert second != first and (code, text) == (0, "ok\n")

@@ -1,0 +1,87 @@
+"""Settings declared once (`loopwire.common.config`): each config field with help is a flag whose
+default reads `LOOPWIRE_<FLAG>`, and the flags build the same dataclass back."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loopwire.common.config import add_flags, from_args, setting
+from loopwire.gateway.config import BaselineSwitches, GatewayConfig
+from loopwire.gateway.server import GatewayStartup
+from loopwire.gateway.server import add_arguments as gateway_arguments
+from loopwire.v1 import gateway_pb2
+
+
+@dataclasses.dataclass
+class Inner:
+    naive: bool = setting(False, "the naive way", group="baselines")
+
+
+@dataclasses.dataclass
+class Sample:
+    count: int = setting(3, "how many")
+    share: float = setting(0.5, "how much")
+    word: str = setting("a", "which word", choices=["a", "b"])
+    mode: int = setting(1, "a named value", choices={"one": 1, "two": 2})
+    kept: bool = setting(True, "on unless turned off")
+    code_only: int = 7
+    inner: Inner = dataclasses.field(default_factory=Inner)
+
+
+def _parse(cls: type, argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, cls)
+    return parser.parse_args(argv)
+
+
+def test_no_flags_give_the_dataclass_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("LOOPWIRE_COUNT", "LOOPWIRE_MODE", "LOOPWIRE_NAIVE", "LOOPWIRE_KEPT"):
+        monkeypatch.delenv(key, raising=False)
+    assert from_args(Sample, _parse(Sample, [])) == Sample()
+    assert from_args(GatewayConfig, _parse(GatewayConfig, [])) == GatewayConfig()
+    assert from_args(GatewayStartup, _parse(GatewayStartup, [])) == GatewayStartup()
+
+
+def test_flags_and_variables_set_the_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOPWIRE_COUNT", "9")
+    monkeypatch.setenv("LOOPWIRE_MODE", "two")
+    monkeypatch.setenv("LOOPWIRE_NAIVE", "true")
+    monkeypatch.setenv("LOOPWIRE_KEPT", "0")
+    got = from_args(Sample, _parse(Sample, ["--share", "0.25", "--word", "b"]))
+    assert got == Sample(count=9, share=0.25, word="b", mode=2, kept=False, inner=Inner(naive=True))
+    assert from_args(Sample, _parse(Sample, ["--count", "4", "--kept"])).count == 4  # the flag wins
+
+
+def test_a_bad_variable_is_a_clear_usage_error(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("LOOPWIRE_COUNT", "many")
+    with pytest.raises(SystemExit):
+        _parse(Sample, [])
+    assert "--count" in capsys.readouterr().err
+
+
+def test_the_gateway_baselines_are_their_own_config() -> None:
+    parser = argparse.ArgumentParser()
+    gateway_arguments(parser)
+    args = parser.parse_args(["--stateless", "--safety-serial", "--unconstrained", "--safety-mode", "off"])
+    config = from_args(GatewayConfig, args)
+    assert config.baseline == BaselineSwitches(safety_serial=True, unconstrained=True, stateless=True)
+    assert config.safety_mode == gateway_pb2.SAFETY_MODE_OFF
+    assert not {"stateless", "safety_serial", "unconstrained"} & {f.name for f in dataclasses.fields(GatewayConfig)}
+
+
+@given(st.integers(min_value=0, max_value=10**9), st.sampled_from(["one", "two"]))
+def test_a_variable_round_trips(count: int, mode: str) -> None:
+    import os
+
+    os.environ["LOOPWIRE_COUNT"], os.environ["LOOPWIRE_MODE"] = str(count), mode
+    try:
+        got = from_args(Sample, _parse(Sample, []))
+    finally:
+        del os.environ["LOOPWIRE_COUNT"], os.environ["LOOPWIRE_MODE"]
+    assert (got.count, got.mode) == (count, {"one": 1, "two": 2}[mode])

@@ -109,6 +109,14 @@ class _Spare:
     def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int, *, shell: bool = False) -> None:
         self.pidfd, self.script, self.out, self.status, self.stdin = pidfd, script, out, status, stdin
         self.shell = shell
+        self.pid = _pid_of(pidfd) if shell else 0  # the init's pid here, whose tree tells a command's end
+
+    def quiet(self) -> bool:
+        """Whether nothing but the init and its waiting shell runs in the namespace, seen from here: every
+        process of a command descends from the shell or, orphaned, from the init. A status line a command
+        forged (its shell's status pipe is reachable through /proc) is not believed while the command runs."""
+        shells = _children(self.pid)
+        return len(shells) == 1 and not _children(shells[0])
 
     def alive(self) -> bool:
         """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
@@ -138,6 +146,7 @@ class _ShellCommand:
         self._buffer: HeadTailBuffer | None = None
         self._closed: asyncio.Future[None] = loop.create_future()
         self.reusable = False  # the shell said it may serve the next command
+        self._forged = False  # a status line came while the command still ran
         loop.add_reader(spare.status, self._status)
 
     def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
@@ -164,11 +173,17 @@ class _ShellCommand:
 
     def _status(self) -> None:
         loop, spare = self._loop, self._spare
-        loop.remove_reader(spare.status)
         try:
             said = os.read(spare.status, 64)
+        except BlockingIOError:
+            return
         except OSError:
             said = b""
+        if said and (self._forged or not spare.quiet()):  # something of the command still runs: it is
+            self._forged = True  # killed, and its end told once all of it is gone (the pipe's end of file)
+            _kill_only(spare.pidfd)
+            return
+        loop.remove_reader(spare.status)
         mark("status received")
         words = said.split()
         if len(words) == 2 and words[0].isdigit():  # "<status> <may serve again>"
@@ -512,6 +527,25 @@ def _read_status(loop: asyncio.AbstractEventLoop, fd: int, exited: asyncio.Futur
     mark("status received")
     if not exited.done():
         exited.set_result(int(data) if data.strip().lstrip(b"-").isdigit() else -signal.SIGKILL)
+
+
+def _pid_of(pidfd: int) -> int:
+    with open(f"/proc/self/fdinfo/{pidfd}") as f:
+        return next((int(line.split()[1]) for line in f if line.startswith("Pid:")), -1)
+
+
+def _children(pid: int) -> list[int]:
+    """The children of a single-threaded process (``[-1]`` when it is gone: not quiet)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(n) for n in f.read().split()]
+    except OSError:
+        return [-1, -1]
+
+
+def _kill_only(pidfd: int) -> None:
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
 
 
 def _close(fd: int) -> None:

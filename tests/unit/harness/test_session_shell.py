@@ -180,3 +180,21 @@ async def test_a_shell_that_died_idle_is_never_handed_a_command(sandbox, workspa
     await until(lambda: not spare.alive(), "its init to tell the shell ended")
     second, code, text = await init_of(session, "echo ok")
     assert second != first and (code, text) == (0, "ok\n")
+
+
+async def test_a_status_line_a_command_forges_is_not_believed_while_it_runs(sandbox, workspace):
+    """The shell's status pipe is reachable through /proc: a command that writes a status line into it is not
+    told ended while it runs; it is killed, and told so once nothing of it is left."""
+    import uuid
+
+    import processes
+
+    marker = f"987.96{uuid.uuid4().int % 1000}"
+    session = sandbox.session(workspace)
+    await init_of(session, "true")
+    forge = ('read -r _ _ _ pp _ < /proc/self/stat; for fd in /proc/$pp/fd/*; do printf "0 1\\n" > $fd; done '
+             f'2>/dev/null; exec sleep {marker}')
+    r = await (await session.start(forge)).result(60)
+    assert r.exit_code == -9 and not r.timed_out
+    assert not processes.running(marker)  # nothing of it runs once its end is told
+    assert (await init_of(session, "echo next"))[1:] == (0, "next\n")

@@ -1,92 +1,161 @@
-"""What a harness process is configured with (from `server.py` flags)."""
+"""What a harness process is configured with: its flags, declared once on `HarnessConfig`."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loopwire.common.config import setting
 from loopwire.common.summaries import SUMMARY_MAX_TOKENS
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds above 0")
+    return value
+
+
+def _positive_int(unit: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of {unit}, 1 or more")
+        return value
+    return parse
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a share of the context window from 0 to 1 "
+                                         "(0: always tool_search)")
+    return value
+
+
+SANDBOX = "sandbox tenants"
 
 
 @dataclass
 class HarnessConfig:
-    gateway: str = "127.0.0.1:50052"
-    api_key: str = ""
-    # Every session workspace resolves to a directory under this root (default <state-dir>/workspaces):
-    # StartTask.workspace may name one relative to it or an absolute path inside it, nothing else.
+    """Each field with help is also a flag of `loopwire harness` and its `LOOPWIRE_<FLAG>` variable
+    (`loopwire.common.config`); the others are set in code."""
+
+    gateway: str = setting("127.0.0.1:50052", "gateway host:port")
+    api_key: str = setting("", "key for the gateway when a caller presented none (insecure dev mode); otherwise "
+                               "the caller's own key is sent")
+    # Every session workspace resolves to a directory under this root (--workspace-root, default
+    # <state-dir>/workspaces): StartTask.workspace may name one relative to it or an absolute path inside it.
     workspace_root: Path = Path(".state/workspaces")
-    shell_timeout: float = 120.0
-    background_after: float = 30.0
-    output_limit: int = 16384
-    # What one RunRequest may carry, refused on receipt (INVALID_ARGUMENT naming the limit) before anything is
-    # stored, counted or sent on: UTF-8 bytes of a task, instructions, an added user message or a denial reason;
-    # bytes of one client-declared tool schema (and JSON nesting: `json_limits.MAX_JSON_DEPTH`; an MCP tool over
-    # either is left out of the catalog); bytes of the whole message, which gRPC refuses (RESOURCE_EXHAUSTED)
-    # before it is even parsed.
-    max_input_bytes: int = 1 << 20
-    max_tool_schema_bytes: int = 64 << 10
-    max_request_bytes: int = 4 << 20
-    # Seconds the KV of a session waiting for approval is held (HoldKv; released on the decision).
-    approval_retention: int = 900
-    max_turns: int = 200
-    # How turns use the tools when a StartTask does not say: "auto" (calls when the model opens
-    # one, always schema-valid) or "required" (a call every turn, until `finish`).
-    tool_choice: str = "auto"
-    # "full": shell, file tools, wait, exec_command/write_stdin (and the extensions); "shell": shell
-    # (and finish) only, the one choice a very small model makes well.
-    tool_set: str = "full"
+    shell_timeout: float = setting(120.0, "seconds before a shell command is killed (a call may ask for another "
+                                          "limit)")
+    background_after: float = setting(30.0, "seconds after which a running command detaches into a handle")
+    output_limit: int = setting(16384, "bytes of tool output kept (head + tail)")
+    max_input_bytes: int = setting(
+        1 << 20, "UTF-8 bytes of a task, instructions, an added user message or a denial reason; a larger one is "
+                 "refused on receipt with INVALID_ARGUMENT naming this limit, before anything is stored, counted "
+                 "or sent to the gateway (default 1 MiB)", parse=_positive_int("bytes"), metavar="BYTES")
+    max_tool_schema_bytes: int = setting(
+        64 << 10, "bytes of one tool schema: a client-declared one (a replay's tools) over it, or nested deeper "
+                  "than 64 levels (`json_limits.MAX_JSON_DEPTH`), is refused on receipt with INVALID_ARGUMENT; an "
+                  "MCP server's is left out of the catalog with a note (default 64 KiB)",
+        parse=_positive_int("bytes"), metavar="BYTES")
+    max_request_bytes: int = setting(
+        4 << 20, "bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) before it is "
+                 "parsed (default 4 MiB, room for a task and instructions at --max-input-bytes)",
+        parse=_positive_int("bytes"), metavar="BYTES")
+    approval_retention: int = setting(900, "seconds the KV of a session waiting for approval stays held "
+                                           "(released on the decision or a cancel; at most the tenant's "
+                                           "max_retention_seconds, which the gateway enforces; 0: never held)")
+    tool_choice: str = setting("auto", "sessions that do not choose: 'auto' (the model may answer or call a "
+                                       "tool; an opened call is always schema-valid) or 'required' (a tool call "
+                                       "every turn until the model calls `finish` with its answer: what small "
+                                       "models need)", choices=["auto", "required"])
+    tool_set: str = setting("full", "tools of new sessions: 'full' (shell, read_file, edit_file, list, grep, "
+                                    "wait, exec_command, write_stdin) or 'shell' (shell only, and finish with "
+                                    "--tool-choice required: the one choice a very small model makes well)",
+                            choices=["full", "shell"])
+    max_turns: int = setting(200, "turns per run when the task does not say")
     # Deferred tools (found with tool_search): factories of `tool_catalog.DeferredTool` run in this
-    # process, and MCP servers (`mcp_client.McpServer`) whose tools join the catalog.
+    # process, and MCP servers (`mcp_client.McpServer`, --mcp-server) whose tools join the catalog.
     deferred_tools: list[Callable[[], Any]] = field(default_factory=list)
     mcp_servers: list[Any] = field(default_factory=list)
-    # Token budget (cl100k) of the schemas one tool_search appends: they are compacted to fit.
-    tool_search_budget: int = 4000
-    # tool_search only when the deferred catalog's schemas (cl100k tokens) take more than this share of
-    # the context window (--context-window, else the window the gateway reported); a smaller catalog is
-    # offered directly as tools. 0: always tool_search. An unknown window or MCP servers: tool_search.
-    tool_search_threshold: float = 0.10
+    tool_search_budget: int = setting(4000, "token budget (cl100k) of the schemas one tool_search appends "
+                                            "(compacted to fit)")
+    tool_search_threshold: float = setting(
+        0.1, "offer tool_search only when the deferred tools' schemas take more than this share of the context "
+             "window; a smaller catalog is offered directly as tools (0: always tool_search; MCP servers, or a "
+             "window neither --context-window nor the gateway gave: tool_search)", parse=_share, metavar="SHARE")
+    code_mode: bool = setting(False, "offer exec_js: scripts call the tools from an isolated V8 context")
+    js_timeout: float = setting(60.0, "wall time of one exec_js script before it is stopped", flag="js-timeout-s",
+                                parse=_positive_seconds, metavar="SECONDS")
+    js_memory_mb: int = setting(128, "V8 heap limit of one exec_js script; a script over it is stopped",
+                                parse=_positive_int("MiB"), metavar="MIB")
+    exec_sessions_per_tenant: int = setting(8, "interactive exec_command sessions one tenant may run at once, "
+                                               "over all its sessions")
     # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), old tool
     # outputs are masked (`compact_mask`) and, when the prompt is still over `compact_target` of the
     # window, older turns are summarized; about `compact_keep` of the window of recent items is kept.
-    context_window: int = 0
-    compact_at: float = 0.9
+    context_window: int = setting(0, "the model's context window in tokens; past --compact-at of it older turns "
+                                     "are summarized (0: the window the gateway reports for its model; "
+                                     "--compact-at 0 turns compaction off)")
+    compact_at: float = setting(0.9, "share of the context window at which compaction runs")
     compact_keep: float = 0.25
     compact_target: float = 0.5
     compact_mask: bool = True
     summary_max_tokens: int = SUMMARY_MAX_TOKENS
-    # Code mode: the `exec_js` tool (a script calls the tools from an isolated V8 context), with the
-    # wall time (s) of one script and its V8 heap limit (MiB).
-    code_mode: bool = False
-    js_timeout: float = 60.0
-    js_memory_mb: int = 128
-    # Interactive commands on a pty (exec_command) one tenant may run at once, over all its sessions.
-    exec_sessions_per_tenant: int = 8
     # Tenants apart in the shell sandbox (harness as root; `sandbox.py`, `tenant_uids.py`, `tenant_limits.py`,
-    # `egress.py`): each tenant's commands run as a host uid of its own from [uid_base, uid_base + uid_count)
-    # (assignments kept in <workspace_root>/.tenant-uids.json); processes, memory (MiB) and CPUs per tenant
-    # (a cgroup v2 group under `sandbox_cgroup`: '' finds one, 'none' uses rlimits only); bytes per
-    # workspace (MiB; 0: no quota); network=true reaches only these host:port globs, through the proxy.
-    sandbox_uid_base: int = 61000
-    sandbox_uid_count: int = 1000
-    sandbox_processes: int = 1024
-    sandbox_memory_mb: int = 16384
-    sandbox_cpus: float = 0.0
-    sandbox_cgroup: str = ""
-    sandbox_workspace_quota_mb: int = 10240
-    # A filesystem of the quota's size per tenant (its tree loop-mounted; `tenant_volumes.py`; harness as root)
-    # bounds what its commands write; off, or where none can be mounted, the quota is a check per workspace.
-    sandbox_volumes: bool = True
-    # Each command's /tmp and /dev/shm (tmpfs, MiB each), and what a tenant's running commands and exec sessions
-    # may hold of them together (MiB; 2 x sandbox_tmp_mb per command): a command past it is refused.
-    sandbox_tmp_mb: int = 64
-    sandbox_tmpfs_budget_mb: int = 1536
+    # `egress.py`); uid assignments are kept in <workspace_root>/.tenant-uids.json.
+    sandbox_uid_base: int = setting(61000, "first host uid of the range tenants' commands run as (one uid per "
+                                           "tenant; no account needs to exist, none should use the range)",
+                                    group=SANDBOX)
+    sandbox_uid_count: int = setting(1000, "how many uids the range has (the most tenants this harness serves)",
+                                     group=SANDBOX)
+    sandbox_processes: int = setting(1024, "processes (and threads) of one tenant's commands together: "
+                                           "RLIMIT_NPROC per tenant uid, and pids.max of its cgroup", group=SANDBOX)
+    sandbox_memory_mb: int = setting(16384, "MiB of memory of one tenant's commands together (cgroup memory.max; "
+                                            "without cgroup v2 only RLIMIT_AS per process holds)", group=SANDBOX)
+    sandbox_cpus: float = setting(0.0, "CPUs one tenant's commands may use together (cgroup cpu.max; 0: uncapped)",
+                                  group=SANDBOX)
+    sandbox_cgroup: str = setting("", "a delegated, empty cgroup v2 directory for the tenants' groups (default: "
+                                      "find one below the harness's own cgroup; 'none': rlimits only)", group=SANDBOX)
+    sandbox_workspace_quota_mb: int = setting(
+        10240, "MiB one tenant's workspaces may hold together, a filesystem of that size per tenant "
+               "(--sandbox-volumes); without one, MiB one workspace may hold, checked while a command runs, which "
+               "is killed when it grows the workspace past it (every file bounded by RLIMIT_FSIZE; 0: none)",
+        group=SANDBOX)
+    sandbox_volumes: bool = setting(
+        True, "bound each tenant's workspaces by an ext4 image of the quota's size, loop-mounted on its tree "
+              "(<workspace-root>/.tenant-volumes; a harness running as root, where loop devices mount): a write "
+              "past the quota fails with ENOSPC; where none can be mounted the quota stays a check (default on)",
+        group=SANDBOX)
+    sandbox_tmp_mb: int = setting(64, "MiB of each command's /tmp and of its /dev/shm (tmpfs: host memory once "
+                                      "filled)", group=SANDBOX)
+    sandbox_tmpfs_budget_mb: int = setting(
+        1536, "MiB of /tmp and /dev/shm one tenant's running commands and exec sessions may hold together (each "
+              "takes 2 x --sandbox-tmp-mb while it runs); one past it is refused with RESOURCE_EXHAUSTED",
+        group=SANDBOX)
+    # network=true commands reach only these host:port globs, through the proxy (--sandbox-egress-allow).
     sandbox_egress_allow: list[str] = field(default_factory=lambda: ["*:80", "*:443"])
-    # One sandbox per session, each command in namespaces of its own inside it (`session_sandbox.py`);
-    # off: a sandbox per command.
-    sandbox_per_session: bool = True
+    sandbox_per_session: bool = setting(
+        True, "start a session's sandbox once and run each of its commands inside it, in pid, mount and IPC "
+              "namespaces of the command's own (a kill still ends the command's whole process tree), so a command "
+              "costs a few forks instead of a bubblewrap; --no-sandbox-per-session starts a sandbox per command "
+              "(network=true commands always get their own; default on)", group=SANDBOX)
 
 
 # Fixed for every session (no dates, paths or policy), so sessions share a cached prefix.

@@ -85,3 +85,25 @@ def test_a_variable_round_trips(count: int, mode: str) -> None:
     finally:
         del os.environ["LOOPWIRE_COUNT"], os.environ["LOOPWIRE_MODE"]
     assert (got.count, got.mode) == (count, {"one": 1, "two": 2}[mode])
+
+
+def test_the_harness_flags_build_its_config(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from pathlib import Path
+
+    from loopwire.harness.config import HarnessConfig
+    from loopwire.harness.server import add_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args([])) == HarnessConfig(workspace_root=Path(".state/workspaces"))
+    monkeypatch.setenv("LOOPWIRE_CODE_MODE", "1")
+    monkeypatch.setenv("LOOPWIRE_SANDBOX_VOLUMES", "no")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = config_from_args(parser.parse_args(["--js-timeout-s", "5", "--tool-choice", "required"]))
+    assert (config.code_mode, config.sandbox_volumes, config.js_timeout, config.tool_choice) == (
+        True, False, 5.0, "required")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--js-timeout-s", "0"])
+    assert "seconds above 0" in capsys.readouterr().err

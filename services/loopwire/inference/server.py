@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loopwire.common import grpc_server, telemetry
-from loopwire.common.config import env as _env
+from loopwire.common.config import add_flags, from_args, setting
 from loopwire.common.model_def import check_vocabulary, load_definition
 from loopwire.common.service_auth import ServiceTokenInterceptor
 from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
@@ -35,42 +35,109 @@ log = logging.getLogger("loopwire.inference")
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
 
 
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if not number >= 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return number
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
+    return number
+
+
+def _non_negative(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
+    return number
+
+
+@dataclass
+class EngineBaseline:
+    """The naive way the benchmarks compare against; off in production."""
+
+    no_prefix_cache: bool = setting(False, "disable prefix caching (the naive baseline)")
+
+
 @dataclass
 class EngineOptions:
-    """Everything ``build_engine`` needs; mirrors the command-line flags."""
+    """Everything ``build_engine`` needs; each field is also a flag of `loopwire inference` (and its
+    `LOOPWIRE_<FLAG>` variable, `loopwire.common.config`)."""
 
-    engine: str = "reference"
-    # default (SmolLM2-135M-Instruct) | dummy:<seed> | FILE.gguf | a Hugging Face directory; "" = the
-    # engine's default: the real model on reference, dummy:0 (cl100k) on simulated.
-    model: str = ""
-    model_size: str = "tiny"
-    replica_id: str = "replica-0"
-    kv_blocks: int = 0  # 0: 4096 for reference; what fits on the GPU for simulated
-    block_size: int = 16
-    max_batch_tokens: int = 0  # 0: 1024 for reference, 8192 for simulated
-    max_output_tokens: int = 4096
-    num_draft_tokens: int = 8
-    # Draft branches verified per sequence and step (reference and simulated engines). 1: each fork
-    # reads the whole context again, which costs more than the extra accepted tokens give at agent
-    # context lengths (bench/results/speculation.md); a tree-attention kernel would change that.
-    draft_branches: int = 1
-    drafter: str = "suffix"
-    draft_model: str = ""  # trtllm draft_target / eagle3: the draft checkpoint directory
-    prefix_cache: bool = True
-    host_kv_bytes: int = 0
-    eviction_policy: str = "priority"
-    prefill_policy: str = "fair"
-    prefill_chunk_tokens: int = 128
-    # reference engine: how linear layers multiply (model.MATMUL_MODES; auto: numba when installed)
-    matmul: str = "auto"
-    role: str = "both"
-    gpu: str = "h200"
-    model_params: str = "8b"
-    time_scale: float = 0.0
+    engine: str = setting("reference", "the engine: the numpy reference, a simulated GPU (cost model), or "
+                                       "TensorRT-LLM", choices=["reference", "simulated", "trtllm"])
+    # "" = the engine's default.
+    model: str = setting("", "default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> (random weights, cl100k) | "
+                             "FILE.gguf | a Hugging Face model directory (default: the real model on reference, "
+                             "dummy:0 on simulated; trtllm needs a directory)")
+    model_size: str = setting("tiny", "shape of dummy:<seed> weights (reference engine)", choices=MODEL_SIZES)
+    replica_id: str = setting("replica-0", "this replica's name, in its replies, metrics and logs")
+    kv_blocks: int = setting(0, "KV cache blocks (0: engine default: 4096 on reference, what fits the GPU on "
+                                "simulated)")
+    block_size: int = setting(16, "tokens per KV cache block")
+    max_batch_tokens: int = setting(0, "token budget per step (0: engine default: 1024 on reference, 8192 on "
+                                       "simulated)")
+    max_output_tokens: int = setting(4096, "most tokens one generation may produce")
+    num_draft_tokens: int = setting(8, "speculative draft tokens proposed per sequence and step")
+    # 1: each fork reads the whole context again, which costs more than the extra accepted tokens give
+    # at agent context lengths (bench/results/speculation.md); a tree-attention kernel would change that.
+    draft_branches: int = setting(1, "draft branches verified per sequence and step: the favourite and "
+                                     "alternatives starting with the next-likeliest tokens, each a fork of the "
+                                     "sequence (suffix drafter; reference and simulated engines; 1: one chain)")
+    drafter: str = setting("suffix", "speculative drafts: suffix decoding (session + recent outputs) or prompt "
+                                     "lookup; trtllm also draft_target and eagle3 (with --draft-model)",
+                           choices=["suffix", "prompt_lookup", "draft_target", "eagle3"])
+    draft_model: str = setting("", "trtllm --drafter draft_target/eagle3: the draft checkpoint directory")
+    host_kv_bytes: int = setting(0, "host-memory KV tier for evicted blocks, bytes (0: none)")
+    eviction_policy: str = setting("priority", "KV eviction: retention priority then LRU, or plain LRU",
+                                   choices=["priority", "lru"])
+    prefill_policy: str = setting("fair", "fair: decodes first, then the prefills with the fewest tokens left, "
+                                          "each at most --prefill-chunk-tokens a step (a short request never waits "
+                                          "behind a long prompt); fcfs: arrival order (the old way)",
+                                  choices=["fair", "fcfs"])
+    prefill_chunk_tokens: int = setting(128, "most prompt tokens one sequence prefills per step under "
+                                             "--prefill-policy fair")
+    matmul: str = setting("auto", "reference engine: how linear layers multiply. numba: kernels over a GGUF "
+                                  "file's Q4_1/Q8_0 codes (float32 for other types); numba-f32: the same kernels "
+                                  "over dequantized float32 (same bits, 4x the memory); blas: numpy's BLAS, row "
+                                  "invariant by a measured block size; auto: numba when installed, else blas",
+                          choices=MATMUL_MODES)
+    role: str = setting("both", "what this replica serves: prefill and decode, or one of them (disaggregated "
+                                "serving, the gateway's --max-local-prefill-length)",
+                        choices=["both", "prefill", "decode"])
+    gpu: str = setting("h200", "simulated engine: GPU", choices=sorted(GPUS))
+    model_params: str = setting("8b", "simulated engine: model size", choices=MODEL_SIZES)
+    time_scale: float = setting(0.0, "simulated engine: real seconds per modelled second (0: virtual time, no "
+                                     "sleeping)")
+    baseline: EngineBaseline = field(default_factory=EngineBaseline)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> EngineOptions:
-        return cls(**{k: getattr(args, k) for k in cls.__dataclass_fields__})
+        return from_args(cls, args)
+
+
+@dataclass
+class ServingOptions:
+    """What `loopwire inference` starts with beside `EngineOptions`: where it listens, its peers, how it
+    streams."""
+
+    listen: str = setting("127.0.0.1:50053", "host:port (port 0: any free port)")
+    peers: str = setting("", "replicas this one may import KV from (kv_source), host:port,... (default: none)")
+    prefill_progress_ms: int = setting(int(PROGRESS_INTERVAL_S * 1000),
+                                       "a prefill still running this long after the last progress event sends "
+                                       "another (tokens processed of total; 0: after every chunk)",
+                                       parse=_non_negative, metavar="MS")
+    coalesce_window_ms: float = setting(COALESCE_WINDOW_S * 1000,
+                                        "tokens of a generation after its first wait up to this long for more of "
+                                        "it to share their stream message (the first never waits; 0: a message "
+                                        "per engine step unless the gateway reads slower)",
+                                        parse=_non_negative_float, metavar="MS")
+    coalesce_max_tokens: int = setting(COALESCE_MAX_TOKENS, "a waiting batch of this many tokens is sent without "
+                                                            "waiting out the window", parse=_positive, metavar="N")
 
 
 def model_spec(options: EngineOptions) -> str:
@@ -95,7 +162,7 @@ def build_engine(options: EngineOptions) -> Engine:
         max_output_tokens=options.max_output_tokens,
         num_draft_tokens=options.num_draft_tokens,
         draft_branches=options.draft_branches,
-        prefix_cache=options.prefix_cache,
+        prefix_cache=not options.baseline.no_prefix_cache,
         drafter=options.drafter,
         host_kv_bytes=options.host_kv_bytes,
         eviction_policy=options.eviction_policy,
@@ -149,96 +216,10 @@ def kv_blocks_for(model: ModelConfig, block_size: int = 16, budget_bytes: int = 
     return max(64, min(4096 * 16, budget_bytes // kv_block_bytes(model, block_size)))
 
 
-def _non_negative_float(value: str) -> float:
-    number = float(value)
-    if not number >= 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
-    return number
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
-    return number
-
-
-def _non_negative(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
-    return number
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = EngineOptions()
-    parser.add_argument("--listen", default=_env("listen", "127.0.0.1:50053"), help="host:port (port 0: any free port)")
-    parser.add_argument("--engine", choices=["reference", "simulated", "trtllm"], default=_env("engine", d.engine))
-    parser.add_argument("--model", default=_env("model", d.model),
-                        help="default (SmolLM2-135M-Instruct, bundled) | dummy:<seed> (random weights, cl100k) | "
-                             "FILE.gguf | a Hugging Face model directory (default: the real model on reference, "
-                             "dummy:0 on simulated; trtllm needs a directory)")
-    parser.add_argument("--model-size", choices=MODEL_SIZES, default=_env("model_size", d.model_size),
-                        help="shape of dummy:<seed> weights (reference engine)")
-    parser.add_argument("--replica-id", default=_env("replica_id", d.replica_id))
-    parser.add_argument("--kv-blocks", type=int, default=int(_env("kv_blocks", "0")),
-                        help="KV cache blocks (0: engine default)")
-    parser.add_argument("--block-size", type=int, default=int(_env("block_size", str(d.block_size))))
-    parser.add_argument("--max-batch-tokens", type=int, default=int(_env("max_batch_tokens", "0")),
-                        help="token budget per step (0: engine default)")
-    parser.add_argument("--max-output-tokens", type=int,
-                        default=int(_env("max_output_tokens", str(d.max_output_tokens))))
-    parser.add_argument("--num-draft-tokens", type=int, default=int(_env("num_draft_tokens", str(d.num_draft_tokens))))
-    parser.add_argument("--draft-branches", type=int, default=int(_env("draft_branches", str(d.draft_branches))),
-                        help="draft branches verified per sequence and step: the favourite and alternatives "
-                             "starting with the next-likeliest tokens, each a fork of the sequence (suffix "
-                             "drafter; reference and simulated engines; 1: one chain)")
-    parser.add_argument("--drafter", choices=["suffix", "prompt_lookup", "draft_target", "eagle3"],
-                        default=_env("drafter", d.drafter),
-                        help="speculative drafts: suffix decoding (session + recent outputs) or prompt lookup; "
-                             "trtllm also draft_target and eagle3 (with --draft-model)")
-    parser.add_argument("--draft-model", default=_env("draft_model", d.draft_model),
-                        help="trtllm --drafter draft_target/eagle3: the draft checkpoint directory")
-    parser.add_argument("--host-kv-bytes", type=int, default=int(_env("host_kv_bytes", "0")),
-                        help="host-memory KV tier for evicted blocks, bytes (0: none)")
-    parser.add_argument("--eviction-policy", choices=["priority", "lru"], default=_env("eviction_policy", d.eviction_policy),
-                        help="KV eviction: retention priority then LRU, or plain LRU")
-    parser.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
-                        default=_env("no_prefix_cache", "") in ("", "0", "false"),
-                        help="disable prefix caching (the naive baseline)")
+    add_flags(parser, ServingOptions)
+    add_flags(parser, EngineOptions)
     add_service_token_arguments(parser, "accepted from gateways and peer replicas; sent to peers when pulling KV")
-    parser.add_argument("--peers", default=_env("peers", ""),
-                        help="replicas this one may import KV from (kv_source), host:port,... (default: none)")
-    parser.add_argument("--prefill-policy", choices=["fair", "fcfs"], default=_env("prefill_policy", d.prefill_policy),
-                        help="fair: decodes first, then the prefills with the fewest tokens left, each at most "
-                             "--prefill-chunk-tokens a step (a short request never waits behind a long prompt); "
-                             "fcfs: arrival order (the old way)")
-    parser.add_argument("--prefill-chunk-tokens", type=int,
-                        default=int(_env("prefill_chunk_tokens", str(d.prefill_chunk_tokens))),
-                        help="most prompt tokens one sequence prefills per step under --prefill-policy fair")
-    parser.add_argument("--prefill-progress-ms", type=_non_negative, metavar="MS",
-                        default=int(_env("prefill_progress_ms", str(int(PROGRESS_INTERVAL_S * 1000)))),
-                        help="a prefill still running this long after the last progress event sends another "
-                             "(tokens processed of total; 0: after every chunk)")
-    parser.add_argument("--coalesce-window-ms", type=_non_negative_float, metavar="MS",
-                        default=float(_env("coalesce_window_ms", f"{COALESCE_WINDOW_S * 1000:g}")),
-                        help="tokens of a generation after its first wait up to this long for more of it to share "
-                             "their stream message (the first never waits; 0: a message per engine step unless "
-                             "the gateway reads slower)")
-    parser.add_argument("--coalesce-max-tokens", type=_positive, metavar="N",
-                        default=int(_env("coalesce_max_tokens", str(COALESCE_MAX_TOKENS))),
-                        help="a waiting batch of this many tokens is sent without waiting out the window")
-    parser.add_argument("--matmul", choices=MATMUL_MODES, default=_env("matmul", d.matmul),
-                        help="reference engine: how linear layers multiply. numba: kernels over a GGUF file's "
-                             "Q4_1/Q8_0 codes (float32 for other types); numba-f32: the same kernels over "
-                             "dequantized float32 (same bits, 4x the memory); blas: numpy's BLAS, row invariant "
-                             "by a measured block size; auto: numba when installed, else blas")
-    parser.add_argument("--role", choices=["both", "prefill", "decode"], default=_env("role", d.role))
-    parser.add_argument("--gpu", choices=sorted(GPUS), default=_env("gpu", d.gpu), help="simulated engine: GPU")
-    parser.add_argument("--model-params", choices=MODEL_SIZES, default=_env("model_params", d.model_params),
-                        help="simulated engine: model size")
-    parser.add_argument("--time-scale", type=float, default=float(_env("time_scale", str(d.time_scale))),
-                        help="simulated engine: real seconds per modelled second (0: virtual time, no sleeping)")
 
 
 def describe(engine: Engine) -> str:

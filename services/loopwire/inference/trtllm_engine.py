@@ -279,7 +279,7 @@ class TrtLlmEngine:
     def create(cls, options: EngineOptions, definition: ModelDefinition, api: Any) -> TrtLlmEngine:
         """Translate the options into TensorRT-LLM's configs and start its ``LLM``."""
         kv = api.KvCacheConfig(
-            enable_block_reuse=options.prefix_cache,
+            enable_block_reuse=not options.baseline.no_prefix_cache,
             event_buffer_max_size=16384,
             tokens_per_block=options.block_size,
             **({"max_tokens": options.kv_blocks * options.block_size} if options.kv_blocks else {}),
@@ -292,7 +292,7 @@ class TrtLlmEngine:
             model=model_preset(options.model_params), replica_id=options.replica_id,
             block_size=options.block_size, num_kv_blocks=options.kv_blocks or 1,
             max_output_tokens=options.max_output_tokens, num_draft_tokens=options.num_draft_tokens,
-            prefix_cache=options.prefix_cache, drafter=options.drafter, host_kv_bytes=options.host_kv_bytes,
+            prefix_cache=not options.baseline.no_prefix_cache, drafter=options.drafter, host_kv_bytes=options.host_kv_bytes,
         )
         return cls(llm, config, definition, api)
 

@@ -107,3 +107,16 @@ def test_the_harness_flags_build_its_config(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(SystemExit):
         parser.parse_args(["--js-timeout-s", "0"])
     assert "seconds above 0" in capsys.readouterr().err
+
+
+def test_the_inference_flags_build_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopwire.inference.server import EngineBaseline, EngineOptions, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert EngineOptions.from_args(parser.parse_args([])) == EngineOptions()
+    monkeypatch.setenv("LOOPWIRE_NO_PREFIX_CACHE", "1")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    options = EngineOptions.from_args(parser.parse_args(["--engine", "simulated", "--kv-blocks", "64"]))
+    assert options == EngineOptions(engine="simulated", kv_blocks=64, baseline=EngineBaseline(no_prefix_cache=True))

@@ -24,13 +24,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def test_defaults_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     args = parse([])
     assert (args.listen, args.engine, args.model, args.model_size) == ("127.0.0.1:50053", "reference", "", "tiny")
-    assert (args.block_size, args.max_output_tokens, args.num_draft_tokens, args.prefix_cache) == (16, 4096, 8, True)
+    assert (args.block_size, args.max_output_tokens, args.num_draft_tokens, args.no_prefix_cache) == (16, 4096, 8, False)
     assert (args.role, args.gpu, args.model_params, args.time_scale) == ("both", "h200", "8b", 0.0)
     monkeypatch.setenv("LOOPWIRE_ENGINE", "simulated")
     monkeypatch.setenv("LOOPWIRE_NO_PREFIX_CACHE", "1")
     monkeypatch.setenv("LOOPWIRE_KV_BLOCKS", "77")
     args = parse(["--gpu", "b200"])
-    assert args.engine == "simulated" and not args.prefix_cache and args.kv_blocks == 77 and args.gpu == "b200"
+    assert args.engine == "simulated" and args.no_prefix_cache and args.kv_blocks == 77 and args.gpu == "b200"
     options = EngineOptions.from_args(args)
     engine = build_engine(options)
     assert engine.name == "simulated" and engine.config.num_kv_blocks == 77 and not engine.config.prefix_cache

@@ -73,15 +73,16 @@ TOOLS = {
         common_pb2.Tool(
             name="exec_command",
             description="Run a command on a terminal in the workspace (sandboxed, no network), for interactive "
-            "programs (a REPL, a prompt, a debugger). Returns its output after `yield_time_ms` (250-30000, default "
-            "1000) and, while it still runs, a session_id to use with write_stdin; or its exit code once it ended.",
+            "programs (a REPL, a prompt, a debugger). Returns its output once it ended or its output settled, "
+            "waiting at most `yield_time_ms` (250-30000, default 1000), and, while it still runs, a session_id to use "
+            "with write_stdin; or its exit code once it ended.",
             parameters=_schema({"cmd": _STR, "yield_time_ms": _INT}, ["cmd"]),
         ),
         common_pb2.Tool(
             name="write_stdin",
             description="Type `chars` into a running exec_command session (\\n is Enter, \\u0003 is Ctrl-C, "
-            "\\u0004 is Ctrl-D; empty only reads), wait `yield_time_ms`, and return what it printed since the last "
-            "read and whether it exited.",
+            "\\u0004 is Ctrl-D; empty only reads) and return what it printed since the last read once its output "
+            "settled or it exited (waiting at most `yield_time_ms`), and whether it exited.",
             parameters=_schema({"session_id": _INT, "chars": _STR, "yield_time_ms": _INT}, ["session_id"]),
         ),
         common_pb2.Tool(

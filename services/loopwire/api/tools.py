@@ -73,7 +73,7 @@ def parse(value: list[tuple[str, Any]]) -> tuple[list[common_pb2.Tool], list[dic
     not_offered: list[str] = []
     seen: set[str] = set()
     for path, tool in value:
-        key = tool.model_dump_json()
+        key = tool.model_dump_json(warnings=False)  # a union field serializes as its own model
         if key in seen:  # sent again (in ``tools`` and an ``additional_tools`` item): offered once
             continue
         seen.add(key)

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,7 @@ from loopwire.api.gateway_client import GatewayClient
 from loopwire.api.protocol import MAX_HEADER_BYTES, BoundedH11Protocol
 from loopwire.api.store import ResponseStore
 from loopwire.common import gc_tuning
-from loopwire.common.config import env as _env
-from loopwire.common.config import env_int as _env_int
+from loopwire.common.config import add_flags, setting
 from loopwire.common.service_flags import add_insecure_dev_argument, check_insecure_dev, load_authenticator
 from loopwire.v1 import common_pb2
 
@@ -42,59 +42,51 @@ MAX_DECODE_TENANTS = 32
 GIL_SWITCH_S = 0.001
 
 
+@dataclass
+class ApiOptions:
+    """The flags of `loopwire api`, each also read from its `LOOPWIRE_<FLAG>` variable
+    (`loopwire.common.config`); `build_context` checks their ranges."""
+
+    listen: str = setting("127.0.0.1:8080", "host:port of the HTTP/WebSocket server")
+    gateway: str = setting("127.0.0.1:50052", "gateway address, host:port; or several gateways as "
+                                              "id=host:port,id=host:port with each one's --gateway-id: a "
+                                              "continuation goes to the gateway its previous_response_id names, a "
+                                              "new conversation to the one with the fewest open streams")
+    auth_config: str = setting("", "the gateway's tenants file, to refuse bad keys here too (required unless "
+                                   "--insecure-dev; the gateway checks every key either way)")
+    models: str = setting("loopwire", "comma-separated model names clients may ask for")
+    max_body_bytes: int = setting(16 * 1024 * 1024, "largest request body or WebSocket message; larger is 413")
+    replay: str = setting("", "JSON file of recorded assistant turns ([{\"text\": ..., \"function_calls\": "
+                              "[{\"call_id\", \"name\", \"arguments\"}]}, ...]): response n replays turn n "
+                              "(cycling) while the engine does the real work; for deterministic demos and tests")
+    sse_keepalive_s: float = setting(15.0, "seconds without an event (a long prefill) before a streamed response "
+                                           "sends an SSE comment line, and again every so often; 0: never")
+    ws_ping_s: float = setting(20.0, "WebSocket mode: a protocol ping this often (a client that does not answer "
+                                     "within the same time is dropped); 0: never")
+    ws_max_age_s: float = setting(3600.0, "WebSocket mode: a connection older than this starts no new response "
+                                          "(each gets the error websocket_connection_limit_reached), lets those in "
+                                          "flight finish, then closes; 0: no limit (default 3600, OpenAI's 60 "
+                                          "minutes)")
+    header_timeout_s: float = setting(10.0, "seconds a connection (or a kept-alive one, from its last response) "
+                                            "has to send a request's line and headers; later is 408 and closed")
+    body_timeout_s: float = setting(60.0, "seconds a request has to send its body once its headers are in; later "
+                                          "is 408 and closed")
+    keep_alive_s: int = setting(5, "seconds an idle kept-alive connection stays open")
+    stored_responses: int = setting(1000, "finished responses kept per tenant for GET /v1/responses/{id} (the "
+                                          "oldest leave first; 0: none)")
+    stored_bytes: int = setting(64 * 1024 * 1024, "bytes of stored responses and input items kept per tenant")
+    stored_ttl_s: float = setting(24 * 3600.0, "seconds a stored response stays readable")
+    background_responses: int = setting(16, "background responses (background: true) one tenant may have queued "
+                                            "or in progress at once; more is 429; they run in this process and "
+                                            "are cancelled when it stops (0: background mode off)")
+    decode_per_tenant: int = setting(1, "request bodies of one tenant decompressed and parsed at once, in worker "
+                                        "threads off the event loop (a body over 64 KiB or compressed); more wait "
+                                        "their turn, behind that tenant's own only. Parsing holds the GIL, so more "
+                                        "than one mostly takes more of the loop's turns")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", default=_env("listen", "127.0.0.1:8080"),
-                        help="host:port of the HTTP/WebSocket server (env LOOPWIRE_LISTEN)")
-    parser.add_argument("--gateway", default=_env("gateway", "127.0.0.1:50052"),
-                        help="gateway address, host:port; or several gateways as id=host:port,id=host:port with "
-                             "each one's --gateway-id: a continuation goes to the gateway its previous_response_id "
-                             "names, a new conversation to the one with the fewest open streams (env LOOPWIRE_GATEWAY)")
-    parser.add_argument("--auth-config", default=_env("auth_config", ""),
-                        help="the gateway's tenants file, to refuse bad keys here too (required unless "
-                             "--insecure-dev; the gateway checks every key either way) (env LOOPWIRE_AUTH_CONFIG)")
-    parser.add_argument("--models", default=_env("models", "loopwire"),
-                        help="comma-separated model names clients may ask for (env LOOPWIRE_MODELS)")
-    parser.add_argument("--max-body-bytes", type=int, default=_env_int("max_body_bytes", 16 * 1024 * 1024),
-                        help="largest request body or WebSocket message; larger is 413 (env LOOPWIRE_MAX_BODY_BYTES)")
-    parser.add_argument("--replay", default=_env("replay", ""),
-                        help="JSON file of recorded assistant turns ([{\"text\": ..., \"function_calls\": [{\"call_id\", "
-                             "\"name\", \"arguments\"}]}, ...]): response n replays turn n (cycling) while the engine "
-                             "does the real work; for deterministic demos and tests (env LOOPWIRE_REPLAY)")
-    parser.add_argument("--sse-keepalive-s", type=float, default=float(_env("sse_keepalive_s", "15")),
-                        help="seconds without an event (a long prefill) before a streamed response sends an SSE "
-                             "comment line, and again every so often; 0: never (env LOOPWIRE_SSE_KEEPALIVE_S)")
-    parser.add_argument("--ws-ping-s", type=float, default=float(_env("ws_ping_s", "20")),
-                        help="WebSocket mode: a protocol ping this often (a client that does not answer within the "
-                             "same time is dropped); 0: never (env LOOPWIRE_WS_PING_S)")
-    parser.add_argument("--ws-max-age-s", type=float, default=float(_env("ws_max_age_s", "3600")),
-                        help="WebSocket mode: a connection older than this starts no new response (each gets the "
-                             "error websocket_connection_limit_reached), lets those in flight finish, then closes; "
-                             "0: no limit (default 3600, OpenAI's 60 minutes) (env LOOPWIRE_WS_MAX_AGE_S)")
-    parser.add_argument("--header-timeout-s", type=float, default=float(_env("header_timeout_s", "10")),
-                        help="seconds a connection (or a kept-alive one, from its last response) has to send a "
-                             "request's line and headers; later is 408 and closed (env LOOPWIRE_HEADER_TIMEOUT_S)")
-    parser.add_argument("--body-timeout-s", type=float, default=float(_env("body_timeout_s", "60")),
-                        help="seconds a request has to send its body once its headers are in; later is 408 and "
-                             "closed (env LOOPWIRE_BODY_TIMEOUT_S)")
-    parser.add_argument("--keep-alive-s", type=int, default=_env_int("keep_alive_s", 5),
-                        help="seconds an idle kept-alive connection stays open (env LOOPWIRE_KEEP_ALIVE_S)")
-    parser.add_argument("--stored-responses", type=int, default=_env_int("stored_responses", 1000),
-                        help="finished responses kept per tenant for GET /v1/responses/{id} (the oldest leave "
-                             "first; 0: none) (env LOOPWIRE_STORED_RESPONSES)")
-    parser.add_argument("--stored-bytes", type=int, default=_env_int("stored_bytes", 64 * 1024 * 1024),
-                        help="bytes of stored responses and input items kept per tenant "
-                             "(env LOOPWIRE_STORED_BYTES)")
-    parser.add_argument("--stored-ttl-s", type=float, default=float(_env("stored_ttl_s", str(24 * 3600))),
-                        help="seconds a stored response stays readable (env LOOPWIRE_STORED_TTL_S)")
-    parser.add_argument("--background-responses", type=int, default=_env_int("background_responses", 16),
-                        help="background responses (background: true) one tenant may have queued or in progress "
-                             "at once; more is 429; they run in this process and are cancelled when it stops "
-                             "(0: background mode off) (env LOOPWIRE_BACKGROUND_RESPONSES)")
-    parser.add_argument("--decode-per-tenant", type=int, default=_env_int("decode_per_tenant", 1),
-                        help="request bodies of one tenant decompressed and parsed at once, in worker threads off "
-                             "the event loop (a body over 64 KiB or compressed); more wait their turn, behind that "
-                             "tenant's own only. Parsing holds the GIL, so more than one mostly takes more of the "
-                             "loop's turns (env LOOPWIRE_DECODE_PER_TENANT)")
+    add_flags(parser, ApiOptions)
     add_insecure_dev_argument(parser)
 
 

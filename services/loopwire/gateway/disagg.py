@@ -67,11 +67,14 @@ class DisaggPolicy:
         free = [r for r, q in zip(prefill_replicas, queues, strict=True) if q < self.max_prefill_queue]
         return min(free, key=lambda r: (queue_of(r), r.pending_prefill_tokens, r.routed))
 
+    def note_fallback(self) -> None:
+        """A remote prefill came to nothing after ``prefill`` returned (the pull was refused)."""
+        self.failed += 1
+
     async def prefill(self, replica: Replica, request_id: str, token_ids: Sequence[int],
                       params: inference_pb2.GenerationParams, cache_salt: str) -> bytes | None:
         """Run ``Prefill`` there; the handle, or None when it failed (the caller prefills locally)."""
-        replica.prefills_in_flight += 1
-        replica.pending_prefill_tokens += len(token_ids)
+        replica.begin_prefill(len(token_ids))
         try:
             reply = await replica.stub.Prefill(
                 inference_pb2.PrefillRequest(request_id=request_id, token_ids=token_ids, params=params,
@@ -83,8 +86,7 @@ class DisaggPolicy:
                         e.code().name, e.details())
             return None
         finally:
-            replica.prefills_in_flight -= 1
-            replica.pending_prefill_tokens -= len(token_ids)
+            replica.end_prefill(len(token_ids))
         self.remote += 1
-        replica.routed += 1
+        replica.note_routed()
         return bytes(reply.kv_handle)

@@ -49,7 +49,11 @@ class GenerateLink:
         self.held_hash = 0
         self._waiters: dict[str, Waiter] = {}
         self._reader = asyncio.create_task(self._read())
-        replica.sessions += 1
+        replica.stream_opened()
+
+    def hold(self, length: int, sequence_hash: int) -> None:
+        """The replica holds this stream's sequence of ``length`` ids (a finished generation's)."""
+        self.held_length, self.held_hash = length, sequence_hash
 
     def forget_held(self) -> None:
         self.held_length = 0
@@ -86,7 +90,7 @@ class GenerateLink:
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
-        self.replica.sessions = max(0, self.replica.sessions - 1)
+        self.replica.stream_closed()
 
     async def _read(self) -> None:
         message = f"replica {self.replica.name} closed the stream"

@@ -1,5 +1,6 @@
 """One inference replica as this gateway sees it: its channel, health, cache contents, load and
-measured speed (the router reads and updates it; disagg, failover and kv_hold use it)."""
+measured speed. The router keeps its health and cache mirror; the other parts change its load
+only through its verbs (``occupy``, ``prefilled``, ``vacate``, ``stream_opened``, ...)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,39 @@ class Replica:
         """Whether the channel may still connect (not refused outright moments ago)."""
         state = self.channel.get_state(try_to_connect=False)
         return state not in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN)
+
+    def stream_opened(self) -> None:
+        """A session's Generate stream opened here (it counts in the routing load until closed)."""
+        self.sessions += 1
+
+    def stream_closed(self) -> None:
+        self.sessions = max(0, self.sessions - 1)
+
+    def occupy(self, uncached: int) -> None:
+        """A generation runs here with ``uncached`` prompt tokens still to prefill (the router reads it)."""
+        self.in_flight += 1
+        self.pending_prefill_tokens += uncached
+
+    def prefilled(self, tokens: int) -> None:
+        """``tokens`` of an occupying generation's prompt are prefilled (its first token came)."""
+        self.pending_prefill_tokens -= tokens
+
+    def vacate(self) -> None:
+        """A generation counted by ``occupy`` ended here (its prompt already counted as prefilled)."""
+        self.in_flight -= 1
+
+    def begin_prefill(self, tokens: int) -> None:
+        """This gateway sent a ``Prefill`` of ``tokens`` here (a prefill-role replica)."""
+        self.prefills_in_flight += 1
+        self.pending_prefill_tokens += tokens
+
+    def end_prefill(self, tokens: int) -> None:
+        self.prefills_in_flight -= 1
+        self.pending_prefill_tokens -= tokens
+
+    def note_routed(self) -> None:
+        """Work was placed here (a session or a prefill): ties between equal replicas go to the other."""
+        self.routed += 1
 
     def load(self) -> float:
         return self.in_flight + self.status.waiting

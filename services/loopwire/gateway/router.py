@@ -199,6 +199,25 @@ class Router:
             except Exception:  # noqa: BLE001 - discovery must outlive one bad lookup
                 log.exception("replica discovery failed")
 
+    def expect_model(self, digest: str) -> None:
+        """The gateway tokenizes with the model definition of this digest: a replica whose tokenizer
+        differs is not routed to."""
+        self.model_digest = digest
+
+    def prefill_source(self, target: Replica, prompt_length: int, cached_tokens: int) -> Replica | None:
+        """The prefill replica to prefill this prompt for ``target`` (a decode replica), or None to
+        prefill on ``target`` itself (disagg.py's rule)."""
+        return self.disagg.pick(target, self.prefill_replicas(), prompt_length, cached_tokens)
+
+    async def prefill(self, source: Replica, request_id: str, token_ids: Sequence[int],
+                      params: inference_pb2.GenerationParams, cache_salt: str) -> bytes | None:
+        """Prefill on ``source``: the KV handle the decode replica pulls, or None (prefill locally)."""
+        return await self.disagg.prefill(source, request_id, token_ids, params, cache_salt)
+
+    def note_prefill_fallback(self) -> None:
+        """A decode replica refused a remote prefill's KV pull: the generation prefilled locally."""
+        self.disagg.note_fallback()
+
     def mark_down(self, replica: Replica) -> None:
         """The replica failed a stream: route around it until a status poll succeeds."""
         if replica.healthy:
@@ -247,7 +266,7 @@ class Router:
             chosen = min(candidates, key=lambda r: (r.load() + r.status.running, r.sessions, r.routed))
         else:
             chosen = self._cache_aware(candidates, prompt_length, block_hashes, shared_tokens)
-        chosen.routed += 1
+        chosen.note_routed()
         return chosen
 
     def _cache_aware(self, candidates: list[Replica], prompt_length: int,

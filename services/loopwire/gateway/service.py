@@ -6,14 +6,16 @@ and runs safety checks beside inference. The work is split by concern:
 
 - ``session.py``: one stream's plumbing (requests in order, cancel, events out, spans);
 - ``prepare.py``: validation, the conversation a request continues, tokenization, admission;
-- ``relay.py``: the generation relayed to the client (append or full prompt, parsing, completion);
+- ``relay.py``: one response's state machine (opening, generating, draining), relaying the generation;
+- ``generation_start.py``: what a generation's start says (append or full prompt, parameters);
+- ``response_output.py``: the output assembled (parsing, log-probabilities, safety release);
 - ``safety_gate.py``: the safety checks beside inference and what output may leave;
 - ``failover.py``: the replica link, its load, and failover when a replica dies;
 - ``count_tokens.py``: CountTokens, a request's prompt size without running it.
 
 This module holds the servicer: authentication, the per-tenant stream limit, and the state
-shared by all streams (``config.py`` its configuration, ``parts.py`` what the parts above
-may see of it and of a stream).
+shared by all streams (``config.py`` its configuration, ``parts.py`` what prepare and kv_hold
+may see of it and of a stream, ``ports.py`` the verbs a response may use, built here once).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from loopwire.common.work_pool import FairWorkPool
 from loopwire.gateway import count_tokens
 from loopwire.gateway.config import GatewayConfig
 from loopwire.gateway.metrics import GatewayMetrics
+from loopwire.gateway.ports import RelaySettings, ResponsePorts
 from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
@@ -54,7 +57,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.model = model
         self.prompt = ChatPrompt(model)
         self.router = router
-        router.model_digest = model.digest
+        router.expect_model(model.digest)
         self.auth = authenticator
         self.classifier = classifier
         self.config = config or GatewayConfig()
@@ -62,6 +65,11 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.metrics = GatewayMetrics()
         self.work = FairWorkPool(self.config.work_threads, self.config.work_tenant_share,
                                  self.config.work_inline_bytes)
+        # What a response may ask of the gateway: verbs on the parts above, built once.
+        self.ports = ResponsePorts(model=model, output_ids=self.prompt.output_ids, routing=router,
+                                   counters=self.metrics, keep=self.store.put,
+                                   forget_stream=self.store.drop_stream, classifier=classifier,
+                                   offload=self.offload, settings=RelaySettings.of(self.config))
         self._limiters: dict[str, TenantLimiter] = {}
         self.sessions: dict[str, ConverseSession] = {}  # open Converse streams, by stream id
 
@@ -116,7 +124,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
                 context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"tenant {tenant.name!r} already has {limiter.limits.concurrent_streams} open streams",
                 common_pb2.ERROR_REASON_STREAM_LIMIT, retry_after_ms=wait_ms)
-        session = ConverseSession(self, tenant, limiter)
+        session = ConverseSession(self, self.ports, tenant, limiter)
         self.sessions[session.stream_id] = session
         try:
             async for event in session.run(request_iterator):

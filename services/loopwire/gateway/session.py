@@ -25,6 +25,7 @@ from loopwire.gateway.events import CANCEL, EventOutbox, failed
 from loopwire.gateway.generate_link import GenerateLink
 from loopwire.gateway.kv_hold import hold_kv
 from loopwire.gateway.metrics import Stopwatch
+from loopwire.gateway.ports import Caller, ResponsePorts
 from loopwire.gateway.prepare import prepare
 from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.relay import ResponseRun
@@ -41,11 +42,16 @@ Code = common_pb2.ErrorCode
 class ConverseSession:
     """The state of one Converse stream: its conversation, its replica link."""
 
-    def __init__(self, gateway: Gateway, tenant: Tenant, limiter: TenantLimiter) -> None:
-        self.gw = gateway
+    def __init__(self, gateway: Gateway, ports: ResponsePorts, tenant: Tenant, limiter: TenantLimiter) -> None:
+        """``ports``: what a response on this stream may ask of the gateway (built once per gateway)."""
+        self.gw = gateway  # handed on as this stream's view (parts.Stream) to prepare and kv_hold
+        self.ports = ports
         self.tenant = tenant
         self.limiter = limiter
         self.stream_id = "conv_" + secrets.token_hex(8)
+        self.caller = Caller(tenant, self.stream_id, limiter.tokens.charge)
+        # Only this object changes these two: a response's run hands back the conversation it kept
+        # and the replica link it ended on, which the stream adopts (``_respond``).
         self.conversation: Conversation | None = None
         self.link: GenerateLink | None = None
         self._in_flight: tuple[str, asyncio.Queue[object]] | None = None
@@ -100,7 +106,7 @@ class ConverseSession:
             for task in (reader, worker):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-            self.gw.store.drop_stream(self.stream_id)
+            self.ports.forget_stream(self.stream_id)
 
     def _cancel(self, response_id: str, out: EventOutbox) -> None:
         if self._in_flight and self._in_flight[0] == response_id:
@@ -121,8 +127,8 @@ class ConverseSession:
         """One response's events, inside a GenAI span; its timings feed the metrics. ``sink``: where the
         output events parsed as the replica's batches are read go, instead of being yielded here (the
         stream's outbox, which the yielded events join in order)."""
-        response_id = new_response_id(self.gw.config.gateway_id)
-        model = self.gw.model.name  # metrics are labelled with the model served (as inference labels them)
+        response_id = new_response_id(self.ports.settings.gateway_id)
+        model = self.ports.model.name  # metrics are labelled with the model served (as inference labels them)
         with telemetry.response_span(create.model or model, response_id, conversation_id=self.stream_id,
                                      trace_context=create.trace_context) as span:
             emit = None if sink is None else functools.partial(_emit_output, span, sink)
@@ -144,7 +150,7 @@ class ConverseSession:
     ) -> AsyncIterator[gateway_pb2.ConverseResponse]:
         started = time.perf_counter()
         watch = Stopwatch()
-        metrics = self.gw.metrics
+        metrics = self.ports.counters
         try:
             with watch:
                 prepared = await prepare(self, create, model)
@@ -164,14 +170,17 @@ class ConverseSession:
                     reused_tokens=prepared.reused_tokens,
                 ),
             )
-        run = ResponseRun(self, create, response_id, prepared, watch, started, model, emit)
-        self._in_flight = (response_id, run.queue)
+        run = ResponseRun(self.ports, self.caller, self.link, create, response_id, prepared, watch, started, emit)
+        self._in_flight = (response_id, run.inbox.queue)
         try:
             async for event in run.events():
                 yield event
         finally:
             self._in_flight = None
             run.stop_safety()
+            self.link = run.link
+            if run.kept is not None:
+                self.conversation = run.kept
 
 
 # The events whose first one times the response's first chunk (yielded or emitted as parsed).

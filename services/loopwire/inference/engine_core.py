@@ -25,9 +25,10 @@ from loopwire.inference.constraint import batch_masks
 from loopwire.inference.cost_model import CostModel
 from loopwire.inference.draft_length import DraftLengthPolicy, StepPricer
 from loopwire.inference.drafter import Drafter, PromptLookupDrafter
-from loopwire.inference.kv_cache import BlockManager, KvStore
+from loopwire.inference.kv_cache import BlockManager
 from loopwire.inference.kv_host_tier import HostTier
 from loopwire.inference.kv_manager import KvCacheManager
+from loopwire.inference.kv_store import KvStore
 from loopwire.inference.logprobs import TokenLogprobs, certain, token_logprobs
 from loopwire.inference.rate_window import RateWindow
 from loopwire.inference.sampling import NoAllowedToken, verify, verify_branches, verify_masked, verify_oracle

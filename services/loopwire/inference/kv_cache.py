@@ -2,7 +2,7 @@
 chained block hashes, eviction by retention priority then LRU, retention holds, and an
 optional host-memory tier (``kv_host_tier.py``) that evicted blocks move to.
 
-The manager owns only *which* block holds *what*; the tensors live in a ``KvStore`` (the
+The manager owns only *which* block holds *what*; the tensors live in a ``kv_store.KvStore`` (the
 reference engine's numpy arrays) or nowhere at all (the simulated engine). Blocks are in
 exactly one of three states:
 
@@ -39,24 +39,22 @@ the device before the session's next request arrives; those copies are counted a
 (``take_prefetched``) because they overlap the wait instead of the request. A hint names the
 session's prefix by its chained hashes and touches nothing unless the chain starts at the
 caller's salted root, so one tenant's hint can never move another's blocks. Events
-(STORED/REMOVED) are queued for ``WatchCache``. Blocks can be exported with their identity
+(STORED/REMOVED, ``kv_events.py``) are queued for ``WatchCache``. Blocks can be exported with their identity
 (hash, parent hash, token ids) and imported on another replica: that is how a prefill replica
 hands a prompt's KV to a decode replica.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-
-import numpy as np
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash, block_hashes
+from loopwire.inference.kv_events import CacheEvent, CacheEventKind
+from loopwire.inference.kv_events import CacheEventFeed as CacheEventFeed  # still importable from here
 from loopwire.inference.kv_host_tier import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -65,61 +63,7 @@ from loopwire.inference.kv_host_tier import (
     HostTier,
     PriorityLru,
 )
-
-
-class CacheEventKind(Enum):
-    STORED = 1
-    REMOVED = 2
-
-
-@dataclass
-class CacheEvent:
-    kind: CacheEventKind
-    block_hashes: list[int]
-
-
-def coalesce(events: Iterable[CacheEvent]) -> list[CacheEvent]:
-    """The same changes in fewer events: each run of events of one kind becomes one event with
-    their hashes in order. Applied in order to any set of hashes, the result is the same (a run
-    of adds is one add of all of them, a run of removals one removal)."""
-    out: list[CacheEvent] = []
-    for e in events:
-        if out and out[-1].kind is e.kind:
-            out[-1].block_hashes.extend(e.block_hashes)
-        else:
-            out.append(CacheEvent(e.kind, list(e.block_hashes)))
-    return out
-
-
-class CacheEventFeed:
-    """Fans a replica's cache events out to every WatchCache subscriber.
-
-    A subscriber gets everything published since its last batch as one coalesced batch, so the
-    messages it is sent follow how fast it reads, not how many engine steps ran: a long prompt
-    prefilled in hundreds of chunks is not hundreds of messages for the watcher (and the
-    gateway) to work through during the turns that follow."""
-
-    def __init__(self) -> None:
-        self._queues: list[asyncio.Queue[list[CacheEvent]]] = []
-
-    def publish(self, events: list[CacheEvent]) -> None:
-        for queue in self._queues:
-            queue.put_nowait(events)
-
-    async def subscribe(self, initial: list[CacheEvent] | None = None) -> AsyncIterator[list[CacheEvent]]:
-        """Events from now on, after ``initial`` (a snapshot of what the replica holds) if given."""
-        queue: asyncio.Queue[list[CacheEvent]] = asyncio.Queue()
-        if initial is not None:
-            queue.put_nowait(initial)
-        self._queues.append(queue)
-        try:
-            while True:
-                batches = [await queue.get()]
-                while not queue.empty():
-                    batches.append(queue.get_nowait())
-                yield coalesce(e for batch in batches for e in batch)
-        finally:
-            self._queues.remove(queue)
+from loopwire.inference.kv_store import KvStore
 
 
 @dataclass
@@ -657,39 +601,3 @@ class BlockManager:
         self.commit(got[0], parent, token_ids)
         self.release(got)
         return got[0]
-
-
-class KvStore:
-    """The reference engine's KV tensors: per layer, keys and values of every block.
-
-    Values per layer: ``[kv_heads, num_blocks, block_size, head_dim]``; keys
-    ``[kv_heads, num_blocks, head_dim, block_size]``, each block transposed, so attention scores
-    eight of a block's keys side by side (``attention_kernel.attend``). float32: keys and values are the float32
-    outputs of the projections, so a wider store would hold no more; attention widens them to
-    float64 as it reads (see ``model.py``). Blocks leave and enter (host tier, transfer) in the
-    ``[.., block_size, head_dim]`` orientation of both.
-    """
-
-    dtype = np.float32
-
-    def __init__(self, num_layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int) -> None:
-        self.keys = [np.zeros((kv_heads, num_blocks, head_dim, block_size), self.dtype) for _ in range(num_layers)]
-        self.values = [np.zeros((kv_heads, num_blocks, block_size, head_dim), self.dtype) for _ in range(num_layers)]
-        self.block_size = block_size
-        self.block_shape = (num_layers, kv_heads, block_size, head_dim)
-
-    def read_block(self, block_id: int) -> tuple[np.ndarray, np.ndarray]:
-        return (
-            np.stack([k[:, block_id].swapaxes(-1, -2) for k in self.keys]),
-            np.stack([v[:, block_id] for v in self.values]),
-        )
-
-    def copy_block(self, source: int, target: int) -> None:
-        for k, v in zip(self.keys, self.values, strict=True):
-            k[:, target] = k[:, source]
-            v[:, target] = v[:, source]
-
-    def write_block(self, block_id: int, keys: np.ndarray, values: np.ndarray) -> None:
-        for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-            self.keys[layer][:, block_id] = k.swapaxes(-1, -2)
-            self.values[layer][:, block_id] = v

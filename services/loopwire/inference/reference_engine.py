@@ -8,7 +8,7 @@ from threadpoolctl import threadpool_limits
 from loopwire.inference.clock import WallClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore
-from loopwire.inference.kv_cache import KvStore
+from loopwire.inference.kv_store import KvStore
 from loopwire.inference.model import Chunk, LlamaModel
 from loopwire.inference.scheduler import ScheduledSeq
 from loopwire.inference.sequence import Sequence

@@ -17,7 +17,7 @@ from loopwire.inference.clock import VirtualClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.cost_model import CostModel
 from loopwire.inference.engine_core import EngineCore
-from loopwire.inference.kv_cache import KvStore
+from loopwire.inference.kv_store import KvStore
 from loopwire.inference.scheduler import ScheduledSeq
 from loopwire.inference.sequence import Sequence
 

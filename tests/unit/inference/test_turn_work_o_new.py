@@ -17,14 +17,8 @@ import weakref
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwire.inference.kv_cache import (
-    BlockManager,
-    CacheEvent,
-    CacheEventFeed,
-    CacheEventKind,
-    Retention,
-    coalesce,
-)
+from loopwire.inference.kv_cache import BlockManager, Retention
+from loopwire.inference.kv_events import CacheEvent, CacheEventFeed, CacheEventKind, coalesce
 from loopwire.inference.rate_window import RateWindow
 from loopwire.inference.suffix_tree import SuffixAutomaton, SuffixContext, SuffixDrafter
 

@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING
 
 from loopwire.harness import approvals, code_mode, schema_compaction, tool_catalog
 from loopwire.harness.approvals import Verdict
+from loopwire.harness.builtin_tools import BUILTINS, FINISH
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.tool_catalog import Catalog, Result
 from loopwire.v1 import common_pb2, harness_pb2
 
 if TYPE_CHECKING:
-    from loopwire.harness.tools import ToolContext
+    from loopwire.harness.tool_registry import ToolContext
 
 EXEC_JS = common_pb2.Tool(name="exec_js", description=code_mode.EXEC_JS_DESCRIPTION,
                           parameters=code_mode.EXEC_JS_PARAMETERS)
@@ -64,10 +65,8 @@ def direct_tools(config: HarnessConfig, start: harness_pb2.StartTask, window: in
     `tool_search` (the module docstring says when); [] when it gets `tool_search`."""
     if window <= 0 or not direct_possible(config, start):
         return []
-    from loopwire.harness import tools
-
     budget = config.tool_search_threshold * window
-    taken = set(tools.TOOLS) | set(_NOT_FROM_JS)
+    taken = set(BUILTINS.tools) | set(_NOT_FROM_JS)
     out: dict[str, common_pb2.Tool] = {}
     total = 0
     try:
@@ -85,12 +84,6 @@ def direct_tools(config: HarnessConfig, start: harness_pb2.StartTask, window: in
         log.exception("building the deferred tools failed")
         return []
     return list(out.values())
-
-
-def _builtin_names() -> set[str]:
-    from loopwire.harness import tools
-
-    return set(tools.TOOLS)
 
 
 def wanted(config: HarnessConfig, start: harness_pb2.StartTask) -> bool:
@@ -114,7 +107,7 @@ class Extensions:
         self.found = tool_catalog.discovered(items)
         # The deferred tools this session was offered directly (not through tool_search). A replay's
         # tool list is the recording's, not a decision of this harness: its tools are found by search.
-        builtin = {*_builtin_names(), *_NOT_FROM_JS}
+        builtin = {*BUILTINS.tools, *_NOT_FROM_JS}
         replay = bool(start.replay.turns)
         self._direct = (frozenset(n for n in offered if n not in builtin) if self.has_catalog and not replay
                         else frozenset())
@@ -190,9 +183,7 @@ class Extensions:
         code = args.get("code")
         if not isinstance(code, str) or not code.strip():
             return Result("error: `code` must be a non-empty string of JavaScript", True)
-        from loopwire.harness import tools
-
-        names = (sorted(n for n in tools.TOOLS if n != tools.FINISH) + sorted(self.found | self.direct())
+        names = (sorted(n for n in BUILTINS.tools if n != FINISH) + sorted(self.found | self.direct())
                  + list(_NOT_FROM_JS))  # the last two say why not
 
         async def call_tool(name: str, call_args: dict) -> Result:
@@ -205,7 +196,7 @@ class Extensions:
                               "wait for; call it directly instead", True)
             if verdict is Verdict.REFUSE:
                 return Result(f"error: {name} with these arguments is refused by the approval policy", True)
-            outcome = await tools.execute(call, ctx)
+            outcome = await BUILTINS.dispatch(call, ctx)  # through ctx.extra: found tools too
             return Result(outcome.output, outcome.is_error)
 
         run = await code_mode.run_js(code, names, call_tool, self.config.js_timeout, self.config.js_memory_mb << 20)

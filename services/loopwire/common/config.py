@@ -30,10 +30,6 @@ def env(flag: str, default: str) -> str:
     return os.environ.get(env_name(flag), default)
 
 
-def env_int(flag: str, default: int) -> int:
-    return int(env(flag, str(default)))
-
-
 def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Callable[[], Any] | None = None,
             flag: str = "", choices: Any = None, parse: Callable[[str], Any] | None = None,
             metavar: str | None = None, group: str = "") -> Any:

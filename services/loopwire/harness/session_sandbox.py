@@ -116,7 +116,9 @@ class _Spare:
         process of a command descends from the shell or, orphaned, from the init. A status line a command
         forged (its shell's status pipe is reachable through /proc) is not believed while the command runs."""
         shells = _children(self.pid)
-        return len(shells) == 1 and not _children(shells[0])
+        if not shells:  # the init alone, or gone: its namespace is empty or ended
+            return True
+        return len(shells) == 1 and not _children(shells[0]) and _children(self.pid) == shells  # (none reparented)
 
     def alive(self) -> bool:
         """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
@@ -535,12 +537,12 @@ def _pid_of(pidfd: int) -> int:
 
 
 def _children(pid: int) -> list[int]:
-    """The children of a single-threaded process (``[-1]`` when it is gone: not quiet)."""
+    """The children of a single-threaded process (none once it is gone)."""
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             return [int(n) for n in f.read().split()]
     except OSError:
-        return [-1, -1]
+        return []
 
 
 def _kill_only(pidfd: int) -> None:

@@ -357,10 +357,9 @@ def overhead_table(title: str, overhead: dict[str, Overhead]) -> Table:
     return t
 
 
-def profile_table(stages: dict[str, list[float]], totals: list[float]) -> Table:
+def profile_table(stages: dict[str, list[float]], totals: list[float], path: str) -> Table:
     t = Table(title=f"4. where a command's time goes: {len(totals)} recorded commands in the realistic workspace "
-                    f"through the loop's tool path, per session, two inits made ahead, bash waiting in each "
-                    f"(median per call {statistics.median(totals) * 1000:.2f} ms)")
+                    f"through the loop's tool path, {path} (median per call {statistics.median(totals) * 1000:.2f} ms)")
     for name in ("stage reached", "calls", "median ms since the stage before", "mean ms", "share of the mean total"):
         t.add_column(name, justify="left" if name == "stage reached" else "right")
     total = statistics.mean(totals)
@@ -396,7 +395,7 @@ def report(spawn: dict[str, list[float]], spawn_b2b: dict[str, list[float]], sto
                                      "harness overhead beyond the commands' own runtime (each session's first "
                                      "command, which starts the session's sandbox, counted apart)", overhead))
     if profile[1]:
-        tables.append(profile_table(*profile))
+        tables.append(profile_table(*profile, SHELL if SHELL in overheads.get("realistic", {}) else PER_SESSION))
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8))
     colors = {PER_COMMAND: "tab:gray", ON_DEMAND: "tab:olive", ONE_AHEAD: "tab:cyan", LATE_BASH: "tab:orange",
               PER_SESSION: "tab:green", SHELL: "tab:purple", BARE: "tab:blue"}

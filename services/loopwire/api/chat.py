@@ -17,7 +17,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loopwire.api import items, logprobs
-from loopwire.api import request_models as rm
 from loopwire.api.body import read_json
 from loopwire.api.context import (
     SSE_KEEPALIVE,
@@ -37,6 +36,8 @@ from loopwire.api.create import (
     tool_choice,
 )
 from loopwire.api.errors import ApiError, bad_request, from_stream_error, unsupported
+from loopwire.api.request_models.bodies import ChatBody
+from loopwire.api.request_models.validation import validate
 from loopwire.api.store import tenant_key
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -57,7 +58,7 @@ def parse_chat(body: dict[str, Any], models: list[str],
                context_length: int = 0) -> tuple[gateway_pb2.CreateResponse, bool, bool]:
     """The request as a full, unstored CreateResponse; (create, stream, include_usage).
     ``context_length``: the served model's window (0: unknown), which the output limit must fit."""
-    req = rm.validate(rm.ChatBody, body)
+    req = validate(ChatBody, body)
     if models and req.model not in models:
         raise ApiError(404, f"The model '{req.model}' does not exist.", param="model", code="model_not_found")
     create = gateway_pb2.CreateResponse(model=req.model, no_store=True)

@@ -34,8 +34,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopwire.api import items, tools
-from loopwire.api import request_models as rm
+from loopwire.api import items, tool_calls
 from loopwire.api.body import read_json
 from loopwire.api.context import (
     ApiContext,
@@ -48,6 +47,7 @@ from loopwire.api.context import (
 from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, previous_not_found
 from loopwire.api.events import ResponseBuilder
+from loopwire.api.request_models.bodies import CompactBody
 from loopwire.api.store import ResponseStore, tenant_key
 from loopwire.common.summaries import SUMMARY_INSTRUCTIONS, SUMMARY_REQUEST, degenerate, masked_history
 from loopwire.v1 import common_pb2, gateway_pb2
@@ -63,7 +63,7 @@ HISTORY_TOKENS = 2048  # cl100k tokens of masked conversation, at most, when no 
 
 
 def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
-    return parse_create(body, models=models, schema=rm.CompactBody)
+    return parse_create(body, models=models, schema=CompactBody)
 
 
 async def compact_response(request: Request) -> Response:
@@ -248,7 +248,7 @@ def check_previous(store: ResponseStore, owner: str, parsed: ParsedCreate) -> No
         raise previous_not_found(previous)
     if previous and not parsed.create.tools:
         stored = store.get(owner, previous)
-        parsed.tool_kinds = tools.inherited(stored.response if stored else None, parsed.tool_kinds)
+        parsed.tool_kinds = tool_calls.inherited(stored.response if stored else None, parsed.tool_kinds)
     expand_compacted(store, owner, parsed)
 
 

@@ -11,9 +11,23 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from loopwire.api import items, tools
-from loopwire.api import request_models as rm
+from loopwire.api import items, tool_calls, tools
 from loopwire.api.errors import ApiError, bad_request, unsupported
+from loopwire.api.request_models.bodies import (
+    ChatJsonSchema,
+    Conversation,
+    CreateBody,
+    Reasoning,
+    Replay,
+    SocketCreateBody,
+    Text,
+    TextFormatJsonObject,
+    TextFormatJsonSchema,
+    TextFormatText,
+)
+from loopwire.api.request_models.input_items import AdditionalTools, CompactionTrigger
+from loopwire.api.request_models.tools import ChatFunctionChoice, CustomChoice, FunctionChoice
+from loopwire.api.request_models.validation import validate
 from loopwire.v1 import common_pb2, gateway_pb2
 
 
@@ -37,22 +51,22 @@ class ParsedCreate:
     background: bool = False
     # Which offered tools are custom or namespaces (their calls' shapes), and the hosted tool
     # types that were not offered (tools.py).
-    tool_kinds: tools.ToolKinds = field(default_factory=tools.ToolKinds)
+    tool_kinds: tool_calls.ToolKinds = field(default_factory=tool_calls.ToolKinds)
     not_offered: list[str] = field(default_factory=list)
     # Compaction v2: the input ends with a ``compaction_trigger`` item (compact.compaction_turn).
     compaction_trigger: bool = False
 
 
 def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = False,
-                 schema: type[rm.Conversation] | None = None, context_length: int = 0) -> ParsedCreate:
+                 schema: type[Conversation] | None = None, context_length: int = 0) -> ParsedCreate:
     """A Responses body (``schema``: which one; a create request's by default) as the gateway's
     CreateResponse and what the Response object echoes; ``context_length``: the served model's
     window (0: unknown), which ``max_output_tokens`` must fit."""
     if schema is None:
-        schema = rm.SocketCreateBody if websocket else rm.CreateBody
-    given = rm.validate(schema, body)
+        schema = SocketCreateBody if websocket else CreateBody
+    given = validate(schema, body)
     # A compact or count body's fields are a create body's: the rest take their defaults.
-    req = given if isinstance(given, rm.CreateBody) else rm.CreateBody.model_construct(**dict(given))
+    req = given if isinstance(given, CreateBody) else CreateBody.model_construct(**dict(given))
     background = req.background is True
     if background and websocket:
         raise unsupported("background", "background mode over a WebSocket (the connection runs its responses)")
@@ -65,7 +79,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     # Responses Lite: the tools an ``additional_tools`` input item adds join the request's.
     sent = [(f"tools[{i}]", t) for i, t in enumerate(req.tools or [])]
     for k, item in enumerate(req.input if isinstance(req.input, list) else []):
-        if isinstance(item, rm.AdditionalTools):
+        if isinstance(item, AdditionalTools):
             sent += [(f"input[{k}].tools[{j}]", t) for j, t in enumerate(item.tools)]
     offered, tools_json, not_offered = tools.parse(sent)
     create.tools.extend(offered)
@@ -90,17 +104,17 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     metadata = req.metadata or {}
     if req.parallel_tool_calls is not None:
         create.parallel_tool_calls = req.parallel_tool_calls
-    text = req.text or rm.Text()
-    fmt = text.format or rm.TextFormatText(type="text")
+    text = req.text or Text()
+    fmt = text.format or TextFormatText(type="text")
     text_format = output_format(fmt)
     if text_format is not None:
         create.text_format.CopyFrom(text_format)
     if req.loopwire_replay is not None:
         create.replay.CopyFrom(replay_output(req.loopwire_replay))
     text_json = {} if text.verbosity is None else {"verbosity": text.verbosity}
-    generate = not isinstance(req, rm.SocketCreateBody) or req.generate is not False
+    generate = not isinstance(req, SocketCreateBody) or req.generate is not False
     triggers = [k for k, item in enumerate(req.input if isinstance(req.input, list) else [])
-                if isinstance(item, rm.CompactionTrigger)]
+                if isinstance(item, CompactionTrigger)]
     if triggers and triggers != [len(req.input) - 1]:
         param = f"input[{triggers[0]}]"
         raise bad_request(f"Invalid value for '{param}': a compaction_trigger item ends the input (once).", param,
@@ -109,20 +123,20 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         raise unsupported("background", "background mode with a compaction_trigger item")
     return ParsedCreate(create, req.stream is True, store, generate, metadata, req.parallel_tool_calls is not False,
                         tools_json, choice_json, {**text_json, "format": format_json(fmt)}, echo(req),
-                        items.input_json(body.get("input", [])), background, tools.kinds(tools_json), not_offered,
+                        items.input_json(body.get("input", [])), background, tool_calls.kinds(tools_json), not_offered,
                         bool(triggers))
 
 
-def format_json(fmt: rm.TextFormatText | rm.TextFormatJsonObject | rm.TextFormatJsonSchema) -> dict[str, Any]:
+def format_json(fmt: TextFormatText | TextFormatJsonObject | TextFormatJsonSchema) -> dict[str, Any]:
     """``text.format`` as the Response object echoes it: a JSON Schema format with every field the
     specification requires (``description`` null and ``strict`` false when the request left them out)."""
-    if not isinstance(fmt, rm.TextFormatJsonSchema):
+    if not isinstance(fmt, TextFormatJsonSchema):
         return {"type": fmt.type}
     return {"type": "json_schema", "name": fmt.name, "description": fmt.description, "schema": fmt.schema_,
             "strict": fmt.strict is True}
 
 
-def echo(req: rm.CreateBody) -> dict[str, Any]:
+def echo(req: CreateBody) -> dict[str, Any]:
     """The accepted-and-ignored fields as the Response object reports them: what the request
     said where it is only a label, what was really applied where it would change the output."""
     for name in ("presence_penalty", "frequency_penalty"):
@@ -140,7 +154,7 @@ def echo(req: rm.CreateBody) -> dict[str, Any]:
     }
 
 
-def _echoed_effort(reasoning: rm.Reasoning | None) -> str | None:
+def _echoed_effort(reasoning: Reasoning | None) -> str | None:
     effort = None if reasoning is None else reasoning.effort
     return ECHOED_EFFORT.get(effort, effort) if isinstance(effort, str) else None
 
@@ -148,7 +162,7 @@ def _echoed_effort(reasoning: rm.Reasoning | None) -> str | None:
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
-def logprobs_param(req: rm.CreateBody) -> int | None:
+def logprobs_param(req: CreateBody) -> int | None:
     """How many alternatives per output token the request asks for (None: no logprobs): asked by
     ``include: ["message.output_text.logprobs"]`` (with ``top_logprobs`` alternatives, 0 if not
     given) or by a ``top_logprobs`` above 0 alone."""
@@ -159,7 +173,6 @@ def logprobs_param(req: rm.CreateBody) -> int | None:
     return 0 if asked else None
 
 
-REASONING_EFFORTS = rm.REASONING_EFFORTS
 # Tokens of reasoning each effort allows before the think block's closer is forced (the gateway's
 # reasoning_budget_tokens; "none" and "xhigh" set no budget: the model's own end of thinking).
 THINK_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
@@ -169,7 +182,7 @@ ECHOED_EFFORT = {"minimal": "low"}
 
 _MODES = {"auto": common_pb2.TOOL_CHOICE_MODE_UNSPECIFIED, "none": common_pb2.TOOL_CHOICE_MODE_NONE,
           "required": common_pb2.TOOL_CHOICE_MODE_REQUIRED}
-Choice = str | rm.FunctionChoice | rm.ChatFunctionChoice | rm.CustomChoice
+Choice = str | FunctionChoice | ChatFunctionChoice | CustomChoice
 
 
 def tool_choice(value: Choice | None, tools: list[str] | None) -> tuple[common_pb2.ToolChoice | None,
@@ -186,8 +199,8 @@ def tool_choice(value: Choice | None, tools: list[str] | None) -> tuple[common_p
         return None, "auto"
     if isinstance(value, str):
         return (common_pb2.ToolChoice(mode=_MODES[value]) if value != "auto" else None), value
-    name = value.function.name if isinstance(value, rm.ChatFunctionChoice) else value.name
-    kind = "custom" if isinstance(value, rm.CustomChoice) else "function"
+    name = value.function.name if isinstance(value, ChatFunctionChoice) else value.name
+    kind = "custom" if isinstance(value, CustomChoice) else "function"
     if tools is not None and name not in tools:
         offered = ", ".join(repr(t) for t in tools) or "none"
         what = f"custom tool {name!r}" if kind == "custom" else f"function {name!r}"
@@ -202,11 +215,11 @@ def output_format(value: Any) -> gateway_pb2.TextFormat | None:
     ``json_schema``) as the gateway's TextFormat; None for free text. The schema was checked
     against the JSON Schema meta-schema by its model; the gateway compiles it into the grammar
     (and refuses what it cannot)."""
-    if isinstance(value, rm.TextFormatText):
+    if isinstance(value, TextFormatText):
         return None
-    if isinstance(value, rm.TextFormatJsonObject):
+    if isinstance(value, TextFormatJsonObject):
         return gateway_pb2.TextFormat()
-    spec = value.json_schema if isinstance(value, rm.ChatJsonSchema) else value
+    spec = value.json_schema if isinstance(value, ChatJsonSchema) else value
     return gateway_pb2.TextFormat(name=spec.name, json_schema=json.dumps(spec.schema_), strict=spec.strict is True)
 
 
@@ -248,7 +261,7 @@ def sampling(out: common_pb2.SamplingParams, temperature: float | None, top_p: f
     out.max_output_tokens = min(limit, 2**31 - 1)
 
 
-def replay_output(replay: rm.Replay) -> common_pb2.ReplayOutput:
+def replay_output(replay: Replay) -> common_pb2.ReplayOutput:
     return common_pb2.ReplayOutput(text=replay.text, function_calls=[
         common_pb2.FunctionCall(call_id=call.call_id, name=call.name, arguments=call.arguments)
         for call in replay.function_calls])

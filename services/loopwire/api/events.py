@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loopwire.api import items, logprobs, tools
+from loopwire.api import items, logprobs, tool_calls
 from loopwire.api.create import GATEWAY_PARAMS, ParsedCreate, request_param
 from loopwire.api.errors import ApiError, from_stream_error
 from loopwire.v1 import common_pb2, gateway_pb2
@@ -139,7 +139,7 @@ class ResponseBuilder:
             out = self._close_message()
             call = common_pb2.FunctionCall(call_id=s.call_id, name=s.name)
             self._calls[s.call_id] = len(self.output)
-            item = tools.call_item(call, self.parsed.tool_kinds, status="in_progress")
+            item = tool_calls.call_item(call, self.parsed.tool_kinds, status="in_progress")
             self.output.append(item)
             out.append(self._event("response.output_item.added", output_index=self._calls[s.call_id], item=dict(item)))
             return out
@@ -156,7 +156,7 @@ class ResponseBuilder:
             index = self._calls.get(call.call_id)
             if index is None:
                 return []
-            item = self.output[index] = tools.call_item(call, self.parsed.tool_kinds)
+            item = self.output[index] = tool_calls.call_item(call, self.parsed.tool_kinds)
             if item["type"] == "custom_tool_call":
                 return [self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
                                     delta=item["input"]),
@@ -305,7 +305,7 @@ class ResponseBuilder:
                     if item["type"] == "message":
                         item["status"] = "incomplete"
             if done.HasField("incomplete_call"):  # announced, cut before its end: it stays, incomplete
-                item = tools.call_item(done.incomplete_call, self.parsed.tool_kinds, status="incomplete")
+                item = tool_calls.call_item(done.incomplete_call, self.parsed.tool_kinds, status="incomplete")
                 self.output.append(item)
                 out.append(self._event("response.output_item.done", output_index=len(self.output) - 1, item=item))
             return [*out, self._event("response.incomplete", response=self.response())]

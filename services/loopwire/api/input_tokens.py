@@ -11,18 +11,18 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from loopwire.api import request_models as rm
 from loopwire.api.body import read_json
 from loopwire.api.compact import check_previous
 from loopwire.api.context import context, error_response
 from loopwire.api.create import ParsedCreate, parse_create
 from loopwire.api.errors import ApiError, from_rpc_error, previous_not_found
+from loopwire.api.request_models.bodies import CountBody
 from loopwire.api.store import tenant_key
 
 
 def _parse(body: dict[str, Any], models: list[str]) -> ParsedCreate:
     """A create body without what only a run means (streaming, storing: ``CountBody``)."""
-    return parse_create(body, models=models, schema=rm.CountBody)
+    return parse_create(body, models=models, schema=CountBody)
 
 
 async def count_input_tokens(request: Request) -> Response:

@@ -14,9 +14,28 @@ from typing import Any
 
 from pydantic_core import PydanticCustomError
 
-from loopwire.api import request_models as rm
 from loopwire.api.errors import ApiError, bad_request
-from loopwire.api.request_models import COMPACTION_TAG, SEPARATOR
+from loopwire.api.request_models.bodies import ChatMessage, ChatToolMessage
+from loopwire.api.request_models.input_items import (
+    COMPACTION_TAG,
+    INPUT,
+    AdditionalTools,
+    Compaction,
+    CompactionTrigger,
+    CustomToolCall,
+    FunctionCall,
+    Message,
+    ReasoningItem,
+    RefusalPart,
+    TextPart,
+    ToolOutput,
+)
+from loopwire.api.request_models.input_items import (
+    compaction_summary as checked_summary,
+)
+from loopwire.api.request_models.tools import ChatFunction, FunctionTool
+from loopwire.api.request_models.validation import validate
+from loopwire.api.tool_calls import ToolKinds, call_item, call_name, custom_arguments
 from loopwire.common import json_limits
 from loopwire.v1 import common_pb2
 
@@ -34,29 +53,13 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 THINK_GAP = "\n\n"
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs",
               "compaction": "cmp", "custom_tool_call": "ctc", "custom_tool_call_output": "ctco"}
-# The one argument of a custom tool (a namespace's tools are named with rm.SEPARATOR: tools.py).
-CUSTOM_INPUT = "input"
-
-
-def joined(namespace: str, name: str) -> str:
-    return f"{namespace}{SEPARATOR}{name}"
-
-
-def custom_arguments(text: str) -> str:
-    """A custom tool call's input as the function arguments the model writes for it."""
-    return json.dumps({CUSTOM_INPUT: text}, ensure_ascii=False)
-
-
-def _call_name(name: str, namespace: str | None) -> str:
-    """A call's tool name as the model wrote it: a namespaced one joined to its namespace."""
-    return name if namespace is None else joined(namespace, name)
 
 
 def text_item(role: int, text: str) -> common_pb2.Item:
     return common_pb2.Item(message=common_pb2.Message(role=role, content=[common_pb2.ContentPart(text=text)]))  # type: ignore[arg-type]
 
 
-def _parts(content: str | list[rm.TextPart | rm.RefusalPart] | None) -> list[common_pb2.ContentPart]:
+def _parts(content: str | list[TextPart | RefusalPart] | None) -> list[common_pb2.ContentPart]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -64,18 +67,18 @@ def _parts(content: str | list[rm.TextPart | rm.RefusalPart] | None) -> list[com
     return [common_pb2.ContentPart(text=part.text) for part in content]
 
 
-def _output_text(output: str | list[rm.TextPart | rm.RefusalPart]) -> str:
+def _output_text(output: str | list[TextPart | RefusalPart]) -> str:
     return output if isinstance(output, str) else "".join(part.text for part in output)
 
 
 def response_input(value: Any) -> list[common_pb2.Item]:
     """The Responses API ``input`` (a string or a list of items, as sent or as stored) as loopwire
     items; a problem is the OpenAI error naming its path under ``input``."""
-    return input_items(rm.validate(rm.INPUT, value, "input"))
+    return input_items(validate(INPUT, value, "input"))
 
 
 def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
-    """A validated ``input`` (``request_models.Input``) as loopwire items. The items that are no
+    """A validated ``input`` (``request_models.input_items.Input``) as loopwire items. The items that are no
     turn of the conversation (``additional_tools``, ``compaction_trigger``) are the caller's."""
     if isinstance(value, str):
         return [text_item(common_pb2.ROLE_USER, value)]
@@ -83,20 +86,20 @@ def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
     think: str | None = None  # a reasoning item's block, waiting for the assistant turn it opens
     think_prefix = ""  # the block, for the assistant message being read
     for raw in value:
-        if isinstance(raw, rm.ReasoningItem):
+        if isinstance(raw, ReasoningItem):
             block = _reasoning_block(raw)
             if block is not None:
                 think = block if think is None else think + block
             continue
-        if isinstance(raw, rm.AdditionalTools | rm.CompactionTrigger):
+        if isinstance(raw, AdditionalTools | CompactionTrigger):
             continue
         if think is not None:
-            if isinstance(raw, rm.Message) and raw.role == "assistant":
+            if isinstance(raw, Message) and raw.role == "assistant":
                 think_prefix = think
             else:  # the turn was reasoning alone (or its calls): the block is its text
                 items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
             think = None
-        if isinstance(raw, rm.Message):
+        if isinstance(raw, Message):
             parts = _parts(raw.content)
             if think_prefix:
                 if not parts:
@@ -104,15 +107,15 @@ def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
                 parts[0].text = think_prefix + (THINK_GAP + parts[0].text if parts[0].text else "")
                 think_prefix = ""
             items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[raw.role], content=parts)))  # type: ignore[arg-type]
-        elif isinstance(raw, rm.FunctionCall):
+        elif isinstance(raw, FunctionCall):
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=raw.call_id, name=_call_name(raw.name, raw.namespace), arguments=raw.arguments)))
-        elif isinstance(raw, rm.CustomToolCall):
+                call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=raw.arguments)))
+        elif isinstance(raw, CustomToolCall):
             items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=raw.call_id, name=_call_name(raw.name, raw.namespace), arguments=custom_arguments(raw.input))))
-        elif isinstance(raw, rm.Compaction):  # its content, validated, is the summary it carries
+                call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=custom_arguments(raw.input))))
+        elif isinstance(raw, Compaction):  # its content, validated, is the summary it carries
             items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=raw.encrypted_content)))
-        elif isinstance(raw, rm.ToolOutput):
+        elif isinstance(raw, ToolOutput):
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
                 call_id=raw.call_id, output=_output_text(raw.output))))
     if think is not None:
@@ -127,12 +130,12 @@ def compaction_content(summary: str) -> str:
 def compaction_summary(content: str) -> str:
     """The summary a compaction item made here carries (ValueError: not one made here)."""
     try:
-        return rm.compaction_summary(content)
+        return checked_summary(content)
     except PydanticCustomError as e:
         raise ValueError(str(e)) from None
 
 
-def _reasoning_block(raw: rm.ReasoningItem) -> str | None:
+def _reasoning_block(raw: ReasoningItem) -> str | None:
     """A reasoning input item as the think block the model wrote (None: it carries no reasoning
     text, only a summary or encrypted content, which another model wrote: dropped)."""
     texts = [part.text for part in raw.content or []]
@@ -183,7 +186,7 @@ def input_json(value: Any) -> list[dict[str, Any]]:
     return out
 
 
-def function_tool(tool: rm.FunctionTool | rm.ChatFunction, name: str | None = None) -> common_pb2.Tool:
+def function_tool(tool: FunctionTool | ChatFunction, name: str | None = None) -> common_pb2.Tool:
     """A function tool (Responses or Chat Completions) as the gateway's tool."""
     return common_pb2.Tool(
         name=tool.name if name is None else name,
@@ -200,11 +203,11 @@ def tool_json(raw: dict[str, Any]) -> dict[str, Any]:
             "parameters": raw.get("parameters"), "strict": raw.get("strict")}
 
 
-def chat_messages(messages: list[rm.ChatMessage | rm.ChatToolMessage]) -> list[common_pb2.Item]:
+def chat_messages(messages: list[ChatMessage | ChatToolMessage]) -> list[common_pb2.Item]:
     """Chat Completions ``messages`` as loopwire items (assistant tool_calls become function_call items)."""
     items: list[common_pb2.Item] = []
     for raw in messages:
-        if isinstance(raw, rm.ChatToolMessage):
+        if isinstance(raw, ChatToolMessage):
             items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
                 call_id=raw.tool_call_id, output=_output_text(raw.content or ""))))
             continue
@@ -254,12 +257,10 @@ def reasoning_text(text: str) -> dict[str, Any]:
 
 
 def output_items(response_id: str, output: list[common_pb2.Item],
-                 tools: Any = None) -> list[dict[str, Any]]:
+                 tools: ToolKinds | None = None) -> list[dict[str, Any]]:
     """The gateway's output items (authoritative: cut at stop strings) as Responses output items;
     a message that opens with a think block becomes a reasoning item, then the message; a call
-    takes its tool's shape (``tools``: the request's ToolKinds, see tools.py)."""
-    from loopwire.api.tools import ToolKinds, call_item  # tools.py builds on this module
-
+    takes its tool's shape (``tools``: the request's ToolKinds, tool_calls.py)."""
     kinds = tools if tools is not None else ToolKinds()
     out: list[dict[str, Any]] = []
     for item in output:

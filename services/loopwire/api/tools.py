@@ -23,49 +23,17 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from loopwire.api import items, lark_grammar
-from loopwire.api import request_models as rm
 from loopwire.api.errors import bad_request
-from loopwire.api.items import CUSTOM_INPUT, joined
-from loopwire.api.request_models import SEPARATOR
+from loopwire.api.request_models.tools import CustomTool, FunctionTool, Grammar, HostedTool, NamespaceTool
+from loopwire.api.tool_calls import CUSTOM_INPUT, joined
 from loopwire.v1 import common_pb2
 
 
-@dataclass(frozen=True)
-class ToolKinds:
-    """What the api must know to give a call back in its tool's shape: the model-facing names of
-    custom tools, and the namespaces."""
-
-    custom: frozenset[str] = frozenset()
-    namespaces: frozenset[str] = frozenset()
-
-    def split(self, name: str) -> tuple[str | None, str]:
-        """A model-facing name as (namespace, name); no namespace unless the prefix is one."""
-        namespace, dot, rest = name.partition(SEPARATOR)
-        if dot and namespace in self.namespaces:
-            return namespace, rest
-        return None, name
-
-
-def kinds(tools_json: Iterable[dict[str, Any]]) -> ToolKinds:
-    """The kinds of the tools a Response echoes (``tools_json``, as :func:`parse` made them)."""
-    custom: set[str] = set()
-    namespaces: set[str] = set()
-    for tool in tools_json:
-        if tool.get("type") == "custom":
-            custom.add(tool["name"])
-        elif tool.get("type") == "namespace":
-            namespaces.add(tool["name"])
-            custom.update(joined(tool["name"], t["name"]) for t in tool["tools"] if t.get("type") == "custom")
-    return ToolKinds(frozenset(custom), frozenset(namespaces))
-
-
 def parse(value: list[tuple[str, Any]]) -> tuple[list[common_pb2.Tool], list[dict[str, Any]], list[str]]:
-    """The request's validated tools (``request_models.Tool``), each with its path in the request
+    """The request's validated tools (``request_models.tools.Tool``), each with its path in the request
     (a grammar's error names its definition there), as the gateway's tools, the Response's echo
     of them, and the types of those not offered (in order, once each)."""
     tools: list[common_pb2.Tool] = []
@@ -77,35 +45,35 @@ def parse(value: list[tuple[str, Any]]) -> tuple[list[common_pb2.Tool], list[dic
         if key in seen:  # sent again (in ``tools`` and an ``additional_tools`` item): offered once
             continue
         seen.add(key)
-        if isinstance(tool, rm.HostedTool):
+        if isinstance(tool, HostedTool):
             if tool.type not in not_offered:
                 not_offered.append(tool.type)
-        elif isinstance(tool, rm.FunctionTool):
+        elif isinstance(tool, FunctionTool):
             tools.append(items.function_tool(tool))
             echo.append(_function_json(tool))
-        elif isinstance(tool, rm.CustomTool):
+        elif isinstance(tool, CustomTool):
             tools.append(_custom(tool, path))
             echo.append(_custom_json(tool))
-        elif isinstance(tool, rm.NamespaceTool):
+        elif isinstance(tool, NamespaceTool):
             ns_tools, ns_echo = _namespace(tool, path)
             tools += ns_tools
             echo.append(ns_echo)
     return tools, echo, not_offered
 
 
-def _function_json(tool: rm.FunctionTool) -> dict[str, Any]:
+def _function_json(tool: FunctionTool) -> dict[str, Any]:
     """A function tool as the Response object echoes it: every field the specification's
     FunctionTool requires, null where the request left it out."""
     return {"type": "function", "name": tool.name, "description": tool.description, "parameters": tool.parameters,
             "strict": tool.strict}
 
 
-def _custom(tool: rm.CustomTool, path: str, namespace: str = "") -> common_pb2.Tool:
+def _custom(tool: CustomTool, path: str, namespace: str = "") -> common_pb2.Tool:
     text: dict[str, Any] = {"type": "string", "description": "The tool's free-form input."}
     fmt = tool.format
-    if isinstance(fmt, rm.Grammar) and fmt.syntax == "regex":
+    if isinstance(fmt, Grammar) and fmt.syntax == "regex":
         text["pattern"] = f"^(?:{fmt.definition})$"
-    elif isinstance(fmt, rm.Grammar):
+    elif isinstance(fmt, Grammar):
         try:
             text["pattern"] = _lark_pattern(fmt.definition)
         except lark_grammar.LarkError as e:
@@ -124,17 +92,17 @@ def _lark_pattern(definition: str) -> str:
     return lark_grammar.to_pattern(definition)
 
 
-def _custom_json(tool: rm.CustomTool) -> dict[str, Any]:
+def _custom_json(tool: CustomTool) -> dict[str, Any]:
     fmt = tool.format.model_dump() if tool.format is not None else {"type": "text"}
     return {"type": "custom", "name": tool.name, "description": tool.description, "format": fmt}
 
 
-def _namespace(ns: rm.NamespaceTool, path: str) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
+def _namespace(ns: NamespaceTool, path: str) -> tuple[list[common_pb2.Tool], dict[str, Any]]:
     description = ns.description or ""
     tools: list[common_pb2.Tool] = []
     echo: list[dict[str, Any]] = []
     for j, member in enumerate(ns.tools):
-        if isinstance(member, rm.CustomTool):
+        if isinstance(member, CustomTool):
             tool = _custom(member, f"{path}.tools[{j}]", ns.name)
             echo.append(_custom_json(member))
         else:
@@ -145,40 +113,3 @@ def _namespace(ns: rm.NamespaceTool, path: str) -> tuple[list[common_pb2.Tool], 
             tool.description = f"{description}\n{tool.description}" if tool.description else description
         tools.append(tool)
     return tools, {"type": "namespace", "name": ns.name, "description": description, "tools": echo}
-
-
-# -- calls -------------------------------------------------------------------------------------
-
-
-def custom_input(arguments: str) -> str:
-    """The input string out of a custom tool's arguments (decoding kept them one JSON object of
-    one string; anything else is passed on as the text it is)."""
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
-        return value[CUSTOM_INPUT]
-    return arguments
-
-
-def call_item(call: common_pb2.FunctionCall, tools: ToolKinds, status: str = "completed") -> dict[str, Any]:
-    """A call of the model as its tool's output item: ``custom_tool_call`` for a custom tool,
-    else ``function_call``; a namespaced one names its namespace apart."""
-    namespace, name = tools.split(call.name)
-    ns = {} if namespace is None else {"namespace": namespace}
-    item_id = f"ctc_{call.call_id.removeprefix('call_')}" if call.name in tools.custom else \
-        f"fc_{call.call_id.removeprefix('call_')}"
-    if call.name in tools.custom:
-        return {"type": "custom_tool_call", "id": item_id, "call_id": call.call_id, "name": name, **ns,
-                "input": custom_input(call.arguments) if status == "completed" else "", "status": status}
-    return {"type": "function_call", "id": item_id, "call_id": call.call_id, "name": name, **ns,
-            "arguments": call.arguments, "status": status}
-
-
-def inherited(response: dict[str, Any] | None, own: ToolKinds) -> ToolKinds:
-    """A delta that sends no tools has its conversation's: their kinds as the response it
-    continues (stored by this api) echoed them."""
-    if own.custom or own.namespaces or response is None:
-        return own
-    return kinds(response.get("tools") or [])

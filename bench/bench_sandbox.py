@@ -22,7 +22,7 @@ picks).
    think time, in which a session's sandbox makes its next inits ahead).
 4. Profile: ~200 commands of the realistic workspace through the loop's real tool path
    (``TurnTools``: journal write, events, ``tools.execute``, output item stored in SQLite), with a
-   timestamp at every stage (``sandbox.TRACE``, and the command's shell's start and EXIT trap): the
+   timestamp at every stage (``sandbox_process.TRACE``, and the command's shell's start and EXIT trap): the
    median time from the previous stage to each.
 
 Run: .venv/bin/python bench/bench_sandbox.py [--quick] [--sessions N] [--paths command,late-bash,session,bare]
@@ -57,12 +57,13 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from loopwire.common.recorded import load_sessions  # noqa: E402
-from loopwire.harness import sandbox, tools  # noqa: E402
+from loopwire.harness import sandbox_process, tools  # noqa: E402
 from loopwire.harness.background import BackgroundTasks  # noqa: E402
 from loopwire.harness.config import HarnessConfig  # noqa: E402
 from loopwire.harness.loop import SessionRun  # noqa: E402
 from loopwire.harness.replay import swe_agent_action  # noqa: E402
-from loopwire.harness.sandbox import Sandbox, command_env  # noqa: E402
+from loopwire.harness.sandbox import Sandbox  # noqa: E402
+from loopwire.harness.sandbox_mounts import command_env  # noqa: E402
 from loopwire.harness.session_sandbox import SessionSandbox  # noqa: E402
 from loopwire.harness.store.sqlite import SqliteSessionStore  # noqa: E402
 from loopwire.harness.turn_tools import TurnTools  # noqa: E402
@@ -271,7 +272,7 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
     events: list[harness_pb2.RunResponse] = []
 
     def emit(event: harness_pb2.RunResponse) -> None:
-        sandbox.mark(f"event {event.WhichOneof('event')} emitted")
+        sandbox_process.mark(f"event {event.WhichOneof('event')} emitted")
         events.append(event)
 
     stored = store.load("s")
@@ -279,9 +280,9 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
     run = SessionRun(HarnessConfig(workspace_root=tmp), store, box, stored, emit)
     for name in ("try_record_call_started", "record_call_started", "append"):
         def traced(*args: object, _f: object = getattr(store, name), _n: str = name, **kwargs: object) -> object:
-            sandbox.mark(f"store {_n} begins")
+            sandbox_process.mark(f"store {_n} begins")
             result = _f(*args, **kwargs)  # type: ignore[operator]
-            sandbox.mark(f"store {_n} committed")
+            sandbox_process.mark(f"store {_n} committed")
             return result
         setattr(store, name, traced)
     stages: dict[str, list[float]] = {}
@@ -293,14 +294,14 @@ async def bench_profile(box: Sandbox, tmp: Path, commands: list[str], template: 
                                            arguments=json.dumps({"command": wrapped(realistic(command, ws))}))
             await asyncio.sleep(gap)
             trace: list[tuple[str, int]] = []
-            token = sandbox.TRACE.set(trace)
+            token = sandbox_process.TRACE.set(trace)
             try:
-                sandbox.mark("tool call complete in the stream")
+                sandbox_process.mark("tool call complete in the stream")
                 turn = TurnTools(run, n + 1)
                 turn.start(call)
                 await turn.finish([call])
             finally:
-                sandbox.TRACE.reset(token)
+                sandbox_process.TRACE.reset(token)
             text = run.items[-1].function_call_output.output
             if m := _MARK.search(text.rsplit("\n[exit code", 1)[0]):
                 trace += [("bash runs the command (EPOCHREALTIME)", int(float(m.group(1)) * 1e9)),
@@ -527,7 +528,7 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=0.05,
                         help="seconds between two commands in part 1a and 2 (the model's turn; 0.05: a fast one)")
     parser.add_argument("--profile", type=int, default=200,
-                        help="commands profiled in part 4 (stage times through sandbox.TRACE; 0: no part 4)")
+                        help="commands profiled in part 4 (stage times through sandbox_process.TRACE; 0: no part 4)")
     parser.add_argument("--paths", type=_paths, default=tuple(PATHS.values()), metavar="LIST",
                         help="comma-separated paths to measure, of: command (a bubblewrap sandbox per command), "
                              "session (a sandbox per session, inits made ahead), on-demand (per session, each init "

@@ -36,7 +36,8 @@ from rich.console import Console
 from rich.table import Table
 
 from loopwire.harness import file_pool, workspace_files, workspace_grep
-from loopwire.harness.sandbox import Sandbox, SandboxLimits
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxLimits
 
 import interrupts
 import provenance

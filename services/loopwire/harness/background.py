@@ -25,7 +25,8 @@ from pathlib import Path
 
 from loopwire.harness.exec_sessions import ExecSessions
 from loopwire.harness.output import HeadTailBuffer
-from loopwire.harness.sandbox import Sandbox, SandboxedProcess, ShellResult
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_process import SandboxedProcess, ShellResult
 from loopwire.harness.session_sandbox import SessionSandbox
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from loopwire.harness import exec_sessions, file_edit, file_pool, workspace_files, workspace_grep
-from loopwire.harness.sandbox import SandboxUnavailable
+from loopwire.harness.sandbox_limits import SandboxUnavailable
 from loopwire.harness.tool_registry import ToolContext, ToolHandler, ToolOutcome, ToolRegistry, text_outcome
 from loopwire.harness.workspace_files import ToolInputError
 from loopwire.v1 import common_pb2

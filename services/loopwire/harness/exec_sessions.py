@@ -34,7 +34,8 @@ from typing import Protocol
 
 from loopwire.harness import tenant_uids
 from loopwire.harness.output import CappedOutput, HeadTailBuffer
-from loopwire.harness.sandbox import Sandbox, SandboxedProcess
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_process import SandboxedProcess
 from loopwire.harness.workspace_files import ToolInputError, check_workspace_path
 
 MIN_YIELD_MS, MAX_YIELD_MS, DEFAULT_YIELD_MS = 250, 30_000, 1000

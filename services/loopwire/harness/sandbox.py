@@ -32,36 +32,46 @@ kill of a command is still a SIGKILL to the init of its own pid namespace.
 
 There is deliberately no unsandboxed fallback: when bwrap cannot create namespaces the
 shell tool reports why, loudly, instead of quietly running commands on the host.
+
+Its parts: what a command may use (``sandbox_limits``), what it sees (``sandbox_mounts``: binds, /etc,
+environment), a started command and its kill (``sandbox_process``); ``Sandbox`` here assembles them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import functools
-import glob
-import json
 import os
 import shutil
-import signal
 import subprocess
-import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from loopwire.harness import egress, seccomp, tenant_uids
-from loopwire.harness.output import CappedOutput, HeadTailBuffer
-from loopwire.harness.tenant_limits import (
-    Cgroups,
-    QuotaWatch,
-    TmpfsBudget,
-    TmpfsExhausted,
-    megabytes,
-    resolve,
+from loopwire.harness.output import HeadTailBuffer
+from loopwire.harness.sandbox_limits import ResourceExhausted, SandboxLimits, SandboxUnavailable
+from loopwire.harness.sandbox_mounts import (
+    JOIN_CGROUP,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SANDBOX_UID_BASE,
+    SANDBOX_UID_COUNT,
+    SYSTEM_DIRS,
+    Spawn,
+    command_env,
+    etc_args,
+    supervisor_source,
+    system_python,
 )
+from loopwire.harness.sandbox_process import (
+    SandboxedProcess,
+    ShellResult,
+    child_pid,
+    keep,
+    reap,
+    reap_spawned,
+)
+from loopwire.harness.tenant_limits import Cgroups, QuotaWatch, TmpfsBudget, TmpfsExhausted, megabytes
 from loopwire.harness.tenant_volumes import TenantVolumes, VolumeQuota, unmount_below
 from loopwire.harness.workspace_files import (
     check_workspace_path,
@@ -69,140 +79,6 @@ from loopwire.harness.workspace_files import (
     set_file_owner,
     tenant_dir_name,
 )
-from loopwire.harness.workspace_quota import CommandQuota
-
-_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
-_PATH = "/usr/local/bin:/usr/local/sbin:/usr/bin:/usr/sbin:/bin:/sbin"
-SANDBOX_UID = SANDBOX_GID = 1000
-SANDBOX_USER = "sandbox"
-# The host uids/gids sandboxed commands run as when the harness is root (no account needed): one
-# per tenant from this range (--sandbox-uid-base/--sandbox-uid-count).
-SANDBOX_UID_BASE = 61000
-SANDBOX_UID_COUNT = 1000
-# Moves the shell into a cgroup (as root, before setpriv drops the uid), then runs the rest.
-_JOIN_CGROUP = 'echo 0 > "$1" || exit 126; shift; exec "$@"'
-# What of the host's /etc a build needs and that holds no secret: dynamic linker, Debian's
-# alternatives symlinks, CA certificates, time zone, services/protocols, interpreter configs.
-_ETC_FROM_HOST = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone",
-                  "protocols", "services", "mime.types", "magic", "magic.mime", "ssl/certs", "ssl/openssl.cnf",
-                  "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf", "inputrc", "os-release",
-                  "debian_version", "xattr.conf", "terminfo", "perl", "python3*", "java-*", "gitconfig")
-_NSSWITCH = b"passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n" \
-            b"protocols: files\nservices: files\n"
-
-
-def _system_python() -> str:
-    """The system's python3 (for a session's supervisor) when the sandbox sees it where the
-    host does, under a system directory it binds; '' when there is none."""
-    found = shutil.which("python3", path=_PATH) or ""
-    real = os.path.realpath(found) if found else ""
-    return found if any(real.startswith(d + "/") for d in _SYSTEM_DIRS) else ""
-
-
-@functools.cache
-def _supervisor_source() -> str:
-    return (Path(__file__).parent / "sandbox_supervisor.py").read_text()
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap is missing or cannot create namespaces here."""
-
-
-class ResourceExhausted(SandboxUnavailable):
-    """A tenant limit refuses to start the command (its tmpfs budget, its workspace quota)."""
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of sandboxed processes.
-
-    RLIMIT_NPROC counts per host user: with a host uid per tenant (harness as root) it bounds
-    all of one tenant's sandboxed processes together; the other rlimits hold per process. In
-    cgroup mode ``processes``, ``memory`` and ``cpus`` also bound the tenant's group."""
-
-    processes: int = 1024  # RLIMIT_NPROC (per tenant uid) and the tenant cgroup's pids.max
-    address_space: int = 8 << 30  # RLIMIT_AS, bytes of virtual memory per process
-    file_size: int = 8 << 30  # RLIMIT_FSIZE, largest file a process may write (and never past the quota)
-    cpu_seconds: int = 3600  # RLIMIT_CPU per process
-    open_files: int = 4096  # RLIMIT_NOFILE
-    tmp_size: int = 64 << 20  # size of each of a command's /tmp and /dev/shm tmpfs (host memory once filled)
-    tmpfs_budget: int = 1536 << 20  # bytes of those a tenant's running commands may hold together (2 x tmp_size each)
-    memory: int = 16 << 30  # memory.max of a tenant's cgroup: all its commands together (cgroup mode)
-    cpus: float = 0.0  # cpu.max of a tenant's cgroup, in CPUs (0: uncapped; cgroup mode)
-    workspace_quota: int = 10 << 30  # bytes a tenant's volume holds; without volumes, one workspace (0: no quota)
-    quota_interval: float = 2.0  # seconds between checks of a workspace's size while a command runs
-
-    @property
-    def largest_file(self) -> int:
-        return min(self.file_size, self.workspace_quota) if self.workspace_quota > 0 else self.file_size
-
-    def prlimit_args(self) -> list[str]:
-        return [f"--nproc={self.processes}", f"--as={self.address_space}", f"--fsize={self.largest_file}",
-                f"--cpu={self.cpu_seconds}", f"--nofile={self.open_files}", "--core=0"]
-
-
-@dataclass
-class ShellResult:
-    output: CappedOutput
-    exit_code: int
-    timed_out: bool
-    started_at_us: int
-    finished_at_us: int
-
-
-def now_us() -> int:
-    return time.time_ns() // 1000
-
-
-# Where a command's time goes (``bench_sandbox --profile``): None, or a list each stage of the
-# command path appends (stage, time.time_ns()) to. A context variable, so a trace follows the
-# task (and the tasks and callbacks it starts) that set it, never another session's commands.
-# Off, a mark costs one ContextVar.get.
-TRACE: contextvars.ContextVar[list[tuple[str, int]] | None] = contextvars.ContextVar("loopwire_sandbox_trace",
-                                                                                     default=None)
-
-
-def mark(stage: str, at: int = 0) -> None:
-    trace = TRACE.get()
-    if trace is not None:
-        trace.append((stage, at or time.time_ns()))
-
-
-def command_env(home: str) -> dict[str, str]:
-    """The whole environment of a sandboxed command: nothing of the harness's."""
-    return {"PATH": _PATH, "HOME": home, "LANG": "C.UTF-8", "USER": SANDBOX_USER, "LOGNAME": SANDBOX_USER,
-            "TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat"}
-
-
-@dataclass
-class _Spawn:
-    argv: list[str]
-    fds: list[int] = field(default_factory=list)  # passed to the child, closed once it started
-    # Our ends of bwrap's --info-fd (it tells the sandbox's pid) and --block-fd (the command
-    # waits for "go" on it): nothing runs before the harness knows the pid it must kill.
-    info_r: int = -1
-    block_w: int = -1
-    workspace: str = ""
-
-    def close(self) -> None:
-        for fd in self.fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.fds.clear()
-
-    def close_ours(self) -> None:
-        for fd in (self.info_r, self.block_w):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.info_r = self.block_w = -1
-
-    def data_fd(self, data: bytes) -> int:
-        fd = os.memfd_create("loopwire-sandbox-file")
-        self.fds.append(fd)
-        os.write(fd, data)
-        os.lseek(fd, 0, os.SEEK_SET)
-        return fd
 
 
 class Sandbox:
@@ -221,7 +97,7 @@ class Sandbox:
         self.prlimit = shutil.which("prlimit") or "prlimit"
         self.setpriv = shutil.which("setpriv") or "setpriv"
         self.sh = shutil.which("sh") or "/bin/sh"
-        self.python = _system_python()
+        self.python = system_python()
         # One sandbox per session, each command in namespaces of its own inside it (``session_sandbox``);
         # off: every command starts a sandbox of its own.
         self.per_session = per_session and bool(self.python)
@@ -377,14 +253,14 @@ class Sandbox:
             return f"bubblewrap cannot create a sandbox here{as_uid} (exit {proc.returncode}: {err})"
         return ""
 
-    def _prepare(self, workspace: Path, command: str, *, network: bool, control: int = -1) -> _Spawn:
+    def _prepare(self, workspace: Path, command: str, *, network: bool, control: int = -1) -> Spawn:
         """The argv ([cgroup join,] setpriv, prlimit, then bwrap) and the descriptors it reads:
         workspace, seccomp program, the files of /etc, bwrap's info and block pipes. The caller
         closes them once the process started. ``control`` (a socket): the sandbox runs a session's
         supervisor (``sandbox_supervisor``) on it instead of ``command``; the supervisor keeps the
         two capabilities it needs to make each command's namespaces and hands each command the
         seccomp program to load, with every capability dropped, before it runs."""
-        spawn = _Spawn([])
+        spawn = Spawn([])
         try:
             ws_fd, ws = open_workspace(workspace)  # ToolInputError for "/", system dirs, links
             spawn.fds.append(ws_fd)
@@ -403,8 +279,8 @@ class Sandbox:
             if self.cgroups is not None:
                 procs = self.cgroups.procs_file(str(uid) if uid is not None else "shared", self.limits.processes,
                                                 self.limits.memory, self.limits.cpus)
-                args[:0] = [self.sh, "-c", _JOIN_CGROUP, "sh", procs]
-            for d in _SYSTEM_DIRS:
+                args[:0] = [self.sh, "-c", JOIN_CGROUP, "sh", procs]
+            for d in SYSTEM_DIRS:
                 if os.path.islink(d):
                     args += ["--symlink", os.readlink(d), d]
                 elif os.path.isdir(d):
@@ -412,7 +288,7 @@ class Sandbox:
             args += ["--dev", "/dev", "--size", str(self.limits.tmp_size), "--tmpfs", "/dev/shm",
                      "--proc", "/proc", "--remount-ro", "/proc",
                      "--size", str(self.limits.tmp_size), "--tmpfs", "/tmp"]
-            args += self._etc(spawn, ws)
+            args += etc_args(spawn, ws)
             args += ["--bind-fd", str(ws_fd), ws, "--chdir", ws, "--remount-ro", "/"]
             # Always a network namespace of its own: never the host's, whose loopback has the mesh's ports.
             args += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID),
@@ -435,36 +311,13 @@ class Sandbox:
                 spawn.argv = [*args, "bash", "-c", command]
             else:
                 spawn.fds.append(control)
-                spawn.argv = [*args, self.python, "-I", "-S", "-B", "-c", _supervisor_source(), str(control),
+                spawn.argv = [*args, self.python, "-I", "-S", "-B", "-c", supervisor_source(), str(control),
                               str(filter_fd), str(self.limits.tmp_size)]
         except BaseException:
             spawn.close()
             spawn.close_ours()
             raise
         return spawn
-
-    def _etc(self, spawn: _Spawn, home: str) -> list[str]:
-        """A tmpfs /etc holding only generated account and name-service files plus harmless
-        host configuration, then made read-only. No resolv.conf: a command resolves nothing
-        itself; the egress proxy resolves the names it is asked for."""
-        files = {
-            "passwd": f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:{SANDBOX_USER}:{home}:/bin/bash\n"
-                      "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n".encode(),
-            "group": f"{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n".encode(),
-            "hosts": b"127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
-            "hostname": b"sandbox\n",
-            "nsswitch.conf": _NSSWITCH,
-        }
-        args = ["--size", str(16 << 20), "--tmpfs", "/etc"]
-        for name, data in files.items():
-            args += ["--perms", "0644", "--file", str(spawn.data_fd(data)), f"/etc/{name}"]
-        for pattern in _ETC_FROM_HOST:
-            for src in sorted(glob.glob(f"/etc/{pattern}")):
-                if os.path.islink(src):
-                    args += ["--symlink", os.readlink(src), src]
-                elif os.path.exists(src):
-                    args += ["--ro-bind", src, src]
-        return [*args, "--remount-ro", "/etc"]
 
     async def start(self, workspace: Path, command: str, *, network: bool = False, stdin: bool = False,
                     buffer: HeadTailBuffer | None = None) -> SandboxedProcess:
@@ -518,7 +371,7 @@ class Sandbox:
         except TmpfsExhausted as e:
             raise ResourceExhausted(str(e)) from None
 
-    async def _launch(self, spawn: _Spawn, *, network: bool, stdin: bool,
+    async def _launch(self, spawn: Spawn, *, network: bool, stdin: bool,
                       buffer: HeadTailBuffer | None, quota: bool = True) -> SandboxedProcess:
         """Run a prepared bwrap: its pid known, its pidfd held, then "go". ``quota``: watch the
         workspace's size for it (not for a session's supervisor: its commands are watched)."""
@@ -543,15 +396,15 @@ class Sandbox:
             proc = await asyncio.shield(starting)
         except asyncio.CancelledError:
             # Cancelled while spawning: the process may exist a moment later; reap it then.
-            starting.add_done_callback(functools.partial(_reap_spawned, spawn))
+            starting.add_done_callback(functools.partial(reap_spawned, spawn))
             raise
         process = SandboxedProcess(proc, buffer or HeadTailBuffer(self.output_limit), self.limits.largest_file,
                                    group=proc.pid)
-        told = asyncio.ensure_future(_child_pid(spawn.info_r))
+        told = asyncio.ensure_future(child_pid(spawn.info_r))
         try:
             pid = await asyncio.shield(told)
         except BaseException:
-            _keep(_reap(spawn, proc, told))  # kills the sandbox once its pid is known, then bwrap
+            keep(reap(spawn, proc, told))  # kills the sandbox once its pid is known, then bwrap
             raise
         try:
             process.adopt(pid)
@@ -595,207 +448,3 @@ class Sandbox:
             return await process.result(timeout)
         finally:
             process.kill()
-
-
-_REAPERS: set[asyncio.Task[None]] = set()
-
-
-def _keep(coro: Coroutine[None, None, None]) -> None:
-    task = asyncio.ensure_future(coro)
-    _REAPERS.add(task)
-    task.add_done_callback(_REAPERS.discard)
-
-
-def _reap_spawned(spawn: _Spawn, starting: asyncio.Future[asyncio.subprocess.Process]) -> None:
-    if starting.cancelled() or starting.exception() is not None:
-        spawn.close_ours()
-    else:
-        _keep(_reap(spawn, starting.result(), asyncio.ensure_future(_child_pid(spawn.info_r))))
-
-
-async def _reap(spawn: _Spawn, proc: asyncio.subprocess.Process, told: asyncio.Future[int]) -> None:
-    """Kill a sandbox whose start was abandoned. Its command waits for "go", so there is time
-    to learn its pid; killing bwrap first could orphan a child that has not yet asked to die
-    with its parent, and that child would run the command once the block pipe closes."""
-    try:
-        with contextlib.suppress(OSError, ValueError, TimeoutError):
-            pid = await told
-            _kill_init(_open_pid(pid))
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
-    finally:
-        spawn.close_ours()
-
-
-async def _child_pid(fd: int) -> int:
-    """The pid (on the host) of the sandbox's init, from bwrap's --info-fd JSON."""
-    data = b""
-    async with asyncio.timeout(30):
-        while True:
-            chunk = await _read_when_ready(fd)
-            if not chunk:
-                raise OSError("bubblewrap ended before it started the sandbox")
-            data += chunk
-            with contextlib.suppress(ValueError):
-                return int(json.loads(data)["child-pid"])
-
-
-async def _read_when_ready(fd: int) -> bytes:
-    loop = asyncio.get_running_loop()
-    ready: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, resolve, ready)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
-    return os.read(fd, 65536)
-
-
-def _open_pid(pid: int) -> int:
-    """A pidfd of the sandbox's init (-1 when it is gone): bwrap is its parent and has not
-    reaped it, so the pid still names it; through the pidfd a later kill cannot hit a reuse."""
-    try:
-        return os.pidfd_open(pid)
-    except ProcessLookupError:
-        return -1
-
-
-def _kill_init(pidfd: int) -> None:
-    """SIGKILL to a pid namespace's init ends every process in it, whatever process groups or
-    sessions (``--new-session``) they made."""
-    if pidfd >= 0:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        os.close(pidfd)
-
-
-class Proc(Protocol):
-    """What a sandboxed command's process offers: bwrap's own, or a session supervisor's command."""
-
-    @property
-    def stdout(self) -> asyncio.StreamReader | None: ...
-
-    @property
-    def stdin(self) -> asyncio.StreamWriter | None: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    async def wait(self) -> int: ...
-
-
-class SandboxedProcess:
-    """A running sandboxed command whose output is collected in bounded memory."""
-
-    def __init__(self, proc: Proc, buffer: HeadTailBuffer, largest_file: int = 0, *, group: int = 0) -> None:
-        """``group``: a process group to kill with the sandbox's init (bwrap's own; 0: none)."""
-        self.proc = proc
-        self.group = group
-        self.buffer = buffer
-        self.started_at_us = now_us()
-        # A session's command pumps its output pipe into the buffer from a reader callback (no task, no
-        # transport, no copy through a StreamReader); bwrap's own process is read through its stream.
-        pump = getattr(proc, "pump", None)
-        self._reader: asyncio.Future[None] = pump(buffer) if pump is not None else asyncio.ensure_future(self._read())
-        self._finishing: asyncio.Future[None] | None = None  # _finish, run once whoever waits for it
-        self.timed_out = False
-        self.largest_file = largest_file
-        self.proxy: egress.Proxy | None = None
-        self.quota: QuotaWatch | CommandQuota | VolumeQuota | None = None
-        self.releases: list[Callable[[], None]] = []  # what the command holds of its tenant's budgets, given back
-        self._init = -1  # pidfd of the sandbox's init, once bwrap told its pid
-        self._noted = False
-
-    def adopt(self, pid: int) -> None:
-        self._init = _open_pid(pid)
-
-    def adopt_pidfd(self, pidfd: int) -> None:
-        """Hold ``pidfd`` (of the command's init, made by a session's supervisor) as its kill."""
-        self._init = pidfd
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        while chunk := await self.proc.stdout.read(65536):
-            self.buffer.feed(chunk)
-        mark("output closed")
-
-    def _finished(self) -> asyncio.Future[None]:
-        if self._finishing is None:
-            self._finishing = asyncio.ensure_future(self._finish())
-        return self._finishing
-
-    async def wait(self, timeout: float | None) -> bool:
-        """Wait up to ``timeout`` seconds for the command to exit; True when it did."""
-        finishing = self._finished()
-        if finishing.done():
-            finishing.result()
-            return True
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.shield(finishing)
-            return True
-        except TimeoutError:
-            return False
-
-    async def _finish(self) -> None:
-        await self._reader
-        await self.proc.wait()
-        mark("exit seen")
-        self._release()
-        if self.quota is not None:
-            await self.quota.done  # its last check of the workspace
-            mark("quota checked")
-
-    def _release(self) -> None:
-        if self._init >= 0:
-            os.close(self._init)
-            self._init = -1
-        if self.proxy is not None:
-            self.proxy.close()
-        if self.quota is not None:
-            self.quota.stop()
-        while self.releases:
-            self.releases.pop()()
-
-    def _note_limits(self) -> None:
-        """Say in the output why a limit stopped the command (once)."""
-        if self._noted:
-            return
-        self._noted = True
-        notes = []
-        if self.proc.returncode in (128 + signal.SIGXFSZ, -signal.SIGXFSZ):
-            notes.append(f"[a file reached the size limit of {megabytes(self.largest_file)} per file "
-                         "(RLIMIT_FSIZE, at most the workspace quota)]")
-        if self.quota is not None and (note := self.quota.note()):
-            notes.append(note)
-        if notes:
-            self.buffer.feed(("\n" + "\n".join(notes) + "\n").encode())
-
-    async def result(self, timeout: float | None = None) -> ShellResult:
-        """Wait for exit, killing the whole process group at ``timeout``."""
-        if not await self.wait(timeout):
-            self.timed_out = True
-            self.kill()
-            await self._finished()
-        self._note_limits()
-        return ShellResult(
-            output=self.buffer.result(),
-            exit_code=self.proc.returncode if self.proc.returncode is not None else -1,
-            timed_out=self.timed_out,
-            started_at_us=self.started_at_us,
-            finished_at_us=now_us(),
-        )
-
-    @property
-    def running(self) -> bool:
-        return self.proc.returncode is None
-
-    def kill(self) -> None:
-        _kill_init(self._init)
-        self._init = -1
-        if self.proc.returncode is None and self.group:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.group, signal.SIGKILL)
-        self._release()

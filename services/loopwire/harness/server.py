@@ -16,7 +16,8 @@ from loopwire.common.service_flags import add_insecure_dev_argument, load_authen
 from loopwire.harness import exec_sessions
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.config import SANDBOX, HarnessConfig
-from loopwire.harness.sandbox import Sandbox, SandboxLimits
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxLimits
 from loopwire.harness.service import HarnessService
 from loopwire.harness.store import SessionStore, Status, StoreError, open_store
 from loopwire.v1 import harness_pb2, harness_pb2_grpc

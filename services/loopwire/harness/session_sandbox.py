@@ -48,7 +48,10 @@ import struct
 from pathlib import Path
 
 from loopwire.harness.output import HeadTailBuffer
-from loopwire.harness.sandbox import Sandbox, SandboxedProcess, SandboxUnavailable, command_env, mark
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxUnavailable
+from loopwire.harness.sandbox_mounts import command_env
+from loopwire.harness.sandbox_process import SandboxedProcess, mark
 from loopwire.harness.tenant_volumes import VolumeQuota
 from loopwire.harness.workspace_files import ToolInputError, open_workspace
 from loopwire.harness.workspace_quota import SessionQuota

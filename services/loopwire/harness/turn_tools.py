@@ -14,7 +14,7 @@ from loopwire.common import telemetry
 from loopwire.harness import approvals, tools
 from loopwire.harness import metrics as harness_metrics
 from loopwire.harness.approvals import Verdict
-from loopwire.harness.sandbox import now_us
+from loopwire.harness.sandbox_process import now_us
 from loopwire.harness.store import Decision, PendingCall
 from loopwire.v1 import common_pb2, harness_pb2
 

@@ -9,7 +9,8 @@ import socket
 import processes
 import pytest
 
-from loopwire.harness.sandbox import Sandbox, SandboxUnavailable
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxUnavailable
 
 pytestmark = pytest.mark.timeout(60)
 

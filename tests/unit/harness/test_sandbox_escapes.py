@@ -21,7 +21,8 @@ import pytest
 
 from loopwire.harness import file_edit, tools, workspace_files, workspace_grep
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.sandbox import Sandbox, SandboxLimits
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxLimits
 from loopwire.harness.workspace_files import ToolInputError
 from loopwire.v1 import common_pb2
 

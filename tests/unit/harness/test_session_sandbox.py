@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from loopwire.harness import workspace_files
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.sandbox import Sandbox, ShellResult
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_process import ShellResult
 from loopwire.harness.session_sandbox import SessionSandbox
 
 pytestmark = pytest.mark.timeout(180)
@@ -419,7 +420,7 @@ async def test_nothing_of_a_command_runs_once_its_end_is_reported(sandbox, works
 
 
 async def test_a_sessions_quota_walks_only_after_changes_and_sees_every_kind(tmp_path, monkeypatch):
-    from loopwire.harness.sandbox import SandboxLimits
+    from loopwire.harness.sandbox_limits import SandboxLimits
     from loopwire.harness.workspace_quota import SessionQuota
 
     walks = []
@@ -453,7 +454,7 @@ async def test_a_sessions_quota_walks_only_after_changes_and_sees_every_kind(tmp
 
 
 async def test_a_sessions_quota_kills_a_command_growing_past_it(tmp_path):
-    from loopwire.harness.sandbox import SandboxLimits
+    from loopwire.harness.sandbox_limits import SandboxLimits
 
     box = probed(tmp_path, limits=SandboxLimits(workspace_quota=8 << 20, quota_interval=0.1))
     ws = tmp_path / "quota"
@@ -472,7 +473,7 @@ async def test_a_sessions_quota_kills_a_command_growing_past_it(tmp_path):
 async def test_a_spare_that_cannot_confine_itself_is_reported_and_the_supervisor_serves_on(sandbox, workspace):
     """The supervisor makes spares concurrently, each reporting "ready" on a pipe of its own: one that fails
     (its workspace gone) fails its command with the reason, and the next spare made serves the next command."""
-    from loopwire.harness.sandbox import SandboxUnavailable
+    from loopwire.harness.sandbox_limits import SandboxUnavailable
 
     session = sandbox.session(workspace)
     await (await session.start("true")).result(30)

@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 
 from loopwire.harness import exec_sessions, file_edit, file_pool, tenant_volumes, tools, workspace_files
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.sandbox import Sandbox, SandboxLimits
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxLimits
 from loopwire.harness.session_sandbox import SessionSandbox
 from loopwire.harness.tenant_limits import disk_usage
 from loopwire.v1 import common_pb2

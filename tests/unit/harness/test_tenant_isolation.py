@@ -28,7 +28,8 @@ from harness_testkit import call as model_call
 from loopwire.common.grpc_server import service_channel
 from loopwire.harness import file_edit, file_pool, tenant_volumes, tools, workspace_files, workspace_grep
 from loopwire.harness.background import BackgroundTasks
-from loopwire.harness.sandbox import Sandbox, SandboxLimits
+from loopwire.harness.sandbox import Sandbox
+from loopwire.harness.sandbox_limits import SandboxLimits
 from loopwire.v1 import common_pb2, harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.timeout(180),

@@ -76,12 +76,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
     create = gateway_pb2.CreateResponse(model=req.model, previous_response_id=req.previous_response_id or "",
                                         instructions=req.instructions or "")
     create.input.extend(items.input_items(req.input))
-    # Responses Lite: the tools an ``additional_tools`` input item adds join the request's.
-    sent = [(f"tools[{i}]", t) for i, t in enumerate(req.tools or [])]
-    for k, item in enumerate(req.input if isinstance(req.input, list) else []):
-        if isinstance(item, AdditionalTools):
-            sent += [(f"input[{k}].tools[{j}]", t) for j, t in enumerate(item.tools)]
-    offered, tools_json, not_offered = tools.parse(sent)
+    offered, tools_json, not_offered = tools.parse(_sent_tools(req))
     create.tools.extend(offered)
     # A delta without tools inherits the conversation's: only the gateway knows them then.
     known = [t.name for t in create.tools] if create.tools or not req.previous_response_id else None
@@ -113,6 +108,26 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
         create.replay.CopyFrom(replay_output(req.loopwire_replay))
     text_json = {} if text.verbosity is None else {"verbosity": text.verbosity}
     generate = not isinstance(req, SocketCreateBody) or req.generate is not False
+    trigger = _compaction_trigger(req, background)
+    return ParsedCreate(create, req.stream is True, store, generate, metadata, req.parallel_tool_calls is not False,
+                        tools_json, choice_json, {**text_json, "format": format_json(fmt)}, echo(req),
+                        items.input_json(body.get("input", [])), background, tool_calls.kinds(tools_json), not_offered,
+                        trigger)
+
+
+def _sent_tools(req: CreateBody) -> list[tuple[str, Any]]:
+    """The request's tools, each with its path in the request. Responses Lite: the tools an
+    ``additional_tools`` input item adds join the request's."""
+    sent: list[tuple[str, Any]] = [(f"tools[{i}]", t) for i, t in enumerate(req.tools or [])]
+    for k, item in enumerate(req.input if isinstance(req.input, list) else []):
+        if isinstance(item, AdditionalTools):
+            sent += [(f"input[{k}].tools[{j}]", t) for j, t in enumerate(item.tools)]
+    return sent
+
+
+def _compaction_trigger(req: CreateBody, background: bool) -> bool:
+    """Whether the input ends with a ``compaction_trigger`` item (compaction v2); one anywhere
+    else, or more than one, or one in background mode is refused."""
     triggers = [k for k, item in enumerate(req.input if isinstance(req.input, list) else [])
                 if isinstance(item, CompactionTrigger)]
     if triggers and triggers != [len(req.input) - 1]:
@@ -121,10 +136,7 @@ def parse_create(body: dict[str, Any], *, models: list[str], websocket: bool = F
                           "invalid_value")
     if triggers and background:
         raise unsupported("background", "background mode with a compaction_trigger item")
-    return ParsedCreate(create, req.stream is True, store, generate, metadata, req.parallel_tool_calls is not False,
-                        tools_json, choice_json, {**text_json, "format": format_json(fmt)}, echo(req),
-                        items.input_json(body.get("input", [])), background, tool_calls.kinds(tools_json), not_offered,
-                        bool(triggers))
+    return bool(triggers)
 
 
 def format_json(fmt: TextFormatText | TextFormatJsonObject | TextFormatJsonSchema) -> dict[str, Any]:

@@ -78,13 +78,12 @@ def response_input(value: Any) -> list[common_pb2.Item]:
 
 
 def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
-    """A validated ``input`` (``request_models.input_items.Input``) as loopwire items. The items that are no
-    turn of the conversation (``additional_tools``, ``compaction_trigger``) are the caller's."""
+    """A validated ``input`` (``request_models.input_items.Input``) as loopwire items. The items
+    that are no turn of the conversation (``additional_tools``, ``compaction_trigger``) are the caller's."""
     if isinstance(value, str):
         return [text_item(common_pb2.ROLE_USER, value)]
     items: list[common_pb2.Item] = []
     think: str | None = None  # a reasoning item's block, waiting for the assistant turn it opens
-    think_prefix = ""  # the block, for the assistant message being read
     for raw in value:
         if isinstance(raw, ReasoningItem):
             block = _reasoning_block(raw)
@@ -93,34 +92,43 @@ def input_items(value: str | list[Any]) -> list[common_pb2.Item]:
             continue
         if isinstance(raw, AdditionalTools | CompactionTrigger):
             continue
+        think_prefix = ""  # the block, for the assistant message being read
         if think is not None:
             if isinstance(raw, Message) and raw.role == "assistant":
                 think_prefix = think
             else:  # the turn was reasoning alone (or its calls): the block is its text
                 items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
             think = None
-        if isinstance(raw, Message):
-            parts = _parts(raw.content)
-            if think_prefix:
-                if not parts:
-                    parts.append(common_pb2.ContentPart(text=""))
-                parts[0].text = think_prefix + (THINK_GAP + parts[0].text if parts[0].text else "")
-                think_prefix = ""
-            items.append(common_pb2.Item(message=common_pb2.Message(role=ROLES[raw.role], content=parts)))  # type: ignore[arg-type]
-        elif isinstance(raw, FunctionCall):
-            items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=raw.arguments)))
-        elif isinstance(raw, CustomToolCall):
-            items.append(common_pb2.Item(function_call=common_pb2.FunctionCall(
-                call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=custom_arguments(raw.input))))
-        elif isinstance(raw, Compaction):  # its content, validated, is the summary it carries
-            items.append(common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=raw.encrypted_content)))
-        elif isinstance(raw, ToolOutput):
-            items.append(common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
-                call_id=raw.call_id, output=_output_text(raw.output))))
+        item = _turn_item(raw, think_prefix)
+        if item is not None:
+            items.append(item)
     if think is not None:
         items.append(text_item(common_pb2.ROLE_ASSISTANT, think))
     return items
+
+
+def _turn_item(raw: Any, think_prefix: str) -> common_pb2.Item | None:
+    """One input item that is a turn of the conversation as a loopwire item; an assistant message
+    opens with ``think_prefix``, the think block of the reasoning items before it."""
+    if isinstance(raw, Message):
+        parts = _parts(raw.content)
+        if think_prefix:
+            if not parts:
+                parts.append(common_pb2.ContentPart(text=""))
+            parts[0].text = think_prefix + (THINK_GAP + parts[0].text if parts[0].text else "")
+        return common_pb2.Item(message=common_pb2.Message(role=ROLES[raw.role], content=parts))  # type: ignore[arg-type]
+    if isinstance(raw, FunctionCall):
+        return common_pb2.Item(function_call=common_pb2.FunctionCall(
+            call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=raw.arguments))
+    if isinstance(raw, CustomToolCall):
+        return common_pb2.Item(function_call=common_pb2.FunctionCall(
+            call_id=raw.call_id, name=call_name(raw.name, raw.namespace), arguments=custom_arguments(raw.input)))
+    if isinstance(raw, Compaction):  # its content, validated, is the summary it carries
+        return common_pb2.Item(compaction_summary=common_pb2.CompactionSummary(summary=raw.encrypted_content))
+    if isinstance(raw, ToolOutput):
+        return common_pb2.Item(function_call_output=common_pb2.FunctionCallOutput(
+            call_id=raw.call_id, output=_output_text(raw.output)))
+    return None
 
 
 def compaction_content(summary: str) -> str:

@@ -34,6 +34,7 @@ from loopwire.api.errors import ApiError, unsupported
 from loopwire.api.events import ResponseBuilder
 from loopwire.api.gateway_client import OWNER, ConverseStream
 from loopwire.api.store import InFlight, ResponseStore, tenant_key
+from loopwire.v1 import gateway_pb2
 
 log = logging.getLogger("loopwire.api")
 
@@ -57,15 +58,16 @@ async def create_response(request: Request) -> Response:
         except ApiError as e:
             log.info("POST /v1/responses -> %d %s", e.status, e.code)
             return error_response(e)
+        who = tenant.name if tenant else "?"
         if parsed.background:
-            return await background_response(ctx, authorization, tenant.name if tenant else "?", owner, parsed, span)
+            return await background_response(ctx, authorization, who, owner, parsed, span)
         builder = ResponseBuilder(parsed)
         stream = ctx.gateway.open(authorization, parsed.create.previous_response_id)
         try:
             events, first = await first_events(stream, parsed.create, builder.feed)
         except ApiError as e:
             await stream.close()
-            log.info("POST /v1/responses tenant=%s -> %d %s", tenant.name if tenant else "?", e.status, e.code)
+            log.info("POST /v1/responses tenant=%s -> %d %s", who, e.status, e.code)
             return error_response(e)
         span.set_attribute("gen_ai.response.id", builder.id)
         ctx.store.begin(owner, builder.id, InFlight(stream, builder.response))
@@ -76,39 +78,44 @@ async def create_response(request: Request) -> Response:
                 return error_response(e)
             finally:
                 ended(ctx.store, owner, builder)
-            _log(builder, tenant.name if tenant else "?", stream=False)
+            _log(builder, who, stream=False)
             failure = builder.failure()
             return error_response(failure) if failure else JSONResponse(builder.response())
 
-    async def body_events() -> AsyncIterator[bytes]:
-        logged = False
-        try:
-            for ready in first:
-                yield sse(ready)
-            async for event in with_keepalive(events, ctx.sse_keepalive_s):
-                if event is None:  # a long prefill: keep the connection visibly alive
-                    yield SSE_KEEPALIVE
-                    continue
-                outs = list(builder.feed(event))
-                if builder.done:  # logged before the last event leaves: a client may hang up right after it
-                    _log(builder, tenant.name if tenant else "?", stream=True)
-                    logged = True
-                for out in outs:
-                    yield sse(out)
-                if builder.done:
-                    break
-        except ApiError as e:  # the gateway went away mid-response
-            yield sse(error_event(e, builder.seq))
-        finally:
-            ended(ctx.store, owner, builder)
-            if not builder.done:  # the client left: stop the generation now
-                await stream.cancel(builder.id)
-            await stream.close()
-            if not logged and not stream.abandoned:  # an abandoned one is logged as cancelled already
-                _log(builder, tenant.name if tenant else "?", stream=True)
-
-    return StreamingResponse(body_events(), media_type="text/event-stream",
+    return StreamingResponse(_streamed(ctx, owner, who, stream, events, first, builder),
+                             media_type="text/event-stream",
                              headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+async def _streamed(ctx: ApiContext, owner: str, who: str, stream: ConverseStream, events: AsyncIterator[gateway_pb2.ConverseResponse],
+                    first: list[dict[str, Any]], builder: ResponseBuilder) -> AsyncIterator[bytes]:
+    """A streamed response's events as SSE: those already read (``first``), then the rest; the
+    generation is cancelled when the client leaves before it ends."""
+    logged = False
+    try:
+        for ready in first:
+            yield sse(ready)
+        async for event in with_keepalive(events, ctx.sse_keepalive_s):
+            if event is None:  # a long prefill: keep the connection visibly alive
+                yield SSE_KEEPALIVE
+                continue
+            outs = list(builder.feed(event))
+            if builder.done:  # logged before the last event leaves: a client may hang up right after it
+                _log(builder, who, stream=True)
+                logged = True
+            for out in outs:
+                yield sse(out)
+            if builder.done:
+                break
+    except ApiError as e:  # the gateway went away mid-response
+        yield sse(error_event(e, builder.seq))
+    finally:
+        ended(ctx.store, owner, builder)
+        if not builder.done:  # the client left: stop the generation now
+            await stream.cancel(builder.id)
+        await stream.close()
+        if not logged and not stream.abandoned:  # an abandoned one is logged as cancelled already
+            _log(builder, who, stream=True)
 
 
 async def _compaction_turn(ctx: ApiContext, authorization: str, owner: str, parsed: ParsedCreate) -> Response:

@@ -72,7 +72,7 @@ from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.conversation import Conversation  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
-from loopwire.inference.kv_cache import prefetch_lead_seconds  # noqa: E402
+from loopwire.inference.kv_pause_hints import prefetch_lead_seconds  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest, RetentionPolicy, TokenRangeRetention  # noqa: E402
 from loopwire.inference.simulated_engine import simulated_core  # noqa: E402
 

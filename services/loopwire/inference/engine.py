@@ -27,8 +27,8 @@ from loopwire.common.model_def import ModelDefinition
 from loopwire.inference.clock import WallClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
-from loopwire.inference.kv_cache import PAUSE_PRIORITY, prefetch_lead_seconds
 from loopwire.inference.kv_events import CacheEvent, CacheEventFeed, CacheEventKind
+from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY, prefetch_lead_seconds
 from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
 

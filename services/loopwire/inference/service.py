@@ -23,8 +23,9 @@ from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.engine import Engine, KvBlockData, KvHint
-from loopwire.inference.kv_cache import PAUSE_PRIORITY, CacheEventKind
+from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.kv_host_tier import MAX_PRIORITY
+from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY
 from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash, block_hashes
-from loopwire.inference.kv_cache import DEMOTED_RANK, BlockManager, CacheEventKind, KvStore
+from loopwire.inference.kv_cache import BlockManager, CacheEventKind, KvStore
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY, HostTier
+from loopwire.inference.kv_pause_hints import DEMOTED_RANK
 
 BS = 2
 BLOCK_BYTES = 64

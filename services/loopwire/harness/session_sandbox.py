@@ -8,7 +8,8 @@ command right after the first finds one too), each with the command's bash start
 confined, for its script; it hands the harness a pidfd of each and its ends of the spare's
 script, output, status and stdin pipes. A command is written straight to its waiting bash, so it
 waits for no clone, mount, seccomp load, exec or shell start. Its output is read from the pipe
-into its buffer by an event-loop reader (no task or stream between).
+into its buffer by an event-loop reader (no task or stream between): the harness's end of a spare and of the
+command run in it is ``session_commands``.
 
 The kill guarantee holds by construction, as for a sandbox of its own: every command runs in
 a pid namespace of its own whose init is its spare; the harness holds a pidfd of that init
@@ -34,14 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import contextvars
 import functools
 import itertools
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import struct
@@ -52,174 +51,20 @@ from loopwire.harness.sandbox import Sandbox
 from loopwire.harness.sandbox_limits import SandboxUnavailable
 from loopwire.harness.sandbox_mounts import command_env
 from loopwire.harness.sandbox_process import SandboxedProcess, mark
+from loopwire.harness.session_commands import (
+    Command,
+    ShellCommand,
+    Spare,
+    close_fd,
+    kill_and_close,
+    read_status,
+    write_script,
+)
 from loopwire.harness.tenant_volumes import VolumeQuota
 from loopwire.harness.workspace_files import ToolInputError, open_workspace
 from loopwire.harness.workspace_quota import SessionQuota
 
 log = logging.getLogger("loopwire.harness")
-_READ_SIZE = 1 << 18  # bytes of output read per wake-up (what asyncio's pipe transport reads)
-
-
-class _Command:
-    """A command run in a spare of a session's supervisor, with the process interface bwrap's has.
-    Its output is pumped straight from the pipe into the command's buffer (``pump``)."""
-
-    stdout = None  # no stream: SandboxedProcess uses ``pump``
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, out_fd: int, stdin: asyncio.StreamWriter | None,
-                 exited: asyncio.Future[int]) -> None:
-        self._loop, self._out, self.stdin, self._exited = loop, out_fd, stdin, exited
-
-    def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
-        """Feed the output pipe into ``buffer`` from a reader callback; the future is done at its end
-        (every writer gone: the command's namespace has ended, or all it left closed the pipe)."""
-        loop, fd = self._loop, self._out
-        self._out = -1
-        closed: asyncio.Future[None] = loop.create_future()
-
-        def readable() -> None:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if data:
-                buffer.feed(data)
-                return
-            loop.remove_reader(fd)
-            os.close(fd)
-            mark("output closed")
-            if not closed.done():
-                closed.set_result(None)
-
-        loop.add_reader(fd, readable)
-        return closed
-
-    @property
-    def returncode(self) -> int | None:
-        return self._exited.result() if self._exited.done() else None
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exited)
-
-
-class _Spare:
-    """A command's init made ahead of time, confined, its bash waiting for the script written to ``script``;
-    ``out``, ``status`` and ``stdin``: our ends of its output, status and stdin pipes. With ``shell`` its
-    bash is a shell that stays, serving one command after another (``sandbox_supervisor.SHELL``)."""
-
-    def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int, *, shell: bool = False) -> None:
-        self.pidfd, self.script, self.out, self.status, self.stdin = pidfd, script, out, status, stdin
-        self.shell = shell
-        self.pid = _pid_of(pidfd) if shell else 0  # the init's pid here, whose tree tells a command's end
-
-    def quiet(self) -> bool:
-        """Whether nothing but the init and its waiting shell runs in the namespace, seen from here: every
-        process of a command descends from the shell or, orphaned, from the init. A status line a command
-        forged (its shell's status pipe is reachable through /proc) is not believed while the command runs."""
-        shells = _children(self.pid)
-        if not shells:  # the init alone, or gone: its namespace is empty or ended
-            return True
-        return len(shells) == 1 and not _children(shells[0]) and _children(self.pid) == shells  # (none reparented)
-
-    def alive(self) -> bool:
-        """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
-        (a shell that died idle, whose init then said so)."""
-        poll = select.poll()  # (select's descriptors stop at 1024)
-        for fd in (self.pidfd, self.status):
-            poll.register(fd, select.POLLIN)
-        return not poll.poll(0)
-
-    def drop(self) -> None:
-        _kill(self.pidfd)
-        for fd in (self.script, self.out, self.status, self.stdin):
-            _close(fd)
-        self.pidfd = self.script = self.out = self.status = self.stdin = -1
-
-
-class _ShellCommand:
-    """A command run by a shell that stays (a spare with ``shell``), with the process interface bwrap's has.
-    Its end is the shell's status line, written once nothing of the command runs: the output pipe then holds
-    all the command wrote, read to empty before the end is told (no marker in the output, which is any bytes)."""
-
-    stdout = None  # no stream: SandboxedProcess uses ``pump``
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, spare: _Spare, stdin: asyncio.StreamWriter | None,
-                 exited: asyncio.Future[int]) -> None:
-        self._loop, self._spare, self.stdin, self._exited = loop, spare, stdin, exited
-        self._buffer: HeadTailBuffer | None = None
-        self._closed: asyncio.Future[None] = loop.create_future()
-        self.reusable = False  # the shell said it may serve the next command
-        self._forged = False  # a status line came while the command still ran
-        loop.add_reader(spare.status, self._status)
-
-    def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
-        self._buffer = buffer
-        self._loop.add_reader(self._spare.out, self._drain)
-        return self._closed
-
-    def _drain(self) -> bool:
-        """Read what the output pipe holds into the buffer; False once every writer is gone."""
-        assert self._buffer is not None
-        while True:
-            try:
-                data = os.read(self._spare.out, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return True
-            except OSError:
-                data = b""
-            if not data:
-                self._loop.remove_reader(self._spare.out)
-                return False
-            self._buffer.feed(data)
-            if len(data) < _READ_SIZE:
-                return True
-
-    def _status(self) -> None:
-        loop, spare = self._loop, self._spare
-        try:
-            said = os.read(spare.status, 64)
-        except BlockingIOError:
-            return
-        except OSError:
-            said = b""
-        if said and (self._forged or not spare.quiet()):  # something of the command still runs: it is
-            self._forged = True  # killed, and its end told once all of it is gone (the pipe's end of file)
-            _kill_only(spare.pidfd)
-            return
-        loop.remove_reader(spare.status)
-        mark("status received")
-        words = said.split()
-        if len(words) == 2 and words[0].isdigit():  # "<status> <may serve again>"
-            code, self.reusable = int(words[0]), words[1] == b"1"
-        elif len(words) == 1 and words[0][:1] == b"!" and words[0][1:].isdigit():  # the shell ended; its init told
-            code = int(words[0][1:])
-        else:  # killed: nothing said
-            code = -signal.SIGKILL
-        if self._buffer is not None:
-            self._drain()
-            loop.remove_reader(spare.out)
-        mark("output closed")
-        if not self._closed.done():
-            self._closed.set_result(None)
-        if not self._exited.done():
-            self._exited.set_result(code)
-
-    def abandon(self) -> None:
-        """Stop reading (the command never started, or its shell is dropped)."""
-        for fd in (self._spare.status, self._spare.out):
-            if fd >= 0:
-                self._loop.remove_reader(fd)
-        if not self._closed.done():
-            self._closed.set_result(None)
-
-    @property
-    def returncode(self) -> int | None:
-        return self._exited.result() if self._exited.done() else None
-
-    async def wait(self) -> int:
-        return await asyncio.shield(self._exited)
 
 
 class _Supervisor:
@@ -230,8 +75,8 @@ class _Supervisor:
         self.ctl: socket.socket | None = None
         self.process: SandboxedProcess | None = None  # bwrap running the supervisor
         self._ids = itertools.count(1)
-        self._ready: collections.deque[_Spare] = collections.deque()
-        self._waiting: collections.deque[asyncio.Future[_Spare]] = collections.deque()
+        self._ready: collections.deque[Spare] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[Spare]] = collections.deque()
         self._asked = 0  # spares asked for and not come yet
         self._running = 0  # commands started here that have not ended
         self.alive = False
@@ -300,13 +145,13 @@ class _Supervisor:
         self._asked -= 1
         if "error" in message or len(fds) != 5:
             for fd in fds:
-                _kill(fd) if fd == fds[0] else _close(fd)
+                kill_and_close(fd) if fd == fds[0] else close_fd(fd)
             why = SandboxUnavailable(f"the session's sandbox cannot start a command: {message.get('error', 'no pidfd')}")
             while self._waiting:
                 if not (waiter := self._waiting.popleft()).done():
                     waiter.set_exception(why)
             return
-        spare = _Spare(*fds, shell=self.sandbox.shell_stays)
+        spare = Spare(*fds, shell=self.sandbox.shell_stays)
         if spare.shell:
             os.set_blocking(spare.out, False)
             os.set_blocking(spare.status, False)
@@ -351,7 +196,7 @@ class _Supervisor:
                 waiter.set_exception(SandboxUnavailable("the session's sandbox ended while a command started"
                                                         + (f": {said[-500:]}" if said else "")))
 
-    def _give_back(self, spare: _Spare) -> None:
+    def _give_back(self, spare: Spare) -> None:
         """A shell that may serve again: to the next command waiting, else first in line."""
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
@@ -359,14 +204,14 @@ class _Supervisor:
                 return
         self._ready.appendleft(spare)
 
-    async def _spare(self) -> _Spare:
+    async def _spare(self) -> Spare:
         """A spare for the next command: a ready one (a shell that served before first), else the next one made."""
         while self._ready and not self._ready[0].alive():  # ended while idle (killed from outside)
             self._ready.popleft().drop()
         if self._ready:
             spare = self._ready.popleft()
         else:
-            waiter: asyncio.Future[_Spare] = asyncio.get_running_loop().create_future()
+            waiter: asyncio.Future[Spare] = asyncio.get_running_loop().create_future()
             self._waiting.append(waiter)
             self._top_up()
             try:
@@ -400,13 +245,13 @@ class _Supervisor:
         exited: asyncio.Future[int] = loop.create_future()
         exited.add_done_callback(self._ended)
         try:
-            _write_script(loop, script_w, script)
+            write_script(loop, script_w, script)
             script_w = -1
             mark("command sent")
-            loop.add_reader(status_r, _read_status, loop, status_r, exited)
+            loop.add_reader(status_r, read_status, loop, status_r, exited)
             status_r = -1
             os.set_blocking(out_r, False)
-            command_process = _Command(loop, out_r, None, exited)
+            command_process = Command(loop, out_r, None, exited)
             if stdin:
                 transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                                     os.fdopen(in_w, "wb", 0))
@@ -428,23 +273,23 @@ class _Supervisor:
                 process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
             mark("quota watch started")
         except BaseException:
-            _kill(pidfd)  # the command may have started: its namespace ends with its init
+            kill_and_close(pidfd)  # the command may have started: its namespace ends with its init
             if not exited.done():
                 exited.set_result(-signal.SIGKILL)
             for fd in (script_w, out_r, status_r, in_w):
-                _close(fd)
+                close_fd(fd)
             raise
         return process
 
 
-    async def _run_in_shell(self, spare: _Spare, command: str, *, stdin: bool,
+    async def _run_in_shell(self, spare: Spare, command: str, *, stdin: bool,
                             buffer: HeadTailBuffer | None) -> SandboxedProcess:
         """``command`` sent to ``spare``'s shell; when it ends, the shell goes back to the ready ones if it said
         it may serve again (and was neither killed nor given stdin), else it is dropped."""
         loop = asyncio.get_running_loop()
         data = os.fsencode(command)
         exited: asyncio.Future[int] = loop.create_future()
-        shell = _ShellCommand(loop, spare, None, exited)
+        shell = ShellCommand(loop, spare, None, exited)
         kill = -1
 
         def ended(_: object) -> None:
@@ -458,7 +303,7 @@ class _Supervisor:
         exited.add_done_callback(ended)
         try:
             header = f"{'i' if stdin else '-'}{len(data)}\n".encode()
-            if not _write_script(loop, spare.script, header + data, close=False):
+            if not write_script(loop, spare.script, header + data, close=False):
                 spare.script = -1  # the writer callback sends the rest and closes it: this shell serves once
             mark("command sent")
             if stdin:
@@ -478,92 +323,13 @@ class _Supervisor:
                 process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
             mark("quota watch started")
         except BaseException:
-            _close(kill)
+            close_fd(kill)
             shell.abandon()
             spare.drop()  # the command may have started: its namespace ends with its init
             if not exited.done():
                 exited.set_result(-signal.SIGKILL)
             raise
         return process
-
-
-def _write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes, *, close: bool = True) -> bool:
-    """Write ``script`` to the waiting bash and close the pipe (its EOF ends the script; with ``close`` off, a
-    shell that stays reads its length, and the pipe stays open); what the pipe cannot take at once is written as
-    bash reads it, from a writer callback, which then closes the pipe: False says so."""
-    os.set_blocking(fd, False)
-    try:
-        sent = os.write(fd, script)
-    except BlockingIOError:
-        sent = 0
-    except OSError:  # bash is gone (killed): its init reports that
-        sent = len(script)
-    if sent == len(script):
-        if close:
-            os.close(fd)
-        return True
-    rest = memoryview(script)[sent:]
-
-    def writable() -> None:
-        nonlocal rest
-        try:
-            rest = rest[os.write(fd, rest):]
-        except BlockingIOError:
-            return
-        except OSError:
-            rest = rest[:0]
-        if not rest:
-            loop.remove_writer(fd)
-            os.close(fd)
-
-    loop.add_writer(fd, writable)
-    return False
-
-
-def _read_status(loop: asyncio.AbstractEventLoop, fd: int, exited: asyncio.Future[int]) -> None:
-    """bash's status, which the init writes once nothing of the command runs; none: it was killed."""
-    loop.remove_reader(fd)
-    try:
-        data = os.read(fd, 16)
-    except OSError:
-        data = b""
-    finally:
-        os.close(fd)
-    mark("status received")
-    if not exited.done():
-        exited.set_result(int(data) if data.strip().lstrip(b"-").isdigit() else -signal.SIGKILL)
-
-
-def _pid_of(pidfd: int) -> int:
-    with open(f"/proc/self/fdinfo/{pidfd}") as f:
-        return next((int(line.split()[1]) for line in f if line.startswith("Pid:")), -1)
-
-
-def _children(pid: int) -> list[int]:
-    """The children of a single-threaded process (none once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(n) for n in f.read().split()]
-    except OSError:
-        return []
-
-
-def _kill_only(pidfd: int) -> None:
-    with contextlib.suppress(OSError):
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
-def _kill(pidfd: int) -> None:
-    if pidfd >= 0:
-        with contextlib.suppress(OSError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        _close(pidfd)
 
 
 class SessionSandbox:

@@ -128,7 +128,9 @@ class PauseHints:
         pause = self._paused.get(key)
         priority = pause.priority if pause is not None else PAUSE_PRIORITY
         self._end_pause(key)
-        onloaded = 0
+        # Each block brought back stays referenced until the end: under plain LRU its rank is
+        # everyone's, and the next onload would evict it again (a copy each way, counted as back).
+        brought: list[int] = []
         for h, block_id in self._chain(hashes, root):
             if block_id is None:
                 lowest = self._evictable.lowest()
@@ -139,11 +141,12 @@ class PauseHints:
                 if block_id is None:
                     break
                 self.set_priority(block_id, priority, now + RESUME_GRACE_S)
-                self.release([block_id])
-                onloaded += 1
+                brought.append(block_id)
             elif self.blocks[block_id].priority <= priority:
                 self.set_priority(block_id, priority, now + RESUME_GRACE_S)
-        return onloaded
+        for block_id in brought:  # in chain order, as each used to be released
+            self.release([block_id])
+        return len(brought)
 
     def _end_pause(self, key: str) -> None:
         """The pause stops counting: its blocks are ordinary again (device rank, host priority)."""

@@ -398,3 +398,23 @@ def test_a_block_recomputed_while_the_host_tier_holds_it_is_not_indexed_twice() 
         m.hash_index()
         m.host_tier()
         m.events_and_counters()
+
+
+def test_a_resume_never_evicts_a_block_it_brought_back() -> None:
+    """Found by the machine: with one device block, a host tier of two and plain LRU, a resume
+    brought the prefix's first block back, then evicted it again to bring the second one, and
+    counted both: the device held one of the two blocks it reported."""
+    m = KvMachine()
+    steps = [
+        lambda: m.setup(num_blocks=1, host_blocks=2, policy="lru", tensors=False, prefix_cache=True),
+        lambda: m.import_block(parent=0, tokens=[0, 1]),
+        lambda: m.import_block(parent=1, tokens=[0, 1]),  # the first block to the host tier
+        lambda: m.import_block(parent=0, tokens=[0, 0]),  # the second too
+        lambda: m.resume(c=0, key="x", salted=False, foreign=False),
+    ]
+    for step in steps:
+        step()
+        m.refcounts_free_list_and_lru()
+        m.hash_index()
+        m.host_tier()
+        m.events_and_counters()

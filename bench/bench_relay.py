@@ -65,8 +65,9 @@ from loopwire.common.recorded import user_item  # noqa: E402
 from loopwire.gateway.factory import start_gateway  # noqa: E402
 from loopwire.gateway.generate_link import GenerateLink  # noqa: E402
 from loopwire.gateway.service import GatewayConfig, GatewayServicer  # noqa: E402
+from loopwire.inference.outbox import COALESCE_MAX_TOKENS, COALESCE_WINDOW_S  # noqa: E402
 from loopwire.inference.server import EngineOptions, build_engine  # noqa: E402
-from loopwire.inference.service import COALESCE_MAX_TOKENS, COALESCE_WINDOW_S, InferenceServicer  # noqa: E402
+from loopwire.inference.service import InferenceServicer  # noqa: E402
 from loopwire.v1 import common_pb2, gateway_pb2, gateway_pb2_grpc, inference_pb2, inference_pb2_grpc  # noqa: E402
 
 import interrupts  # noqa: E402

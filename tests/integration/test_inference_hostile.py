@@ -12,7 +12,7 @@ from test_inference_service import Replica, Session, params, reference
 
 from loopwire.common import grpc_server
 from loopwire.common.service_auth import ServiceTokenInterceptor
-from loopwire.inference import service as inference_service
+from loopwire.inference import disaggregation
 from loopwire.inference.server import add_servicer, build_engine
 from loopwire.v1 import common_pb2, inference_pb2, inference_pb2_grpc
 
@@ -90,7 +90,7 @@ class _SilentPeer(inference_pb2_grpc.InferenceServiceServicer):
 
 
 async def test_a_silent_peer_costs_one_deadline_not_a_hang(monkeypatch) -> None:
-    monkeypatch.setattr(inference_service, "PULL_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(disaggregation, "PULL_TIMEOUT_S", 1.0)
     server = grpc_server.make_server()
     inference_pb2_grpc.add_InferenceServiceServicer_to_server(_SilentPeer(), server)
     peer = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"

@@ -15,10 +15,10 @@ from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.engine_core import EngineCore
 from loopwire.inference.logprobs import TokenLogprobs, certain, token_logprobs
 from loopwire.inference.model import Chunk, LlamaModel
+from loopwire.inference.outbox import Outbox
 from loopwire.inference.reference_engine import reference_core
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import GenerationRequest
-from loopwire.inference.service import Outbox
 from loopwire.inference.trtllm_engine import output_logprobs
 from loopwire.inference.weights import dummy_weights
 

@@ -22,12 +22,8 @@ from loopwire.inference.config import MODEL_SIZES, EngineConfig, ModelConfig, mo
 from loopwire.inference.cost_model import GPUS, CostModel
 from loopwire.inference.engine import AsyncEngine, Engine
 from loopwire.inference.model import MATMUL_MODES
-from loopwire.inference.service import (
-    COALESCE_MAX_TOKENS,
-    COALESCE_WINDOW_S,
-    PROGRESS_INTERVAL_S,
-    InferenceServicer,
-)
+from loopwire.inference.outbox import COALESCE_MAX_TOKENS, COALESCE_WINDOW_S
+from loopwire.inference.service import PROGRESS_INTERVAL_S, InferenceServicer
 from loopwire.v1 import inference_pb2, inference_pb2_grpc
 
 log = logging.getLogger("loopwire.inference")

@@ -1,6 +1,6 @@
 """``InferenceService`` over any ``Engine``: per-session Generate streams (full and append
-prompts, cancellation, coalesced token batches), Prefill/PullKv for disaggregation,
-GetStatus and WatchCache for routers."""
+prompts, cancellation, coalesced token batches through ``outbox.py``), Prefill/PullKv for
+disaggregation (``disaggregation.py``), GetStatus, HoldPrefix and WatchCache for routers."""
 
 from __future__ import annotations
 
@@ -9,24 +9,23 @@ import contextlib
 import logging
 import secrets
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import grpc
-import numpy as np
 
-from loopwire.common import grpc_server, rpc_errors, telemetry
+from loopwire.common import telemetry
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import block_hashes, salted_root
 from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
-from loopwire.inference.engine import Engine, KvBlockData, KvHint
+from loopwire.inference.disaggregation import DisaggregationRpcs
+from loopwire.inference.engine import Engine, KvHint
 from loopwire.inference.kv_cache import CacheEventKind
 from loopwire.inference.kv_host_tier import MAX_PRIORITY
 from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY
-from loopwire.inference.logprobs import TokenLogprobs
+from loopwire.inference.outbox import COALESCE_MAX_TOKENS, COALESCE_WINDOW_S, Outbox
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
 from loopwire.inference.validation import (
@@ -34,8 +33,6 @@ from loopwire.inference.validation import (
     MAX_RETENTION_SECONDS,
     HeldSequence,
     ResolvedPrompt,
-    check_capacity,
-    check_ids,
     check_params,
     resolve_prompt,
 )
@@ -61,152 +58,12 @@ _ROLES = {
     "prefill": inference_pb2.ENGINE_ROLE_PREFILL,
     "decode": inference_pb2.ENGINE_ROLE_DECODE,
 }
-# How long a Prefill keeps its blocks for the decode replica to pull, and how many handles live.
-PREFILL_HOLD_SECONDS = 60.0
-# A peer that does not deliver a prefilled KV within this long is given up on (STATE_LOST).
-PULL_TIMEOUT_S = 30.0
 # A prefill still running this long after the last word to the client gets a progress event:
 # a long prompt on a slow engine shows progress, a short one adds no messages.
 PROGRESS_INTERVAL_S = 0.25
-MAX_PREFILL_HANDLES = 1024
 # Prompts (or appends) with more ids than this are validated and hashed in a worker thread: a
 # 32k-id prompt would otherwise hold the event loop, and every stream on it, for milliseconds.
 OFFLOAD_IDS = 4096
-
-
-# Coalescing window: tokens of a generation that follow its first wait up to this long for more
-# of the same request to join their message (0: a message per engine step unless the writer lags).
-# Chosen by bench/bench_relay.py: a gateway's CPU goes to per-message work, and 8 ms joins about
-# two steps of an 8B decode (4-6 ms a step on an H200) and several of a 1B one, at most 8 ms late
-# per token (under one 60 Hz frame); 2 ms barely changes an 8B stream. Time to first token is untouched.
-COALESCE_WINDOW_S = 0.008
-COALESCE_MAX_TOKENS = 16  # a pending batch this long leaves at once, window or not
-
-
-class _TokenRun:
-    __slots__ = ("request_id", "token_ids", "due", "logprobs")
-
-    def __init__(self, request_id: str, token_ids: list[int], due: float,
-                 logprobs: list[TokenLogprobs] | None = None) -> None:
-        self.request_id = request_id
-        self.token_ids = token_ids
-        self.due = due  # when it may leave (0: now)
-        self.logprobs = logprobs  # one per token when the request asked, joined with them
-
-    def batch(self) -> inference_pb2.TokenBatch:
-        batch = inference_pb2.TokenBatch(token_ids=self.token_ids)
-        for lp in self.logprobs or ():
-            batch.logprobs.add(logprob=lp.logprob, top=[{"token_id": t, "logprob": v} for t, v in lp.top])
-        return batch
-
-
-class Outbox:
-    """The responses of one stream waiting for its writer. Tokens of a request that arrive
-    while an earlier batch of it is still queued join that batch (coalescing); a later
-    response of the request (finish, error) closes the batch so order is kept.
-
-    With a window, a batch that is not a generation's first waits up to ``window_s`` (or
-    until it holds ``max_tokens``, or the request's next response closes it) for more tokens
-    of its request, so a fast decode costs a message per window rather than per step. The
-    first tokens of a generation never wait: time to first token is not traded away."""
-
-    def __init__(self, window_s: float = 0.0, max_tokens: int = COALESCE_MAX_TOKENS) -> None:
-        self._entries: deque[_TokenRun | inference_pb2.GenerateResponse | None] = deque()
-        self._open: dict[str, _TokenRun] = {}
-        self._ready = asyncio.Event()
-        self.window_s = window_s
-        self.max_tokens = max(1, max_tokens)
-        self._started: set[str] = set()  # requests whose first tokens were queued
-        self._timer: asyncio.TimerHandle | None = None
-
-    def tokens(self, request_id: str, token_ids: list[int], logprobs: list[TokenLogprobs] | None = None) -> None:
-        if not token_ids:
-            return
-        run = self._open.get(request_id)
-        if run is not None:
-            run.token_ids.extend(token_ids)
-            if logprobs is not None:
-                if run.logprobs is None:
-                    run.logprobs = []
-                run.logprobs.extend(logprobs)
-            if run.due and len(run.token_ids) >= self.max_tokens:
-                run.due = 0.0
-                self._ready.set()
-            return
-        due = 0.0
-        if self.window_s > 0:
-            if request_id in self._started:
-                if len(token_ids) < self.max_tokens:
-                    due = time.monotonic() + self.window_s
-            else:
-                self._started.add(request_id)
-        run = self._open[request_id] = _TokenRun(request_id, list(token_ids), due,
-                                                 None if logprobs is None else list(logprobs))
-        self._entries.append(run)
-        self._ready.set()
-
-    def put(self, response: inference_pb2.GenerateResponse) -> None:
-        run = self._open.pop(response.request_id, None)
-        if run is not None:
-            run.due = 0.0  # what follows it may not wait behind it
-        if response.WhichOneof("event") in ("finished", "error"):
-            self._started.discard(response.request_id)
-        self._entries.append(response)
-        self._ready.set()
-
-    def close(self) -> None:
-        for run in self._open.values():
-            run.due = 0.0  # the stream ends: nothing waits any more
-        self._entries.append(None)
-        self._ready.set()
-
-    async def take(self) -> inference_pb2.GenerateResponse | None:
-        entries = self._entries
-        while True:
-            while not entries:
-                self._ready.clear()
-                await self._ready.wait()
-            head = entries[0]
-            if not isinstance(head, _TokenRun) or not head.due or head.due <= time.monotonic():
-                entry = entries.popleft()
-                break
-            # The head batch waits for more tokens: what another request has ready need not wait behind it.
-            at, due = self._ready_behind(time.monotonic())
-            if at >= 0:
-                entry = entries[at]
-                del entries[at]
-                break
-            self._ready.clear()
-            if self._timer is not None:
-                self._timer.cancel()
-            self._timer = asyncio.get_running_loop().call_later(due - time.monotonic(), self._ready.set)
-            await self._ready.wait()
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if isinstance(entry, _TokenRun):
-            if self._open.get(entry.request_id) is entry:
-                del self._open[entry.request_id]
-            return inference_pb2.GenerateResponse(request_id=entry.request_id, tokens=entry.batch())
-        return entry
-
-    def _ready_behind(self, now: float) -> tuple[int, float]:
-        """The first entry that may leave now with nothing of its request before it (-1 if none),
-        and when the soonest waiting batch is due."""
-        waiting: set[str] = set()
-        soonest = float("inf")
-        for i, entry in enumerate(self._entries):
-            if entry is None:
-                break  # the end of the stream leaves last
-            rid = entry.request_id
-            if rid in waiting:
-                continue
-            if isinstance(entry, _TokenRun) and entry.due > now:
-                waiting.add(rid)
-                soonest = min(soonest, entry.due)
-                continue
-            return i, soonest
-        return -1, soonest
 
 
 @dataclass
@@ -217,13 +74,7 @@ class _StreamState:
     serial: int = 0
 
 
-@dataclass
-class _PrefillHandle:
-    block_hashes: list[int]
-    tail: list[int]
-
-
-class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
+class InferenceServicer(DisaggregationRpcs, inference_pb2_grpc.InferenceServiceServicer):
     def __init__(self, engine: Engine, role: str = "both", service_token: str = "",
                  peers: frozenset[str] = frozenset(), progress_interval_s: float = PROGRESS_INTERVAL_S,
                  coalesce_window_s: float = COALESCE_WINDOW_S, coalesce_max_tokens: int = COALESCE_MAX_TOKENS) -> None:
@@ -238,7 +89,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         self.vocab_size = engine.vocab_size
         self._stop_ids = tuple(engine.definition.stop_token_ids)
         self._model_info = inference_pb2.GetModelInfoResponse(model=engine.definition.to_proto(engine.name))
-        self._handles: dict[bytes, _PrefillHandle] = {}
+        self._handles = {}
         self._streams = 0
 
     # -- Generate ---------------------------------------------------------------------
@@ -447,92 +298,6 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         hashes += block_hashes(fin.token_ids[done : len(fin.token_ids) // bs * bs], bs, parent)
         return hashes
 
-    # -- disaggregation ---------------------------------------------------------------
-
-    async def Prefill(
-        self, request: inference_pb2.PrefillRequest, context: grpc.aio.ServicerContext
-    ) -> inference_pb2.PrefillResponse:
-        if not self.engine.supports_kv_transfer:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self.engine.name} engine does not export KV "
-                                "through this service; use a reference or simulated replica")
-        if not request.token_ids:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "token_ids: the prompt is empty")
-        try:
-            check_ids("token_ids", request.token_ids, self.vocab_size)
-            check_capacity("token_ids", len(request.token_ids) + 1, self.config)
-        except RequestError as e:
-            await rpc_errors.abort(context, e.grpc_status, e.message, e.reason)
-        handle = secrets.token_bytes(16)
-        req = GenerationRequest(
-            request_id=f"prefill/{handle.hex()}",
-            prompt=list(request.token_ids),
-            max_tokens=1,
-            prefill_only=True,
-            session_id=f"prefill/{handle.hex()}",
-            retention_seconds=PREFILL_HOLD_SECONDS,
-            cache_salt=request.cache_salt,
-        )
-        fin: Finished | None = None
-        async for out in self.engine.generate(req):
-            fin = out.finished
-        assert fin is not None
-        full = len(fin.block_hashes) * self.config.block_size
-        if len(self._handles) >= MAX_PREFILL_HANDLES:
-            del self._handles[next(iter(self._handles))]
-        self._handles[handle] = _PrefillHandle(fin.block_hashes, list(request.token_ids[full:]))
-        t = fin.timings
-        return inference_pb2.PrefillResponse(
-            kv_handle=handle,
-            num_tokens=len(request.token_ids),
-            cached_tokens=fin.usage.cached_input_tokens,
-            replica_id=self.config.replica_id,
-            block_hashes=fin.block_hashes,
-            timings=common_pb2.Timings(queue_us=t.queue_us, prefill_us=t.prefill_us),
-        )
-
-    async def PullKv(
-        self, request: inference_pb2.PullKvRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[inference_pb2.PullKvResponse]:
-        if not self.engine.supports_kv_transfer:
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"the {self.engine.name} engine does not export KV")
-        handle = self._handles.get(request.kv_handle)
-        if handle is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, "kv_handle: unknown or expired handle; prefill again")
-            return
-        blocks = await self.engine.export_kv(handle.block_hashes)
-        if len(blocks) < len(handle.block_hashes):
-            await context.abort(grpc.StatusCode.NOT_FOUND, "kv_handle: its blocks were evicted; prefill again")
-        for i, b in enumerate(blocks):
-            block = inference_pb2.KvBlock(block_hash=b.block_hash, parent_hash=b.parent_hash, token_ids=b.token_ids)
-            if b.keys is not None and b.values is not None:
-                block.keys = b.keys.tobytes()
-                block.values = b.values.tobytes()
-                block.dtype = str(b.keys.dtype)
-                block.shape.extend(b.keys.shape)
-            last = i == len(blocks) - 1
-            yield inference_pb2.PullKvResponse(block=block, tail_token_ids=handle.tail if last else [])
-        if not blocks:
-            yield inference_pb2.PullKvResponse(tail_token_ids=handle.tail)
-
-    async def _pull(self, source: str, handle: bytes) -> None:
-        """Fetch a prefilled prompt's blocks from ``source`` into this replica's prefix cache."""
-        if not self.engine.supports_kv_transfer:
-            raise RequestError(Code.ERROR_CODE_INVALID_ARGUMENT, f"start.kv_handle: the {self.engine.name} engine "
-                               "cannot import KV through this service", "start.kv_handle",
-                               reason=common_pb2.ERROR_REASON_KV_PULL_FAILED)
-        async with grpc_server.service_channel(source, self.service_token) as channel:
-            stub = inference_pb2_grpc.InferenceServiceStub(channel)
-            blocks = []
-            try:
-                async for chunk in stub.PullKv(inference_pb2.PullKvRequest(kv_handle=handle), timeout=PULL_TIMEOUT_S):
-                    if chunk.HasField("block"):
-                        blocks.append(_block_data(chunk.block))
-            except grpc.aio.AioRpcError as e:
-                raise RequestError(Code.ERROR_CODE_STATE_LOST, f"start.kv_handle: pull from {source} failed: "
-                                   f"{e.details()}", "start.kv_handle", retryable=True,
-                                   reason=common_pb2.ERROR_REASON_KV_PULL_FAILED) from e
-        await self.engine.import_kv(blocks)
-
     # -- status -----------------------------------------------------------------------
 
     async def GetStatus(
@@ -635,12 +400,3 @@ def _hint_problem(request: inference_pb2.HoldPrefixRequest) -> str:
 
 def _error(request_id: str, e: RequestError) -> inference_pb2.GenerateResponse:
     return inference_pb2.GenerateResponse(request_id=request_id, error=e.to_proto())
-
-
-def _block_data(block: inference_pb2.KvBlock) -> KvBlockData:
-    keys = values = None
-    if block.keys:
-        shape = tuple(block.shape)
-        keys = np.frombuffer(block.keys, dtype=block.dtype).reshape(shape)
-        values = np.frombuffer(block.values, dtype=block.dtype).reshape(shape)
-    return KvBlockData(block.block_hash, block.parent_hash, tuple(block.token_ids), keys, values)

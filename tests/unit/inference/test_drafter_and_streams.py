@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loopwire.inference.drafter import PromptLookupDrafter
+from loopwire.inference.outbox import Outbox
 from loopwire.inference.sequence import GenerationRequest
 from loopwire.inference.server import EngineOptions, build_engine
-from loopwire.inference.service import Outbox
 from loopwire.v1 import inference_pb2
 
 

@@ -12,7 +12,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loopwire.inference.service import InferenceServicer, Outbox
+from loopwire.inference.outbox import Outbox
+from loopwire.inference.service import InferenceServicer
 from loopwire.v1 import inference_pb2
 
 HOUR = 3600.0

@@ -28,8 +28,6 @@ MAX_ATTEMPTS = 5
 BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 HOLD_TIMEOUT_S = 15.0  # a KV hold is a hint: the harness never waits long for one
-# What each gateway said of its model (one model per gateway; asked once per process).
-_MODELS: dict[str, gateway_pb2.GetModelResponse] = {}
 log = logging.getLogger("loopwire.harness")
 
 
@@ -94,22 +92,24 @@ class Conversation:
         # The gateway holds the transcript up to `held_items` under `last_response_id`.
         self.last_response_id = last_response_id if stateful else ""
         self.held_items = held_items if stateful else 0
+        # What the gateway said of its model, asked once per session: a process-wide cache keyed by
+        # address kept a gateway's answer after another gateway (another model) took the address.
+        self._model: gateway_pb2.GetModelResponse | None = None
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
 
     async def model(self) -> gateway_pb2.GetModelResponse | None:
-        """What the gateway serves (window, tool-call format), asked once per gateway; None when
+        """What the gateway serves (window, tool-call format), asked once per session; None when
         it does not answer (the run goes on without it)."""
-        key = self.target
-        if key not in _MODELS:
+        if self._model is None:
             try:
                 async with service_channel(self.target) as channel:
-                    _MODELS[key] = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
+                    self._model = await gateway_pb2_grpc.GatewayServiceStub(channel).GetModel(
                         gateway_pb2.GetModelRequest(), metadata=self.metadata, timeout=10)
             except grpc.aio.AioRpcError as e:
                 log.warning("gateway %s did not tell what model it serves: %s", self.target, e.details())
                 return None
-        return _MODELS[key]
+        return self._model
 
     async def respond(self, base: gateway_pb2.CreateResponse, transcript: Sequence[common_pb2.Item],
                       on_event: EventHandler) -> ModelTurn:

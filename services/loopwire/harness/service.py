@@ -288,7 +288,7 @@ class RunStream:
 
     async def _window_for_tools(self, start: harness_pb2.StartTask) -> int:
         """The model's window when it decides the tool list (a small deferred catalog is offered
-        directly): asked of the gateway once per process, and only then."""
+        directly): asked of the gateway at the session's start, and only then."""
         config = self.service.config
         if config.context_window or not extensions.direct_possible(config, start):
             return 0

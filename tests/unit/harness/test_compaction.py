@@ -158,9 +158,6 @@ async def test_a_failed_summary_call_is_reported_and_the_session_goes_on(tmp_pat
 
 
 async def test_the_window_comes_from_the_gateway_when_no_flag_sets_it(tmp_path):
-    from loopwire.harness import conversation
-
-    conversation._MODELS.clear()
     async with harness_env(tmp_path, compact_at=0.9, compact_keep=0.25) as h:
         assert h.config.context_window == 0
         h.gateway.context_length = 12_000
@@ -170,4 +167,3 @@ async def test_the_window_comes_from_the_gateway_when_no_flag_sets_it(tmp_path):
         assert kinds(events)[-1] == "completed"
         compactions = of(events, "compaction")
         assert compactions and compactions[0].threshold_tokens == 10_800
-    conversation._MODELS.clear()

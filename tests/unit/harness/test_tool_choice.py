@@ -74,3 +74,18 @@ async def test_one_line_says_when_loopwire_lays_out_the_tools_for_the_model(tmp_
             else:
                 assert len(said) == 1 and said[0].startswith("fake's chat template has no tool support")
                 assert "parses hermes calls" in said[0]
+
+
+async def test_a_new_session_asks_the_gateway_what_it_serves_again(tmp_path):
+    """What a gateway says of its model is the session's, not the process's: a gateway that now
+    serves a template without tool support (another model at the same address) is seen as such."""
+    async with harness_env(tmp_path) as h:
+        h.gateway.template_lays_out_tools = True
+        h.gateway.script = [answer("done")]
+        first = await h.start("say done")
+        assert not [d for d in of(first, "diagnostic") if "no tool support" in d.message]
+        h.gateway.template_lays_out_tools = False
+        h.gateway.script = [answer("done")]
+        second = await h.start("say done")
+        said = [d.message for d in of(second, "diagnostic") if "no tool support" in d.message]
+        assert len(said) == 1

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from harness_testkit import answer, call, harness_env, kinds, of
 
-from loopwire.harness import conversation, extensions, schema_compaction, tools
+from loopwire.harness import extensions, schema_compaction, tools
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.extensions import Extensions
 from loopwire.harness.tool_catalog import DeferredTool, Result
@@ -44,11 +44,6 @@ def catalog_tokens(factories: list) -> int:
 
 def names(config: HarnessConfig, start: harness_pb2.StartTask | None = None) -> list[str]:
     return [t.name for t in tools.tool_list(config, start or harness_pb2.StartTask(task="t"))]
-
-
-@pytest.fixture(autouse=True)
-def _no_learnt_windows(monkeypatch):
-    monkeypatch.setattr(conversation, "_MODELS", {})  # no window an earlier test's gateway reported
 
 
 def test_a_small_catalog_is_offered_directly_and_a_large_one_gets_tool_search():

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import grpc
-import pytest
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rpc_testkit import failed_call
 
 from loopwire.common import rpc_errors
 from loopwire.v1 import common_pb2
@@ -16,33 +16,12 @@ from loopwire.v1 import common_pb2
 REASONS = [v for v in common_pb2.ErrorReason.values() if v != common_pb2.ERROR_REASON_UNSPECIFIED]
 
 
-async def _fail_with(status: grpc.Status) -> grpc.aio.AioRpcError:
-    """Serve one method that ends with ``status``; return what a real client receives."""
-
-    async def handler(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        await context.abort_with_status(status)
-        return b""
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-        "t.T", {"M": grpc.unary_unary_rpc_method_handler(handler)})])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as e:
-                await channel.unary_unary("/t.T/M")(b"", timeout=10)
-            return e.value
-    finally:
-        await server.stop(0)
-
-
 @settings(max_examples=15, deadline=None)
 @given(reason=st.sampled_from(REASONS), retry_ms=st.integers(0, 10**7),
        code=st.sampled_from([grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT,
                              grpc.StatusCode.UNAUTHENTICATED]))
 async def test_reason_and_delay_survive_the_wire(reason, retry_ms, code):
-    got = await _fail_with(rpc_errors.rich_status(code, "why", reason, retry_after_ms=retry_ms))
+    got = await failed_call(rpc_errors.rich_status(code, "why", reason, retry_after_ms=retry_ms))
     assert got.code() == code and got.details() == "why"
     assert rpc_errors.failure_of(got) == rpc_errors.RpcFailure(reason, retry_ms)
     # What any gRPC library sees: the standard messages, the reason as its documented name.
@@ -54,9 +33,9 @@ async def test_reason_and_delay_survive_the_wire(reason, retry_ms, code):
 
 
 async def test_a_plain_status_or_another_domains_reason_reads_as_unspecified():
-    plain = await _fail_with(rpc_errors.rich_status(grpc.StatusCode.INTERNAL, "x"))
+    plain = await failed_call(rpc_errors.rich_status(grpc.StatusCode.INTERNAL, "x"))
     assert rpc_errors.failure_of(plain) == rpc_errors.RpcFailure()
     foreign = any_pb2.Any()
     foreign.Pack(error_details_pb2.ErrorInfo(reason="STREAM_LIMIT", domain="example.com"))
     other = rpc_status.to_status(status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message="x", details=[foreign]))
-    assert rpc_errors.failure_of(await _fail_with(other)).reason == common_pb2.ERROR_REASON_UNSPECIFIED
+    assert rpc_errors.failure_of(await failed_call(other)).reason == common_pb2.ERROR_REASON_UNSPECIFIED

@@ -6,6 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from harness_testkit import harness_env, kinds, of
+from rpc_testkit import failed_call
 
 from loopwire.api import errors as api_errors
 from loopwire.common import errors, rpc_errors
@@ -80,27 +81,6 @@ def test_a_rate_limit_is_a_429_with_its_delay():
         assert (e.status, e.code, e.headers()["retry-after"]) == (429, "rate_limit_exceeded", "2")
 
 
-async def _fail_with(status: grpc.StatusCode, reason: common_pb2.ErrorReason.ValueType = Reason.ERROR_REASON_UNSPECIFIED,
-                     retry_after_ms: int = 0) -> grpc.aio.AioRpcError:
-    """A real call ending with ``status`` and its rich details, as a client receives it."""
-
-    async def handler(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        await rpc_errors.abort(context, status, "why", reason, retry_after_ms=retry_after_ms)
-
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-        "t.T", {"M": grpc.unary_unary_rpc_method_handler(handler)})])
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            with pytest.raises(grpc.aio.AioRpcError) as e:
-                await channel.unary_unary("/t.T/M")(b"", timeout=10)
-            return e.value
-    finally:
-        await server.stop(0)
-
-
 @pytest.mark.parametrize(("status", "reason", "code", "retryable", "http"), [
     (grpc.StatusCode.UNAVAILABLE, 0, Code.ERROR_CODE_UNAVAILABLE, True, 503),
     (grpc.StatusCode.CANCELLED, 0, Code.ERROR_CODE_UNAVAILABLE, True, 503),
@@ -113,7 +93,7 @@ async def _fail_with(status: grpc.StatusCode, reason: common_pb2.ErrorReason.Val
     (grpc.StatusCode.INTERNAL, 0, Code.ERROR_CODE_INTERNAL, True, 500),
 ])
 async def test_a_failed_call_reads_the_same_to_the_harness_and_the_api(status, reason, code, retryable, http):
-    e = await _fail_with(status, reason, retry_after_ms=700 if retryable else 0)
+    e = await failed_call(rpc_errors.rich_status(status, "why", reason, retry_after_ms=700 if retryable else 0))
     error = errors.from_call(e, "gateway: why")
     assert (error.code, error.retryable) == (code, retryable)
     assert api_errors.from_rpc_error(e).status == http

@@ -11,7 +11,7 @@ import pytest
 from harness_testkit import until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_session_sandbox import SessionRuns, host_pid, probed
+from session_sandbox_testkit import SessionRuns, children, host_pid, probed
 
 from loopwire.harness.sandbox import Sandbox
 
@@ -166,8 +166,6 @@ async def test_commands_at_once_each_get_a_shell(sandbox, workspace):
 async def test_a_shell_that_died_idle_is_never_handed_a_command(sandbox, workspace):
     import os
     import signal
-
-    from test_session_sandbox import children
 
     session = sandbox.session(workspace)
     first, _, _ = await init_of(session, "true")

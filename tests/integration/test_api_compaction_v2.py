@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from api_mesh import KEYS, start_api_mesh
 from openresponses_schema import validate, validate_event
-from test_api_conformance import request
+from test_api_conformance import request, sse_events
 from websockets.sync.client import connect
 
 from loopwire.api.items import compaction_summary
@@ -61,7 +61,7 @@ def test_a_trigger_returns_exactly_one_compaction_item(api):
 def test_a_streamed_trigger_streams_that_response(api):
     status, _, raw = post(api, input=[*HISTORY, TRIGGER], stream=True, loopwire_replay={"text": SUMMARY})
     assert status == 200
-    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    events = sse_events(raw)
     for e in events:
         validate_event(e)
     assert [e["type"] for e in events] == ["response.created", "response.in_progress", "response.output_item.added",

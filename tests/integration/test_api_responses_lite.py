@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from api_mesh import start_api_mesh
 from openresponses_schema import validate, validate_event
-from test_api_conformance import request
+from test_api_conformance import request, sse_events
 
 from loopwire.api.lark_grammar import to_pattern
 
@@ -47,7 +47,7 @@ def post(api, body: dict[str, Any], path: str = "/v1/responses") -> tuple[int, A
 def streamed(api, body: dict[str, Any]) -> list[dict[str, Any]]:
     status, _, raw = request(api, "POST", "/v1/responses", json.dumps({"model": "loopwire", "stream": True, **body}))
     assert status == 200, raw
-    events = [json.loads(line[6:]) for line in raw.decode().splitlines() if line.startswith("data: ")]
+    events = sse_events(raw)
     for e in events:
         validate_event(e)
     return events

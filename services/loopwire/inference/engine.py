@@ -146,6 +146,7 @@ class AsyncEngine:
         self._inbox: list[tuple[str, object]] = []
         self._streams: dict[str, _Stream] = {}
         self._wake = asyncio.Event()
+        self._pause_timer: asyncio.TimerHandle | None = None  # the wake-up for the next pause event
         self._cache_feed = CacheEventFeed()
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()  # serialises core access between the loop and transfers
@@ -270,7 +271,9 @@ class AsyncEngine:
 
     def _wake_at(self, when: float) -> None:
         """Run a step (it runs due pause events) at engine time ``when``: at once on the wall
-        clock's time, scaled on a virtual clock's (never with time scale 0: nothing waits there)."""
+        clock's time, scaled on a virtual clock's (never with time scale 0: nothing waits there).
+        Armed for the earliest pause event when a pause is added and each time the loop goes idle,
+        so a later pause's event is armed once the earlier ones have run."""
         if when == math.inf:
             return
         delay = when - self.core.clock.now()
@@ -278,7 +281,9 @@ class AsyncEngine:
             if self._time_scale <= 0:
                 return
             delay *= self._time_scale
-        asyncio.get_running_loop().call_later(max(0.0, delay), self._wake.set)
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()  # one timer, for the earliest pause event
+        self._pause_timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._wake.set)
 
     async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int:
         """Hold the cached prefix of ``block_hashes`` for ``seconds`` of engine time under
@@ -303,6 +308,7 @@ class AsyncEngine:
         while True:
             if not self._inbox and not self.core.has_work():
                 self._wake.clear()
+                self._wake_at(self.core.blocks.next_pause_event())  # the next pause's prefetch or end
                 await self._wake.wait()
             async with self._lock:
                 try:

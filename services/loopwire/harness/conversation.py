@@ -95,6 +95,7 @@ class Conversation:
         # What the gateway said of its model, asked once per session: a process-wide cache keyed by
         # address kept a gateway's answer after another gateway (another model) took the address.
         self._model: gateway_pb2.GetModelResponse | None = None
+        self._holding = asyncio.Lock()  # a tool-pause hint runs beside the turn, and may meet an approval's hold
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
 
@@ -207,6 +208,10 @@ class Conversation:
         if not self.last_response_id:
             return gateway_pb2.KvHeld()
         hold = gateway_pb2.HoldKv(response_id=self.last_response_id, retention_seconds=seconds, hint=hint)
+        async with self._holding:  # one hold at a time on the stream: each reads its own answer
+            return await self._hold(hold)
+
+    async def _hold(self, hold: gateway_pb2.HoldKv) -> gateway_pb2.KvHeld:
         try:
             call = await self._stream()
             await call.write(gateway_pb2.ConverseRequest(hold_kv=hold))

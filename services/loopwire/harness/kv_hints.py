@@ -34,13 +34,17 @@ log = logging.getLogger("loopwire.harness")
 MIN_PAUSE_MS = 1000  # a shorter pause is not worth a round trip: the blocks would not move
 DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session
 EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
+COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
 PAUSE_SLACK = 2  # a pause counts this many times its expected length (and 10 s more) ...
 PAUSE_MARGIN_S = 10  # ... at most the tenant's retention ceiling
 
 
 def command_key(call: common_pb2.FunctionCall) -> str:
     """What a call's duration is remembered by: the program a shell command runs (``pytest``,
-    ``npm``), else the tool's name."""
+    ``npm``), else the tool's name (other tools' arguments are never parsed here: an edit's can be
+    megabytes)."""
+    if call.name not in COMMAND_TOOLS:
+        return call.name
     try:
         args = json_limits.loads(call.arguments or "{}")
     except ValueError:
@@ -72,6 +76,8 @@ class KvHints:
     def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
         """A tool ended: the next call of the same command is expected to take about as long
         (the mean of the last one and what was expected before)."""
+        if not self.enabled:
+            return
         key = command_key(call)
         ms = seconds * 1000
         before = self._took_ms.get(key)
@@ -102,13 +108,17 @@ class KvHints:
     async def resume(self) -> None:
         await self._send(0, common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_RESUME))
 
-    def resume_when_done(self, tasks: list[asyncio.Task[common_pb2.FunctionCallOutput]]) -> asyncio.Task[None]:
-        """The resume hint, sent as soon as the last of ``tasks`` ends (not after their outputs
-        are stored): awaited before the next request uses the gateway stream."""
-        async def wait_then_resume() -> None:
-            await asyncio.wait(tasks)
-            await self.resume()
-        return asyncio.ensure_future(wait_then_resume())
+    def around(self, calls: list[common_pb2.FunctionCall],
+               tasks: list[asyncio.Task[common_pb2.FunctionCallOutput]]) -> asyncio.Task[None]:
+        """In the background, so the turn never waits on the gateway for it: the pause hint for
+        the running ``calls``, then, if it was accepted, the resume hint as soon as the last of
+        ``tasks`` ends (not after their outputs are stored). Awaited before the next request uses
+        the gateway stream."""
+        async def pause_then_resume() -> None:
+            if await self.pause(calls):
+                await asyncio.wait(tasks)
+                await self.resume()
+        return asyncio.ensure_future(pause_then_resume())
 
     async def _send(self, seconds: int, hint: common_pb2.KvHint) -> bool:
         try:

@@ -153,19 +153,19 @@ class TurnTools:
             return Step.CONTINUE
         for call in calls:
             self.start(call)  # calls the gateway did not stream as ToolCallDone
-        resume = await self._pause_kv(calls)
+        hints = self._kv_hints(calls)
         try:
             return await self._gather(calls)
         finally:
-            if resume is not None:
-                await resume  # the next request must not share the gateway stream with the hint
+            if hints is not None:
+                await hints  # the next request must not share the gateway stream with a hint
 
-    async def _pause_kv(self, calls: list[common_pb2.FunctionCall]) -> asyncio.Task[None] | None:
-        """Tools still run: a pause hint, and the resume hint due when the last of them ends."""
-        running = [self.tasks[c.call_id] for c in calls if c.call_id in self.tasks and not self.tasks[c.call_id].done()]
-        if not running or not await self.run.kv_hints.pause([c for c in calls if c.call_id in self.tasks]):
+    def _kv_hints(self, calls: list[common_pb2.FunctionCall]) -> asyncio.Task[None] | None:
+        """Tools still run: a pause hint for them, and the resume hint due when the last ends."""
+        running = [c for c in calls if c.call_id in self.tasks and not self.tasks[c.call_id].done()]
+        if not running or not self.run.kv_hints.enabled:
             return None
-        return self.run.kv_hints.resume_when_done(running)
+        return self.run.kv_hints.around(running, [self.tasks[c.call_id] for c in running])
 
     async def _gather(self, calls: list[common_pb2.FunctionCall]) -> Step:
         n = 0

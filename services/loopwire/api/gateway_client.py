@@ -81,17 +81,24 @@ class GatewayClient:
         self.gateways = [_Gateway(g, a) for g, a in parse_gateways(spec)]
         self._by_id = {g.gateway_id: g for g in self.gateways if g.gateway_id}
         self._window = (0, 0.0)  # the served model's context length, and when it was asked
+        self._asking: asyncio.Future[gateway_pb2.GetModelResponse] | None = None  # a lookup under way
+
+    async def get_model(self, authorization: str, timeout: float) -> gateway_pb2.GetModelResponse:
+        """What the gateway serves (``GetModel``, as the caller); grpc's error when it does not answer."""
+        metadata = (("authorization", authorization),) if authorization else None
+        return await self.stub().GetModel(gateway_pb2.GetModelRequest(), metadata=metadata, timeout=timeout)
 
     async def context_length(self, authorization: str) -> int:
         """The served model's context window in tokens (0: unknown), asked of the gateway at most
-        once a minute: every request's ``max_output_tokens`` is checked against it."""
+        once a minute, by one lookup that the requests arriving meanwhile share: every request's
+        ``max_output_tokens`` is checked against it."""
         window, asked = self._window
         if time.monotonic() - asked < WINDOW_TTL_S:
             return window
-        metadata = (("authorization", authorization),) if authorization else None
+        if self._asking is None or self._asking.done():
+            self._asking = asyncio.ensure_future(self.get_model(authorization, WINDOW_TIMEOUT_S))
         try:
-            served = await self.stub().GetModel(gateway_pb2.GetModelRequest(), metadata=metadata,
-                                                timeout=WINDOW_TIMEOUT_S)
+            served = await asyncio.shield(self._asking)
         except grpc.aio.AioRpcError:
             return 0  # the request itself then meets the gateway's answer (a bad key, no gateway)
         self._window = (served.context_length, time.monotonic())

@@ -39,10 +39,8 @@ CODEX_TOOL_OUTPUT_SHARE = 4
 
 
 async def _served(ctx: ApiContext, authorization: str) -> gateway_pb2.GetModelResponse:
-    metadata = (("authorization", authorization),) if authorization else None
     try:
-        return await ctx.gateway.stub().GetModel(gateway_pb2.GetModelRequest(), metadata=metadata,
-                                                 timeout=GET_MODEL_TIMEOUT_S)
+        return await ctx.gateway.get_model(authorization, GET_MODEL_TIMEOUT_S)
     except grpc.aio.AioRpcError as e:
         raise from_rpc_error(e) from None
 

@@ -87,6 +87,18 @@ def group_turns(items: Sequence[common_pb2.Item]) -> list[list[int]]:
     return groups
 
 
+def last_turn_start(items: Sequence[common_pb2.Item]) -> int:
+    """Where the assistant turn that ends ``items`` starts, as ``group_turns`` groups it (its
+    message and the calls after it), found by walking back over that turn's own items;
+    ``len(items)`` when ``items`` do not end in one."""
+    i = len(items)
+    while i and items[i - 1].WhichOneof("item") == "function_call":
+        i -= 1
+    if i and _opens_turn(items[i - 1]):  # the assistant message the calls follow
+        i -= 1
+    return i
+
+
 def _opens_turn(item: common_pb2.Item) -> bool:
     kind = item.WhichOneof("item")
     return kind == "function_call" or (kind == "message" and item.message.role == common_pb2.ROLE_ASSISTANT)

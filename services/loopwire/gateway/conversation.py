@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from loopwire.common.chat_template import ChatTemplate, ChatTemplateError
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
-from loopwire.common.prompt import ChatPrompt, tool_schema
+from loopwire.common.prompt import ChatPrompt, last_turn_start, tool_schema
 from loopwire.gateway import template_window
 from loopwire.gateway.template_window import Boundary, HeldText, Message
 from loopwire.v1 import common_pb2
@@ -195,7 +195,7 @@ class Conversation:
         held = len(self.items)
         if not self._joins_turn(new_items[0]):
             return self.prompt.messages("", [], new_items, {i - held: r for i, r in new_raw.items()})
-        start = self._last_turn_start()
+        start = last_turn_start(self.items)
         raw = {i - start: r for i, r in new_raw.items()}
         if start in self.raw:
             raw[0] = self.raw[start]
@@ -208,18 +208,6 @@ class Conversation:
         """Whether ``item`` would join the assistant turn held last (rewriting its message)."""
         return (item.WhichOneof("item") == "function_call" and bool(self._messages)
                 and self._messages[-1]["role"] == "assistant")
-
-    def _last_turn_start(self) -> int:
-        """Index of the item opening the assistant turn held last (its message and the calls after
-        it, as ``prompt.group_turns`` groups them): a walk back over that turn's calls only."""
-        i = len(self.items)
-        while i and self.items[i - 1].WhichOneof("item") == "function_call":
-            i -= 1
-        opener = self.items[i - 1] if i else None
-        if (opener is not None and opener.WhichOneof("item") == "message"
-                and opener.message.role == common_pb2.ROLE_ASSISTANT):
-            i -= 1
-        return i
 
     def _head_text(self) -> str | None:
         if self._head is None:

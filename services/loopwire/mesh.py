@@ -24,9 +24,21 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free loopback ports: every socket stays bound until all are chosen, so the
+    kernel cannot hand one port out twice (two services of one mesh told the same port would race
+    for it, and a client would reach the wrong one)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 # The development API key `loopwire up` makes, beside the state; `loopwire run` reads it.
@@ -136,6 +148,7 @@ def wait_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | N
 
 def wait_http_healthy(address: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> None:
     """Wait for an HTTP service's ``GET /healthz`` (the api service speaks HTTP, not gRPC health)."""
+    import http.client
     import urllib.request
 
     deadline = time.monotonic() + timeout
@@ -146,8 +159,8 @@ def wait_http_healthy(address: str, timeout: float = 60.0, proc: subprocess.Pope
             with urllib.request.urlopen(f"http://{address}/healthz", timeout=1.0) as reply:
                 if reply.status == 200:
                     return
-        except OSError:
-            pass
+        except (OSError, http.client.HTTPException):
+            pass  # not up yet, or another service answers on the port: the process's exit says why
         time.sleep(0.1)
     raise TimeoutError(f"{address} not healthy after {timeout:.0f}s")
 
@@ -199,14 +212,15 @@ def start_mesh(
         pki = tls.create_dev_pki(state_dir / TLS_DIR)
         tls_args = ["--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]), "--tls-ca", str(pki["ca"])]
         use_client_certificate(state_dir)
+    spare = iter(free_ports(inference_replicas + gateways + 2))
     inference_addrs = []
     for i in range(inference_replicas):
-        port = ports.get("inference", 0) + i if ports.get("inference") else free_port()
+        port = ports.get("inference", 0) + i if ports.get("inference") else next(spare)
         inference_addrs.append(f"127.0.0.1:{port}")
-    gateway_addrs = [f"127.0.0.1:{ports.get('gateway') or free_port()}"]
-    gateway_addrs += [f"127.0.0.1:{free_port()}" for _ in range(gateways - 1)]
+    gateway_addrs = [f"127.0.0.1:{ports.get('gateway') or next(spare)}"]
+    gateway_addrs += [f"127.0.0.1:{next(spare)}" for _ in range(gateways - 1)]
     gateway = gateway_addrs[0]
-    harness = f"127.0.0.1:{ports.get('harness') or free_port()}"
+    harness = f"127.0.0.1:{ports.get('harness') or next(spare)}"
     commands: dict[str, list[str]] = {}
     for i, addr in enumerate(inference_addrs):
         name = "inference" if inference_replicas == 1 else f"inference-{i}"
@@ -227,7 +241,7 @@ def start_mesh(
         args[1:1] = tls_args
     api_address = ""
     if api:  # `loopwire api`, the OpenAI-compatible front door: a gRPC client of the gateway
-        api_address = f"127.0.0.1:{ports.get('api') or free_port()}"
+        api_address = f"127.0.0.1:{ports.get('api') or next(spare)}"
         fronted = gateway if gateways == 1 else ",".join(f"g{i}={a}" for i, a in enumerate(gateway_addrs))
         commands["api"] = ["api", *tls_args, "--listen", api_address, "--gateway", fronted,
                            "--auth-config", str(auth_path), *extra_args.get("api", [])]

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from loopwire.mesh import LOCK_FILE, StateDirBusy, free_port, lock_state_dir, wait_healthy
+from loopwire.mesh import LOCK_FILE, StateDirBusy, free_ports, lock_state_dir, wait_healthy
 from loopwire.v1 import harness_pb2, harness_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -55,7 +55,7 @@ def test_a_held_state_dir_refuses_before_writing_anything(tmp_path):
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         with pytest.raises(StateDirBusy, match=f"pid {holder.pid}"):
             lock_state_dir(tmp_path)
-        assert f"pid {holder.pid}" in refused(tmp_path, [str(free_port()) for _ in range(3)])
+        assert f"pid {holder.pid}" in refused(tmp_path, [str(p) for p in free_ports(3)])
         assert sorted(p.name for p in tmp_path.iterdir()) == [LOCK_FILE]  # no key, token, auth file or logs
     finally:
         holder.communicate(input="", timeout=30)
@@ -63,7 +63,7 @@ def test_a_held_state_dir_refuses_before_writing_anything(tmp_path):
 
 
 def test_a_second_up_leaves_the_running_mesh_usable(tmp_path):
-    ports = [str(free_port()) for _ in range(3)]
+    ports = [str(p) for p in free_ports(3)]
     first = up(tmp_path, ports)
     lines: list[str] = []
     try:

@@ -79,7 +79,11 @@ class Spare:
         shells = _children(self.pid)
         if not shells:  # the init alone, or gone: its namespace is empty or ended
             return True
-        return len(shells) == 1 and not _children(shells[0]) and _children(self.pid) == shells  # (none reparented)
+        if len(shells) > 1 or _children(shells[0]):
+            return False
+        # Nothing was reparented to the init meanwhile; the shell itself may be gone by now (a shell that
+        # serves once exits on its script pipe's end right after its status line).
+        return set(_children(self.pid)) <= set(shells)
 
     def alive(self) -> bool:
         """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
@@ -148,7 +152,7 @@ class ShellCommand:
             return
         loop.remove_reader(spare.status)
         mark("status received")
-        words = said.split()
+        words = said.split(b"\n", 1)[0].split()  # (a shell that serves once: its init's line may follow)
         if len(words) == 2 and words[0].isdigit():  # "<status> <may serve again>"
             code, self.reusable = int(words[0]), words[1] == b"1"
         elif len(words) == 1 and words[0][:1] == b"!" and words[0][1:].isdigit():  # the shell ended; its init told

@@ -261,6 +261,7 @@ async def test_the_next_commands_init_waits_confined_and_runs_the_next_command(s
     process = await session.start("echo $$; sleep 30")
     assert host_pid(process._init) == spare  # the command runs in that spare, in that bash
     await until(lambda: children(bash), "the command to run in the waiting bash")
+    await until(lambda: process.buffer.result().text, "the command's first output")
     assert process.buffer.result().text == "2\n"
     process.kill()
     assert (await process.result(10)).exit_code == -signal.SIGKILL

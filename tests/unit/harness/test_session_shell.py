@@ -196,3 +196,30 @@ async def test_a_status_line_a_command_forges_is_not_believed_while_it_runs(sand
     assert r.exit_code == -9 and not r.timed_out
     assert not processes.running(marker)  # nothing of it runs once its end is told
     assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
+
+
+@pytest.mark.parametrize(("said", "code", "reusable"), [
+    (b"0 1\n", 0, True), (b"3 0\n", 3, False),
+    (b"0 1\n!0\n", 0, True),  # a shell that serves once exits at its script's end: its init's line can come with it
+    (b"!7\n", 7, False), (b"", -9, False),
+])
+async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it(said, code, reusable):
+    import os
+
+    from loopwire.harness.session_commands import ShellCommand, Spare
+
+    loop = asyncio.get_running_loop()
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(status_r, False)
+    os.write(status_w, said)
+    os.close(status_w)
+    os.close(out_w)
+    spare = Spare(-1, -1, out_r, status_r, -1)  # no init to look at: nothing runs beside the shell
+    shell = ShellCommand(loop, spare, None, loop.create_future())
+    try:
+        assert await asyncio.wait_for(shell.wait(), 10) == code
+        assert shell.reusable is reusable
+    finally:
+        for fd in (status_r, out_r):
+            os.close(fd)

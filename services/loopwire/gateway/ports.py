@@ -1,10 +1,10 @@
 """What a response may ask of the rest of the gateway: verbs, built once per gateway.
 
-The relay and its placement (relay.py, failover.py) never see the servicer, the router, the
-store or the configuration whole: they are handed ``ResponsePorts``, whose members are verbs
-(route, mark a replica down, prefill elsewhere, count, keep a conversation) and the few settings
-they read. Each part's state is changed only by that part's own methods, so what a response can
-do to the gateway is what this module lists.
+The relay and its placement (relay.py, failover.py) never see the servicer, the router or the
+store whole: they are handed ``ResponsePorts``, whose members are verbs (route, mark a replica
+down, prefill elsewhere, count, keep a conversation) and the configuration, which they only
+read. Each part's state is changed only by that part's own methods, so what a response can do to
+the gateway is what this module lists.
 """
 
 from __future__ import annotations
@@ -60,28 +60,6 @@ class Offload(Protocol):
 
 
 @dataclass(frozen=True)
-class RelaySettings:
-    """The configuration a response reads (a copy: the relay never sees the whole config)."""
-
-    gateway_id: str
-    max_failovers: int
-    default_max_output_tokens: int
-    stateless: bool
-    safety_mode: int
-    safety_serial: bool
-    safety_chunk_chars: int
-    safety_overlap_chars: int
-    safety_input_window_chars: int
-
-    @classmethod
-    def of(cls, config: GatewayConfig) -> RelaySettings:
-        return cls(gateway_id=config.gateway_id, max_failovers=config.max_failovers, default_max_output_tokens=config.default_max_output_tokens,
-                   stateless=config.baseline.stateless, safety_mode=config.safety_mode, safety_serial=config.baseline.safety_serial,
-                   safety_chunk_chars=config.safety_chunk_chars, safety_overlap_chars=config.safety_overlap_chars,
-                   safety_input_window_chars=config.safety_input_window_chars)
-
-
-@dataclass(frozen=True)
 class ResponsePorts:
     """Everything a stream and its responses use of the gateway, built once per gateway (service.py)."""
 
@@ -95,7 +73,8 @@ class ResponsePorts:
     forget_stream: Callable[[str], None]
     classifier: SafetyClassifier
     offload: Offload
-    settings: RelaySettings
+    # The gateway's configuration, read only: a part that assigned to it would fail test_gateway_ports.
+    settings: GatewayConfig
 
 
 @dataclass(frozen=True)

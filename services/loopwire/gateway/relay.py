@@ -228,7 +228,7 @@ class ResponseRun:
         out = [self._event(created=gateway_pb2.ResponseCreated(response_id=self.id, replica_id=link.replica.name))]
         if safety.on:
             await safety.start(input_text(self.prepared.new_items), settings.safety_chunk_chars,
-                               settings.safety_overlap_chars, settings.safety_serial,
+                               settings.safety_overlap_chars, settings.baseline.safety_serial,
                                settings.safety_input_window_chars)
         if safety.input_verdict is not None and not safety.input_verdict.verdict.allowed:
             out.append(self._safety_event(INPUT, safety.input_verdict.verdict, safety.input_verdict.us, 0))
@@ -406,7 +406,7 @@ class ResponseRun:
                 link.replica.observe(finished.usage, finished.timings)
                 link.hold(finished.sequence_length, finished.sequence_hash)
             self.placement.vacate()
-            if not ports.settings.stateless:
+            if not ports.settings.baseline.stateless:
                 ports.keep(self.id, conversation, caller.tenant.name, caller.stream_id, self.create.no_store)
                 self.kept = conversation
             reason = parser.finish_reason(finished.finish_reason)

@@ -34,7 +34,7 @@ from loopwire.common.work_pool import FairWorkPool
 from loopwire.gateway import count_tokens
 from loopwire.gateway.config import GatewayConfig
 from loopwire.gateway.metrics import GatewayMetrics
-from loopwire.gateway.ports import RelaySettings, ResponsePorts
+from loopwire.gateway.ports import ResponsePorts
 from loopwire.gateway.rate_limit import TenantLimiter
 from loopwire.gateway.response_store import ResponseStore
 from loopwire.gateway.router import Router
@@ -69,7 +69,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServiceServicer):
         self.ports = ResponsePorts(model=model, output_ids=self.prompt.output_ids, routing=router,
                                    counters=self.metrics, keep=self.store.put,
                                    forget_stream=self.store.drop_stream, classifier=classifier,
-                                   offload=self.offload, settings=RelaySettings.of(self.config))
+                                   offload=self.offload, settings=self.config)
         self._limiters: dict[str, TenantLimiter] = {}
         self.sessions: dict[str, ConverseSession] = {}  # open Converse streams, by stream id
 

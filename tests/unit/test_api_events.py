@@ -1,6 +1,7 @@
 """ResponseBuilder shapes that a mesh test reaches only with luck: a cancelled response (it ends,
 it does not fail), completed_at, the content part's logprobs, and the SSE ``error`` event, which
-keeps its own ``type`` with the error under ``error`` and flat too."""
+keeps its own ``type`` with the error under ``error`` and flat too; and ``fresh``, another Response
+to the same request (compaction v2)."""
 
 from __future__ import annotations
 
@@ -48,3 +49,19 @@ def test_error_event_keeps_its_type():
     event = error_event(ApiError(503, "gone", type="server_error", code="unavailable"), 7)
     assert event == {"type": "error", "sequence_number": 7, "code": "unavailable", "message": "gone", "param": None,
                      "error": {"type": "server_error", "code": "unavailable", "message": "gone", "param": None}}
+
+
+def test_fresh_starts_another_response_to_the_same_request():
+    b = builder(instructions="be brief")
+    b.feed(gateway_pb2.ConverseResponse(text_delta=gateway_pb2.TextDelta(text="ok")))
+    b.feed(gateway_pb2.ConverseResponse(completed=gateway_pb2.ResponseCompleted(
+        finish_reason=common_pb2.FINISH_REASON_LENGTH, output=[common_pb2.Item(message=common_pb2.Message(
+            role=common_pb2.ROLE_ASSISTANT, content=[common_pb2.ContentPart(text="ok")]))])))
+    old = b.response()
+    f = b.fresh("resp_2")
+    new = f.response()
+    assert (new["id"], new["status"], new["output"], f.seq) == ("resp_2", "in_progress", [], 0)
+    assert new["incomplete_details"] is new["error"] is new["completed_at"] is None
+    same = ("created_at", "instructions", "model", "usage", "loopwire")
+    assert [new[k] for k in same] == [old[k] for k in same] and new["usage"] is not None
+    assert b.response() == old  # the summary call's builder is left as it was

@@ -141,10 +141,7 @@ async def compaction_turn(ctx: ApiContext, authorization: str, owner: str,
         ("The user's first request", "The user's latest request"), compacted.kept, strict=False))
     text = f"{users}\n\n{compacted.summary}" if users else compacted.summary
     item = compacted.item(text)
-    builder = compacted.builder
-    builder.id, builder.output, builder.status = f"resp_{secrets.token_hex(16)}", [], "in_progress"
-    builder.incomplete = builder.error = None
-    builder.seq, builder.completed_at = 0, None
+    builder = compacted.builder.fresh(f"resp_{secrets.token_hex(16)}")
     started = builder.response()
     builder.output, builder.status, builder.completed_at = [item], "completed", int(time.time())
     resource = {**builder.response(), "loopwire_compaction": compacted.method()}

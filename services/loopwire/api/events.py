@@ -66,6 +66,15 @@ class ResponseBuilder:
         self.done = False
         self.api_error: ApiError | None = None
 
+    def fresh(self, response_id: str) -> ResponseBuilder:
+        """A builder for another Response to the same request, in progress, empty, its sequence
+        numbers from 0, that keeps this one's creation time, usage and stats: compaction v2 answers
+        its request with a Response of its own, which used what the summary call used."""
+        builder = ResponseBuilder(self.parsed)
+        builder.id, builder.replica, builder.created_at = response_id, self.replica, self.created_at
+        builder.usage, builder.stats, builder.cache_break = self.usage, self.stats, self.cache_break
+        return builder
+
     # -- the Response object ----------------------------------------------------------------
 
     def response(self) -> dict[str, Any]:

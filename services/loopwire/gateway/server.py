@@ -61,33 +61,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, GatewayConfig)
 
 
-def build_servicer(args: argparse.Namespace, model: ModelDefinition, router: Router, token: str) -> GatewayServicer:
+def build_servicer(args: argparse.Namespace, startup: GatewayStartup, model: ModelDefinition, router: Router,
+                   token: str) -> GatewayServicer:
     authenticator = load_authenticator(args, "gateway")
     classifier: SafetyClassifier
-    if args.safety_classifier.startswith("guard:"):
-        classifier = GuardModelClassifier(args.safety_classifier.removeprefix("guard:"), service_token=token)
-    elif args.safety_classifier == "lexicon":
+    if startup.safety_classifier.startswith("guard:"):
+        classifier = GuardModelClassifier(startup.safety_classifier.removeprefix("guard:"), service_token=token)
+    elif startup.safety_classifier == "lexicon":
         classifier = LexiconClassifier()
     else:
-        raise SystemExit(f"--safety-classifier: unknown classifier {args.safety_classifier!r}")
-    if args.work_threads < 1 or not 1 <= args.work_tenant_share <= args.work_threads:
-        raise SystemExit(f"--work-tenant-share: must be from 1 to --work-threads ({args.work_threads}), "
-                         f"got {args.work_tenant_share}")
+        raise SystemExit(f"--safety-classifier: unknown classifier {startup.safety_classifier!r}")
     config = from_args(GatewayConfig, args)
+    if config.work_threads < 1 or not 1 <= config.work_tenant_share <= config.work_threads:
+        raise SystemExit(f"--work-tenant-share: must be from 1 to --work-threads ({config.work_threads}), "
+                         f"got {config.work_tenant_share}")
     return GatewayServicer(model, router, authenticator, classifier, config)
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
+    startup = from_args(GatewayStartup, args)
     token = service_token_from_args(args, "gateway")
     try:
-        replicas = parse_inference(args.inference)
+        replicas = parse_inference(startup.inference)
     except ValueError as e:
         raise SystemExit(f"gateway: {e}") from None
     try:
         gateway = await start_gateway(
-            replicas, routing=args.routing, routing_seed=args.routing_seed, service_token=token, discovery_interval_s=args.discovery_interval,
-            drain_timeout_s=args.drain_timeout, disagg=DisaggPolicy(args.max_local_prefill_length, args.max_prefill_queue),
-            model_timeout_s=args.replica_wait, make_servicer=lambda model, router: build_servicer(args, model, router, token),
+            replicas, routing=startup.routing, routing_seed=startup.routing_seed, service_token=token,
+            discovery_interval_s=startup.discovery_interval, drain_timeout_s=startup.drain_timeout,
+            disagg=DisaggPolicy(startup.max_local_prefill_length, startup.max_prefill_queue),
+            model_timeout_s=startup.replica_wait,
+            make_servicer=lambda model, router: build_servicer(args, startup, model, router, token),
             listen=None)  # grpc_server.serve binds it, with health, reflection and the drain
     except ModelUnavailable as e:
         raise SystemExit(f"gateway: {e}") from None
@@ -96,4 +100,4 @@ async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None]
         log.info("gateway metrics at shutdown: %s", gateway.servicer.metrics.snapshot())
         await gateway.close_upstreams()
 
-    await grpc_server.serve(gateway.server, args.listen, [SERVICE_NAME], on_stop=stop, ready=ready)
+    await grpc_server.serve(gateway.server, startup.listen, [SERVICE_NAME], on_stop=stop, ready=ready)

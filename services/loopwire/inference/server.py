@@ -244,20 +244,21 @@ ENGINE_EXTRA = {"numba", "llvmlite", "gguf", "threadpoolctl"}
 
 
 async def serve_from_args(args: argparse.Namespace, ready: Callable[[int], None] | None = None) -> None:
+    options, serving = EngineOptions.from_args(args), from_args(ServingOptions, args)
     try:
-        engine = build_engine(EngineOptions.from_args(args))
+        engine = build_engine(options)
     except (ValueError, OSError) as e:  # ModelError, TokenizerError, ChatTemplateError are ValueErrors
         raise SystemExit(f"inference: {e}") from None
     except ModuleNotFoundError as e:
         if e.name not in ENGINE_EXTRA:
             raise
-        raise SystemExit(f"inference: the {args.engine} engine needs the 'engine' extra ({e.name} is not installed): "
+        raise SystemExit(f"inference: the {options.engine} engine needs the 'engine' extra ({e.name} is not installed): "
                          "pip install 'loopwire[engine]'") from None
     log.info("%s", describe(engine))
     telemetry.set_model(engine.definition.name)  # on this replica's server spans and every metric
     token = service_token_from_args(args, "inference")
     server = grpc_server.make_server([ServiceTokenInterceptor(token)] if token else [])
-    add_servicer(server, engine, args.role, token, frozenset(a.strip() for a in args.peers.split(",") if a.strip()),
-                 args.prefill_progress_ms / 1000, args.coalesce_window_ms / 1000, args.coalesce_max_tokens)
+    add_servicer(server, engine, options.role, token, frozenset(a.strip() for a in serving.peers.split(",") if a.strip()),
+                 serving.prefill_progress_ms / 1000, serving.coalesce_window_ms / 1000, serving.coalesce_max_tokens)
     await engine.start()
-    await grpc_server.serve(server, args.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)
+    await grpc_server.serve(server, serving.listen, [SERVICE_NAME], on_stop=engine.close, ready=ready)

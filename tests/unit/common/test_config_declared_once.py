@@ -110,11 +110,12 @@ def test_the_harness_flags_build_its_config(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_the_inference_flags_build_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    from loopwire.inference.server import EngineBaseline, EngineOptions, add_arguments
+    from loopwire.inference.server import EngineBaseline, EngineOptions, ServingOptions, add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert EngineOptions.from_args(parser.parse_args([])) == EngineOptions()
+    assert from_args(ServingOptions, parser.parse_args([])) == ServingOptions()
     monkeypatch.setenv("LOOPWIRE_NO_PREFIX_CACHE", "1")
     parser = argparse.ArgumentParser()
     add_arguments(parser)

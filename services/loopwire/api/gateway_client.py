@@ -24,7 +24,14 @@ from loopwire.common.response_ids import check_gateway_id, gateway_of
 from loopwire.v1 import gateway_pb2, gateway_pb2_grpc
 
 WINDOW_TTL_S = 60.0  # how long the served model's context length is taken as known
+# How long a failed lookup stands (the window then unknown) before a request asks again: a burst
+# of requests while the gateway is down asks it once, not once each.
+WINDOW_RETRY_S = 3.0
 WINDOW_TIMEOUT_S = 5.0
+# GetModel failures that are about the caller's key, not the gateway: not kept, so that one
+# caller's bad key leaves the next caller's window check as it was.
+CALLER_FAULTS = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                           grpc.StatusCode.RESOURCE_EXHAUSTED})
 
 
 class StreamOwner(Protocol):
@@ -80,8 +87,8 @@ class GatewayClient:
     def __init__(self, spec: str) -> None:
         self.gateways = [_Gateway(g, a) for g, a in parse_gateways(spec)]
         self._by_id = {g.gateway_id: g for g in self.gateways if g.gateway_id}
-        self._window = (0, 0.0)  # the served model's context length, and when it was asked
-        self._asking: asyncio.Future[gateway_pb2.GetModelResponse] | None = None  # a lookup under way
+        self._window = (0, 0.0)  # the served model's context length (0: unknown), and until when it stands
+        self._asking: asyncio.Future[int] | None = None  # a lookup under way
 
     async def get_model(self, authorization: str, timeout: float) -> gateway_pb2.GetModelResponse:
         """What the gateway serves (``GetModel``, as the caller); grpc's error when it does not answer."""
@@ -90,18 +97,25 @@ class GatewayClient:
 
     async def context_length(self, authorization: str) -> int:
         """The served model's context window in tokens (0: unknown), asked of the gateway at most
-        once a minute, by one lookup that the requests arriving meanwhile share: every request's
-        ``max_output_tokens`` is checked against it."""
-        window, asked = self._window
-        if time.monotonic() - asked < WINDOW_TTL_S:
+        once a minute (a few seconds after a failure), by one lookup that the requests arriving
+        meanwhile share: every request's ``max_output_tokens`` is checked against it."""
+        window, until = self._window
+        if time.monotonic() < until:
             return window
         if self._asking is None or self._asking.done():
-            self._asking = asyncio.ensure_future(self.get_model(authorization, WINDOW_TIMEOUT_S))
+            self._asking = asyncio.ensure_future(self._look_up_window(authorization))
+        return await asyncio.shield(self._asking)
+
+    async def _look_up_window(self, authorization: str) -> int:
+        """One GetModel, its outcome kept before the requests waiting on it read it (so none
+        arriving in between asks again)."""
         try:
-            served = await asyncio.shield(self._asking)
-        except grpc.aio.AioRpcError:
+            served = await self.get_model(authorization, WINDOW_TIMEOUT_S)
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in CALLER_FAULTS:
+                self._window = (0, time.monotonic() + WINDOW_RETRY_S)
             return 0  # the request itself then meets the gateway's answer (a bad key, no gateway)
-        self._window = (served.context_length, time.monotonic())
+        self._window = (served.context_length, time.monotonic() + WINDOW_TTL_S)
         return served.context_length
 
     def holder(self, response_id: str) -> _Gateway | None:

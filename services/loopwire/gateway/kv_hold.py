@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from loopwire.common.errors import RequestError
+from loopwire.common.kv_hint_limits import MAX_RETENTION_SECONDS, hint_problem
 from loopwire.gateway import policy
 from loopwire.gateway.events import event, failed
 from loopwire.gateway.replica import Replica
@@ -34,9 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("loopwire.gateway")
 
 HOLD_TIMEOUT_S = 10.0
-MAX_HOLD_SECONDS = 3600  # the replicas' own cap on retention
-MAX_HINT_PRIORITY = 100  # retention priorities are 0-100
-MAX_HINT_REASON = 64
 
 
 async def hold_kv(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
@@ -45,8 +43,8 @@ async def hold_kv(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.Conv
     if hold.HasField("hint"):
         return await _hint(session, hold)
     try:
-        if hold.retention_seconds > MAX_HOLD_SECONDS:
-            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HOLD_SECONDS} seconds",
+        if hold.retention_seconds > MAX_RETENTION_SECONDS:
+            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_RETENTION_SECONDS} seconds",
                                "hold_kv.retention_seconds")
         policy.check_hold(hold, session.tenant)
         conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
@@ -74,19 +72,11 @@ async def _hint(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.Conver
     whose cache holds most of it; a KvHeld event (``hinted_blocks``), or a failed one."""
     rid, hint = hold.response_id, hold.hint
     try:
-        if hint.phase == common_pb2.KV_HINT_PHASE_UNSPECIFIED:
-            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, "PAUSE or RESUME", "hold_kv.hint.phase")
-        if hint.priority > MAX_HINT_PRIORITY:
-            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HINT_PRIORITY}",
-                               "hold_kv.hint.priority")
-        if len(hint.reason) > MAX_HINT_REASON:
-            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_HINT_REASON} characters",
-                               "hold_kv.hint.reason")
+        if problem := hint_problem(hint, hold.retention_seconds):
+            field, message = problem
+            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, message, f"hold_kv.{field}")
         pause = hint.phase == common_pb2.KV_HINT_PHASE_PAUSE
         if pause:
-            if not 0 < hold.retention_seconds <= MAX_HOLD_SECONDS:
-                raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT,
-                                   f"a pause hint counts 1 to {MAX_HOLD_SECONDS} seconds", "hold_kv.retention_seconds")
             policy.check_hold(hold, session.tenant)
         conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
     except RequestError as e:

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The tier's priority range is the one a hint is checked against: declared once, with the hint's limits.
+from loopwire.common.kv_hint_limits import MAX_PRIORITY as MAX_PRIORITY
+from loopwire.common.kv_hint_limits import MIN_PRIORITY as MIN_PRIORITY
+
 DEFAULT_PRIORITY = 35  # TensorRT-LLM's default retention priority
-MIN_PRIORITY, MAX_PRIORITY = 0, 100
 
 
 @dataclass

@@ -18,19 +18,18 @@ from loopwire.common import telemetry
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.grammar import ConstraintError, grammar_text
 from loopwire.common.hashing import block_hashes, salted_root
+from loopwire.common.kv_hint_limits import MAX_RETENTION_SECONDS, hint_problem
 from loopwire.common.model_def import ENGINE_KINDS
 from loopwire.inference.constraint import Grammar, compiled, ll_tokenizer
 from loopwire.inference.disaggregation import DisaggregationRpcs
 from loopwire.inference.engine import Engine, KvHint
 from loopwire.inference.kv_cache import CacheEventKind
-from loopwire.inference.kv_host_tier import MAX_PRIORITY
 from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY
 from loopwire.inference.outbox import COALESCE_MAX_TOKENS, COALESCE_WINDOW_S, Outbox
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import Finished, FinishReason, GenerationRequest
 from loopwire.inference.validation import (
     MAX_HOLD_BLOCKS,
-    MAX_RETENTION_SECONDS,
     HeldSequence,
     ResolvedPrompt,
     check_params,
@@ -352,8 +351,8 @@ class InferenceServicer(DisaggregationRpcs, inference_pb2_grpc.InferenceServiceS
             problem = f"block_hashes: at most {MAX_HOLD_BLOCKS}"
         elif request.retention_seconds > MAX_RETENTION_SECONDS:
             problem = f"retention_seconds: at most {MAX_RETENTION_SECONDS}"
-        elif request.HasField("hint"):
-            problem = _hint_problem(request)
+        elif request.HasField("hint") and (hint_fault := hint_problem(request.hint, request.retention_seconds)):
+            problem = ": ".join(hint_fault)
         if problem:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         if request.HasField("hint"):
@@ -379,23 +378,6 @@ class InferenceServicer(DisaggregationRpcs, inference_pb2_grpc.InferenceServiceS
                 events=[inference_pb2.CacheEvent(type=_CACHE_EVENT[e.kind], block_hashes=e.block_hashes)
                         for e in events],
             )
-
-
-MAX_HINT_REASON = 64
-
-
-def _hint_problem(request: inference_pb2.HoldPrefixRequest) -> str:
-    """What is wrong with a HoldPrefix's hint ('' when nothing)."""
-    hint = request.hint
-    if hint.phase == common_pb2.KV_HINT_PHASE_UNSPECIFIED:
-        return "hint.phase: PAUSE or RESUME"
-    if hint.phase == common_pb2.KV_HINT_PHASE_PAUSE and request.retention_seconds == 0:
-        return "retention_seconds: a pause hint needs 1 or more"
-    if hint.priority > MAX_PRIORITY:
-        return f"hint.priority: at most {MAX_PRIORITY}"
-    if len(hint.reason) > MAX_HINT_REASON:
-        return f"hint.reason: at most {MAX_HINT_REASON} characters"
-    return ""
 
 
 def _error(request_id: str, e: RequestError) -> inference_pb2.GenerateResponse:

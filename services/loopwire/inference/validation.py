@@ -9,16 +9,16 @@ from dataclasses import dataclass
 
 from loopwire.common.errors import Code, RequestError, invalid
 from loopwire.common.hashing import SequenceHash, block_hashes, salted_root
+from loopwire.common.kv_hint_limits import MAX_RETENTION_SECONDS
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.drafter import DraftContext
 from loopwire.inference.logprobs import MAX_TOP_LOGPROBS
 from loopwire.v1 import common_pb2, inference_pb2
 
 MAX_DRAFT_TOKENS = 64
-# A generation may ask to be kept or preferred only so much: beyond these a caller could pin
-# the KV cache or starve everyone else.
+# A generation may ask to be kept (MAX_RETENTION_SECONDS) or preferred only so much: beyond
+# these a caller could pin the KV cache or starve everyone else.
 MAX_PRIORITY = 100
-MAX_RETENTION_SECONDS = 3600
 MAX_HOLD_BLOCKS = 1 << 16  # a HoldPrefix names at most this many blocks (1M tokens at 16 a block)
 
 

@@ -1,6 +1,7 @@
 """Settings declared once: a config dataclass field carries its help (and choices, parser, metavar);
 `add_flags` derives its `--flag` and the `LOOPWIRE_<FLAG>` variable its default reads, `from_args`
-builds the dataclass back from the parsed flags. A field without help is set in code only.
+builds the dataclass back from the parsed flags, `checked` makes a flag's validating parser. A field
+without help is set in code only.
 
 The field's type says what the flag is: ``bool`` a switch (off by default: ``--flag``, its variable
 on for 1/true/yes/on; on by default: ``--flag/--no-flag``, its variable off for 0/false/no/off),
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, get_type_hints
 
 T = TypeVar("T")
+N = TypeVar("N", int, float)
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -40,6 +42,20 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", *, factory: Call
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def checked(kind: Callable[[str], N], ok: Callable[[N], bool], says: str) -> Callable[[str], N]:
+    """A `setting`'s ``parse``: the text as a ``kind`` for which ``ok`` holds. Anything else, a text
+    that is no ``kind`` at all included, is one usage error line: "'TEXT': must be SAYS"."""
+    def parse(text: str) -> N:
+        try:
+            value: N | None = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {says}")
+        return value
+    return parse
 
 
 def _flag_fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Callable
@@ -10,41 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopwire.common.config import setting
+from loopwire.common.config import checked, setting
 from loopwire.common.summaries import SUMMARY_MAX_TOKENS
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a number of seconds above 0")
-    return value
-
-
-def _positive_int(unit: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise argparse.ArgumentTypeError(f"{text!r}: must be a whole number of {unit}, 1 or more")
-        return value
-    return parse
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a share of the context window from 0 to 1 "
-                                         "(0: always tool_search)")
-    return value
+def _whole(unit: str) -> Callable[[str], int]:
+    """A size limit's ``parse``: a count of ``unit``, 1 or more."""
+    return checked(int, lambda n: n >= 1, f"a whole number of {unit}, 1 or more")
 
 
 SANDBOX = "sandbox tenants"
@@ -68,16 +39,16 @@ class HarnessConfig:
     max_input_bytes: int = setting(
         1 << 20, "UTF-8 bytes of a task, instructions, an added user message or a denial reason; a larger one is "
                  "refused on receipt with INVALID_ARGUMENT naming this limit, before anything is stored, counted "
-                 "or sent to the gateway (default 1 MiB)", parse=_positive_int("bytes"), metavar="BYTES")
+                 "or sent to the gateway (default 1 MiB)", parse=_whole("bytes"), metavar="BYTES")
     max_tool_schema_bytes: int = setting(
         64 << 10, "bytes of one tool schema: a client-declared one (a replay's tools) over it, or nested deeper "
                   "than 64 levels (`json_limits.MAX_JSON_DEPTH`), is refused on receipt with INVALID_ARGUMENT; an "
                   "MCP server's is left out of the catalog with a note (default 64 KiB)",
-        parse=_positive_int("bytes"), metavar="BYTES")
+        parse=_whole("bytes"), metavar="BYTES")
     max_request_bytes: int = setting(
         4 << 20, "bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) before it is "
                  "parsed (default 4 MiB, room for a task and instructions at --max-input-bytes)",
-        parse=_positive_int("bytes"), metavar="BYTES")
+        parse=_whole("bytes"), metavar="BYTES")
     approval_retention: int = setting(900, "seconds the KV of a session waiting for approval stays held "
                                            "(released on the decision or a cancel; at most the tenant's "
                                            "max_retention_seconds, which the gateway enforces; 0: never held)")
@@ -99,12 +70,15 @@ class HarnessConfig:
     tool_search_threshold: float = setting(
         0.1, "offer tool_search only when the deferred tools' schemas take more than this share of the context "
              "window; a smaller catalog is offered directly as tools (0: always tool_search; MCP servers, or a "
-             "window neither --context-window nor the gateway gave: tool_search)", parse=_share, metavar="SHARE")
+             "window neither --context-window nor the gateway gave: tool_search)", metavar="SHARE",
+        parse=checked(float, lambda share: 0 <= share <= 1, "a share of the context window from 0 to 1 "
+                                                            "(0: always tool_search)"))
     code_mode: bool = setting(False, "offer exec_js: scripts call the tools from an isolated V8 context")
     js_timeout: float = setting(60.0, "wall time of one exec_js script before it is stopped", flag="js-timeout-s",
-                                parse=_positive_seconds, metavar="SECONDS")
+                                parse=checked(float, lambda s: 0 < s < math.inf, "a number of seconds above 0"),
+                                metavar="SECONDS")
     js_memory_mb: int = setting(128, "V8 heap limit of one exec_js script; a script over it is stopped",
-                                parse=_positive_int("MiB"), metavar="MIB")
+                                parse=_whole("MiB"), metavar="MIB")
     exec_sessions_per_tenant: int = setting(8, "interactive exec_command sessions one tenant may run at once, "
                                                "over all its sessions")
     # Conversation compaction: past `compact_at` of `context_window` tokens (0: never), old tool

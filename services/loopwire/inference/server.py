@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from loopwire.common import grpc_server, telemetry
-from loopwire.common.config import add_flags, from_args, setting
+from loopwire.common.config import add_flags, checked, from_args, setting
 from loopwire.common.model_def import check_vocabulary, load_definition
 from loopwire.common.service_auth import ServiceTokenInterceptor
 from loopwire.common.service_flags import add_service_token_arguments, service_token_from_args
@@ -29,27 +29,6 @@ from loopwire.v1 import inference_pb2, inference_pb2_grpc
 log = logging.getLogger("loopwire.inference")
 
 SERVICE_NAME = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
-
-
-def _non_negative_float(value: str) -> float:
-    number = float(value)
-    if not number >= 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
-    return number
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
-    return number
-
-
-def _non_negative(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
-    return number
 
 
 @dataclass
@@ -126,14 +105,15 @@ class ServingOptions:
     prefill_progress_ms: int = setting(int(PROGRESS_INTERVAL_S * 1000),
                                        "a prefill still running this long after the last progress event sends "
                                        "another (tokens processed of total; 0: after every chunk)",
-                                       parse=_non_negative, metavar="MS")
+                                       parse=checked(int, lambda ms: ms >= 0, "0 or more"), metavar="MS")
     coalesce_window_ms: float = setting(COALESCE_WINDOW_S * 1000,
                                         "tokens of a generation after its first wait up to this long for more of "
                                         "it to share their stream message (the first never waits; 0: a message "
                                         "per engine step unless the gateway reads slower)",
-                                        parse=_non_negative_float, metavar="MS")
+                                        parse=checked(float, lambda ms: ms >= 0, "0 or more"), metavar="MS")
     coalesce_max_tokens: int = setting(COALESCE_MAX_TOKENS, "a waiting batch of this many tokens is sent without "
-                                                            "waiting out the window", parse=_positive, metavar="N")
+                                                            "waiting out the window", metavar="N",
+                                        parse=checked(int, lambda n: n >= 1, "1 or more"))
 
 
 def model_spec(options: EngineOptions) -> str:

@@ -121,3 +121,22 @@ def test_the_inference_flags_build_its_options(monkeypatch: pytest.MonkeyPatch) 
     add_arguments(parser)
     options = EngineOptions.from_args(parser.parse_args(["--engine", "simulated", "--kv-blocks", "64"]))
     assert options == EngineOptions(engine="simulated", kv_blocks=64, baseline=EngineBaseline(no_prefix_cache=True))
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--prefill-progress-ms", "-1"], "argument --prefill-progress-ms: '-1': must be 0 or more"),
+    (["--prefill-progress-ms", "soon"], "argument --prefill-progress-ms: 'soon': must be 0 or more"),
+    (["--coalesce-window-ms", "nan"], "argument --coalesce-window-ms: 'nan': must be 0 or more"),
+    (["--coalesce-max-tokens", "0"], "argument --coalesce-max-tokens: '0': must be 1 or more"),
+    (["--coalesce-max-tokens", "1.5"], "argument --coalesce-max-tokens: '1.5': must be 1 or more"),
+])
+def test_a_bad_inference_number_says_what_it_must_be(argv: list[str], says: str,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The inference flags refuse with the same `checked` as the harness's: one line, the text quoted."""
+    from loopwire.inference.server import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    assert says in capsys.readouterr().err

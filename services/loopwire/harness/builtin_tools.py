@@ -155,37 +155,37 @@ BUILTINS = ToolRegistry([
     ToolHandler(_tool(
         "shell", "Run a bash command in the workspace (sandboxed; no network unless `network` is true). "
         "Long commands return a handle; their result arrives later by itself, or use `wait`.",
-        {"command": _STR, "timeout_seconds": _NUMBER, "network": _BOOL}, ["command"]), _shell, mutating=True),
+        {"command": _STR, "timeout_seconds": _NUMBER, "network": _BOOL}, ["command"]), _shell),
     ToolHandler(_tool(
         "read_file", "Read a text file of the workspace with line numbers.",
-        {"path": _STR, "offset": _INT, "limit": _INT}, ["path"]), _read_file, mutating=False),
+        {"path": _STR, "offset": _INT, "limit": _INT}, ["path"]), _read_file),
     ToolHandler(_tool(
         "edit_file", "Edit a file: replace the unique `search` text with `replace` (empty `search` creates "
         "the file), or apply a unified `diff`.",
         {"path": _STR, "search": _STR, "replace": _STR, "replace_all": _BOOL, "diff": _STR}, ["path"]),
-        _edit_file, mutating=True),
+        _edit_file),
     ToolHandler(_tool(
         "list", "List files and directories of the workspace.",
-        {"path": _STR, "depth": _INT}, []), _list, mutating=False),
+        {"path": _STR, "depth": _INT}, []), _list),
     ToolHandler(_tool(
         "grep", "Search workspace files for a regular expression; prints path:line:text.",
-        {"pattern": _STR, "path": _STR, "glob": _STR}, ["pattern"]), _grep, mutating=False),
+        {"pattern": _STR, "path": _STR, "glob": _STR}, ["pattern"]), _grep),
     ToolHandler(_tool(
         FINISH, "Call this when the task is done: `answer` is what the user reads (the result, or "
         "why it cannot be done). The session ends here.",
-        {"answer": _STR}, ["answer"]), _finish, mutating=False),
+        {"answer": _STR}, ["answer"]), _finish),
     ToolHandler(_tool(
         "exec_command", "Run a command on a terminal in the workspace (sandboxed, no network), for interactive "
         "programs (a REPL, a prompt, a debugger). Returns its output once it ended or its output settled, "
         "waiting at most `yield_time_ms` (250-30000, default 1000), and, while it still runs, a session_id to use "
         "with write_stdin; or its exit code once it ended.",
-        {"cmd": _STR, "yield_time_ms": _INT}, ["cmd"]), _exec_command, mutating=True),
+        {"cmd": _STR, "yield_time_ms": _INT}, ["cmd"]), _exec_command),
     ToolHandler(_tool(
         "write_stdin", "Type `chars` into a running exec_command session (\\n is Enter, \\u0003 is Ctrl-C, "
         "\\u0004 is Ctrl-D; empty only reads) and return what it printed since the last read once its output "
         "settled or it exited (waiting at most `yield_time_ms`), and whether it exited.",
-        {"session_id": _INT, "chars": _STR, "yield_time_ms": _INT}, ["session_id"]), _write_stdin, mutating=True),
+        {"session_id": _INT, "chars": _STR, "yield_time_ms": _INT}, ["session_id"]), _write_stdin),
     ToolHandler(_tool(
         "wait", "Block until a background command (by handle) finishes or the timeout passes.",
-        {"handle": _STR, "timeout_seconds": _NUMBER}, ["handle"]), _wait, mutating=False),
+        {"handle": _STR, "timeout_seconds": _NUMBER}, ["handle"]), _wait),
 ])

@@ -53,7 +53,6 @@ Run = Callable[[dict, ToolContext], Awaitable[ToolOutcome]]
 class ToolHandler:
     tool: common_pb2.Tool  # name, description and the JSON schema of its arguments
     run: Run
-    mutating: bool  # whether it may change the workspace or start a process (Codex's is_mutating)
 
 
 class ToolRegistry:
@@ -61,11 +60,6 @@ class ToolRegistry:
         self.handlers = {h.tool.name: h for h in handlers}
         self.tools = {name: h.tool for name, h in self.handlers.items()}
         self._schemas = {name: json.loads(h.tool.parameters) for name, h in self.handlers.items()}
-
-    def is_mutating(self, name: str) -> bool:
-        """Whether a call of ``name`` may change something; a tool not registered here may."""
-        handler = self.handlers.get(name)
-        return handler is None or handler.mutating
 
     async def dispatch(self, call: common_pb2.FunctionCall, ctx: ToolContext) -> ToolOutcome:
         """Run one call to completion (or to a background handle); never raises for bad input."""

@@ -1,4 +1,4 @@
-"""The tool registry: one handler per tool (schema, mutating, run), arguments parsed once and
+"""The tool registry: one handler per tool (schema, run), arguments parsed once and
 checked against the schema before a handler sees them; the built-ins are registered that way."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _registry(seen: list[dict]) -> ToolRegistry:
         return ToolOutcome("ran")
 
     tool = common_pb2.Tool(name="echo", description="d", parameters=json.dumps(SCHEMA))
-    return ToolRegistry([ToolHandler(tool, run, mutating=False)])
+    return ToolRegistry([ToolHandler(tool, run)])
 
 
 def _ctx(tmp_path) -> ToolContext:
@@ -74,9 +74,6 @@ async def test_an_unknown_tool_names_the_registered_ones(tmp_path) -> None:
 
 def test_every_built_in_is_a_handler_with_its_schema() -> None:
     assert set(tools.TOOLS) == set(BUILTINS.handlers)
-    assert {n for n in BUILTINS.handlers if BUILTINS.is_mutating(n)} == {"shell", "edit_file", "exec_command",
-                                                                       "write_stdin"}
-    assert BUILTINS.is_mutating("a_tool_found_later")  # not registered here: assumed to change things
     for name, handler in BUILTINS.handlers.items():
         schema = json.loads(handler.tool.parameters)
         assert schema["type"] == "object" and set(schema["required"]) <= set(schema["properties"]), name

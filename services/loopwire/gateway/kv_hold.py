@@ -30,6 +30,7 @@ from loopwire.gateway.replica import Replica
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
 if TYPE_CHECKING:
+    from loopwire.gateway.conversation import Conversation
     from loopwire.gateway.parts import Stream
 
 log = logging.getLogger("loopwire.gateway")
@@ -38,75 +39,68 @@ HOLD_TIMEOUT_S = 10.0
 
 
 async def hold_kv(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
-    """Pin (or release) the KV of ``hold.response_id``; a KvHeld event, or a failed one."""
-    rid = hold.response_id
-    if hold.HasField("hint"):
-        return await _hint(session, hold)
+    """Pin (or release) the KV of ``hold.response_id``, or pass on its pause or resume hint, on
+    the replica whose cache holds most of it; a KvHeld event, or a failed one."""
+    rid, is_hint = hold.response_id, hold.HasField("hint")
+    resume = hold.hint.phase == common_pb2.KV_HINT_PHASE_RESUME  # a resume keeps nothing: it counts no seconds
     try:
-        if hold.retention_seconds > MAX_RETENTION_SECONDS:
-            raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_RETENTION_SECONDS} seconds",
-                               "hold_kv.retention_seconds")
-        policy.check_hold(hold, session.tenant)
-        conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
+        conversation = _checked_conversation(session, hold, resume)
     except RequestError as e:
         return failed(rid, e)
+    seconds = 0 if resume else hold.retention_seconds
     replicas = [r for r in session.gw.router.replicas if r.healthy]
-    if hold.retention_seconds == 0:
-        await asyncio.gather(*(_ask(r, session.tenant.name, rid, [], 0) for r in replicas))
+    if not is_hint and seconds == 0:
+        release = inference_pb2.HoldPrefixRequest(hold_id=rid, cache_salt=session.tenant.name)
+        await asyncio.gather(*(_ask(r, release) for r in replicas))
         return event(rid, kv_held=gateway_pb2.KvHeld())
-    best: Replica | None = None
-    best_blocks, hashes = 0, []
-    for replica in replicas:
-        replica_hashes = conversation.block_hashes(replica.block_size)
-        cached = replica.cached_prefix_blocks(replica_hashes)
-        if best is None or cached > best_blocks:
-            best, best_blocks, hashes = replica, cached, replica_hashes
+    # A hold still goes to some replica when none has the blocks (it replaces that one's earlier
+    # hold of this id); a hint then has nothing to keep or bring back.
+    best, hashes = _most_cached(replicas, conversation, at_least=1 if is_hint else 0)
     if best is None:
         return event(rid, kv_held=gateway_pb2.KvHeld())
-    held = await _ask(best, session.tenant.name, rid, hashes, hold.retention_seconds)
+    reply = await _ask(best, inference_pb2.HoldPrefixRequest(
+        hold_id=rid, cache_salt=session.tenant.name, block_hashes=hashes, retention_seconds=seconds,
+        hint=hold.hint if is_hint else None))
+    if reply is None:
+        return event(rid, kv_held=gateway_pb2.KvHeld())
+    if is_hint:
+        return event(rid, kv_held=gateway_pb2.KvHeld(hinted_blocks=reply.hinted_blocks, replica_id=best.name))
+    held = reply.held_blocks
     return event(rid, kv_held=gateway_pb2.KvHeld(blocks=held, replica_id=best.name if held else ""))
 
 
-async def _hint(session: Stream, hold: gateway_pb2.HoldKv) -> gateway_pb2.ConverseResponse:
-    """A pause or resume hint for the conversation of ``hold.response_id``, sent to the replica
-    whose cache holds most of it; a KvHeld event (``hinted_blocks``), or a failed one."""
-    rid, hint = hold.response_id, hold.hint
-    try:
-        if problem := hint_problem(hint, hold.retention_seconds):
+def _checked_conversation(session: Stream, hold: gateway_pb2.HoldKv, resume: bool) -> Conversation:
+    """The caller's own stored conversation that ``hold`` names, once the hold (or its hint) is
+    within the limits and, unless it resumes, the tenant's retention ceiling."""
+    if hold.HasField("hint"):
+        if problem := hint_problem(hold.hint, hold.retention_seconds):
             field, message = problem
             raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, message, f"hold_kv.{field}")
-        pause = hint.phase == common_pb2.KV_HINT_PHASE_PAUSE
-        if pause:
-            policy.check_hold(hold, session.tenant)
-        conversation = session.gw.store.peek(rid, session.tenant.name, session.stream_id, "hold_kv.response_id")
-    except RequestError as e:
-        return failed(rid, e)
+    elif hold.retention_seconds > MAX_RETENTION_SECONDS:
+        raise RequestError(common_pb2.ERROR_CODE_INVALID_ARGUMENT, f"at most {MAX_RETENTION_SECONDS} seconds",
+                           "hold_kv.retention_seconds")
+    if not resume:
+        policy.check_hold(hold, session.tenant)
+    return session.gw.store.peek(hold.response_id, session.tenant.name, session.stream_id, "hold_kv.response_id")
+
+
+def _most_cached(replicas: list[Replica], conversation: Conversation, at_least: int) -> tuple[Replica | None, list[int]]:
+    """The first replica whose cache view holds the longest prefix of ``conversation`` (of at
+    least ``at_least`` blocks), with the conversation's hashes at its block size."""
     best: Replica | None = None
-    best_blocks, hashes = 0, []
-    for replica in (r for r in session.gw.router.replicas if r.healthy):
+    best_blocks, hashes = at_least - 1, []
+    for replica in replicas:
         replica_hashes = conversation.block_hashes(replica.block_size)
         cached = replica.cached_prefix_blocks(replica_hashes)
         if cached > best_blocks:
             best, best_blocks, hashes = replica, cached, replica_hashes
-    if best is None:  # no replica has any of it: nothing to keep or bring back
-        return event(rid, kv_held=gateway_pb2.KvHeld())
-    request = inference_pb2.HoldPrefixRequest(hold_id=rid, cache_salt=session.tenant.name, block_hashes=hashes,
-                                              retention_seconds=hold.retention_seconds if pause else 0, hint=hint)
-    try:
-        reply = await best.stub.HoldPrefix(request, timeout=HOLD_TIMEOUT_S)
-    except grpc.aio.AioRpcError as e:  # a hint, never a failure
-        log.warning("KV hint on %s failed: %s %s", best.name, e.code().name, e.details())
-        return event(rid, kv_held=gateway_pb2.KvHeld())
-    return event(rid, kv_held=gateway_pb2.KvHeld(hinted_blocks=reply.hinted_blocks, replica_id=best.name))
+    return best, hashes
 
 
-async def _ask(replica: Replica, tenant: str, hold_id: str, hashes: list[int], seconds: int) -> int:
-    """One replica's HoldPrefix; 0 when it cannot be reached (a hold is a hint, never a failure)."""
+async def _ask(replica: Replica, request: inference_pb2.HoldPrefixRequest) -> inference_pb2.HoldPrefixResponse | None:
+    """One replica's HoldPrefix; None when it cannot be reached (a hold or hint is a hint, never a failure)."""
     try:
-        reply = await replica.stub.HoldPrefix(inference_pb2.HoldPrefixRequest(
-            hold_id=hold_id, cache_salt=tenant, block_hashes=hashes, retention_seconds=seconds),
-            timeout=HOLD_TIMEOUT_S)
+        return await replica.stub.HoldPrefix(request, timeout=HOLD_TIMEOUT_S)
     except grpc.aio.AioRpcError as e:
         log.warning("HoldPrefix on %s failed: %s %s", replica.name, e.code().name, e.details())
-        return 0
-    return reply.held_blocks
+        return None

@@ -226,10 +226,11 @@ class _Supervisor:
         return spare
 
     async def run(self, command: str, *, stdin: bool, buffer: HeadTailBuffer | None) -> SandboxedProcess:
+        """``command`` sent to the next spare: a fresh one (``Command``) or a shell that stays (``ShellCommand``),
+        which goes back to the ready ones when the command ends if it said it may serve again."""
         assert self.ctl is not None
         if "\0" in command:
             raise ToolInputError("a shell command cannot hold a NUL character")
-        script = (b"i" if stdin else b"-") + os.fsencode(command)  # what the waiting bash reads (supervisor)
         mark("request")
         self._running += 1  # from now on no spare is made ahead
         try:
@@ -238,84 +239,40 @@ class _Supervisor:
             self._ended(None)
             raise
         mark("spare taken")
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[int] = loop.create_future()
+        proc: Command | ShellCommand
         if spare.shell:
-            return await self._run_in_shell(spare, command, stdin=stdin, buffer=buffer)
-        loop = asyncio.get_running_loop()
-        pidfd, script_w, out_r, status_r, in_w = spare.pidfd, spare.script, spare.out, spare.status, spare.stdin
-        exited: asyncio.Future[int] = loop.create_future()
-        exited.add_done_callback(self._ended)
+            proc = ShellCommand(loop, spare, None, exited)
+            exited.add_done_callback(functools.partial(self._shell_ended, proc, spare))
+        else:
+            proc = Command(loop, spare.out, None, exited)
+            exited.add_done_callback(self._ended)
+        flag, data = (b"i" if stdin else b"-"), os.fsencode(command)  # what the waiting bash reads (supervisor)
         try:
-            write_script(loop, script_w, script)
-            script_w = -1
-            mark("command sent")
-            loop.add_reader(status_r, read_status, loop, status_r, exited)
-            status_r = -1
-            os.set_blocking(out_r, False)
-            command_process = Command(loop, out_r, None, exited)
-            if stdin:
-                transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
-                                                                    os.fdopen(in_w, "wb", 0))
-                in_w = -1
-                writer = asyncio.StreamWriter(transport, protocol, None, loop)
-                command_process.stdin = writer
-            else:
-                os.close(in_w)
-                in_w = -1
-            process = SandboxedProcess(command_process, buffer or HeadTailBuffer(self.sandbox.output_limit),
-                                       self.sandbox.limits.largest_file)
-            out_r = -1  # its pump reads it, and closes it at its end
-            process.adopt_pidfd(pidfd)
-            pidfd = -1
-            mark("pipes connected")
-            if self.quota is not None:
-                process.quota = self.quota.watch(process.kill)
-            elif self.volume and self.sandbox.volumes is not None:
-                process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
-            mark("quota watch started")
-        except BaseException:
-            kill_and_close(pidfd)  # the command may have started: its namespace ends with its init
-            if not exited.done():
-                exited.set_result(-signal.SIGKILL)
-            for fd in (script_w, out_r, status_r, in_w):
-                close_fd(fd)
-            raise
-        return process
-
-
-    async def _run_in_shell(self, spare: Spare, command: str, *, stdin: bool,
-                            buffer: HeadTailBuffer | None) -> SandboxedProcess:
-        """``command`` sent to ``spare``'s shell; when it ends, the shell goes back to the ready ones if it said
-        it may serve again (and was neither killed nor given stdin), else it is dropped."""
-        loop = asyncio.get_running_loop()
-        data = os.fsencode(command)
-        exited: asyncio.Future[int] = loop.create_future()
-        shell = ShellCommand(loop, spare, None, exited)
-        kill = -1
-
-        def ended(_: object) -> None:
-            if shell.reusable and self.alive and spare.pidfd >= 0:
-                self._give_back(spare)
-            else:
-                shell.abandon()
-                spare.drop()
-            self._ended(None)
-
-        exited.add_done_callback(ended)
-        try:
-            header = f"{'i' if stdin else '-'}{len(data)}\n".encode()
-            if not write_script(loop, spare.script, header + data, close=False):
+            if not spare.shell:
+                write_script(loop, spare.script, flag + data)
+                loop.add_reader(spare.status, read_status, loop, spare.status, exited)
+                spare.script = spare.status = -1  # the writer and the status reader close them
+                os.set_blocking(spare.out, False)
+            elif not write_script(loop, spare.script, flag + b"%d\n" % len(data) + data, close=False):
                 spare.script = -1  # the writer callback sends the rest and closes it: this shell serves once
             mark("command sent")
             if stdin:
                 transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                                     os.fdopen(spare.stdin, "wb", 0))
                 spare.stdin = -1
-                shell.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
-            kill = os.dup(spare.pidfd)  # the command's kill; the shell keeps its own pidfd for the next one
-            process = SandboxedProcess(shell, buffer or HeadTailBuffer(self.sandbox.output_limit),
+                proc.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+            elif not spare.shell:
+                close_fd(spare.stdin)
+                spare.stdin = -1
+            process = SandboxedProcess(proc, buffer or HeadTailBuffer(self.sandbox.output_limit),
                                        self.sandbox.limits.largest_file)
-            process.adopt_pidfd(kill)
-            kill = -1
+            if spare.shell:
+                process.adopt_pidfd(os.dup(spare.pidfd))  # the shell keeps its own pidfd for the next command
+            else:
+                process.adopt_pidfd(spare.pidfd)
+                spare.pidfd = spare.out = -1  # the process kills through it; its pump reads, then closes the output
             mark("pipes connected")
             if self.quota is not None:
                 process.quota = self.quota.watch(process.kill)
@@ -323,13 +280,23 @@ class _Supervisor:
                 process.quota = VolumeQuota(self.sandbox.volumes, self.volume)
             mark("quota watch started")
         except BaseException:
-            close_fd(kill)
-            shell.abandon()
+            if isinstance(proc, ShellCommand):
+                proc.abandon()
             spare.drop()  # the command may have started: its namespace ends with its init
             if not exited.done():
                 exited.set_result(-signal.SIGKILL)
             raise
         return process
+
+    def _shell_ended(self, shell: ShellCommand, spare: Spare, _: object) -> None:
+        """A shell's command ended: the shell serves the next one if it said it may (and was neither killed nor
+        given stdin), else it is dropped."""
+        if shell.reusable and self.alive and spare.pidfd >= 0:
+            self._give_back(spare)
+        else:
+            shell.abandon()
+            spare.drop()
+        self._ended(None)
 
 
 class SessionSandbox:

@@ -259,9 +259,9 @@ class _Supervisor:
                 spare.script = -1  # the writer callback sends the rest and closes it: this shell serves once
             mark("command sent")
             if stdin:
-                transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
-                                                                    os.fdopen(spare.stdin, "wb", 0))
-                spare.stdin = -1
+                pipe = os.fdopen(spare.stdin, "wb", 0)
+                spare.stdin = -1  # the pipe's, and its transport's once made: they close it, even when cancelled
+                transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, pipe)
                 proc.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
             elif not spare.shell:
                 close_fd(spare.stdin)

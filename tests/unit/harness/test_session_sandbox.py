@@ -167,6 +167,31 @@ async def test_a_start_cancelled_halfway_never_runs_the_command(sandbox, workspa
         assert await processes.ended(f"987.6{n}")
 
 
+@pytest.mark.parametrize("shell", [True, False], ids=["shell that stays", "spare of its own"])
+async def test_a_start_with_stdin_cancelled_halfway_kills_the_command_and_closes_each_pipe_once(box, workspace, shell):
+    box.shell_stays = shell
+    runs = SessionRuns(box)
+    session = runs.session(workspace)
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        await (await session.start("true")).result(30)
+        for n in range(6):
+            start = asyncio.ensure_future(session.start(f"sleep 986.5{n}", stdin=True))
+            for _ in range(n):
+                await asyncio.sleep(0)
+            start.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                (await start).kill()
+        for n in range(6):
+            assert await processes.ended(f"986.5{n}")
+        again = await (await session.start("echo alive")).result(30)
+        assert again.output.text == "alive\n" and again.exit_code == 0
+    finally:
+        await runs.close()
+    assert errors == []  # a pipe closed twice (its transport's close after ours) is reported here
+
+
 async def test_the_end_of_a_session_kills_its_sandbox_and_every_command_in_it(box, workspace):
     background = BackgroundTasks()
     tag = uuid.uuid4().int % 1000

@@ -23,8 +23,16 @@ kept there at priority 80); the replica brings them back ahead of the expected e
 length as the replay knows it, less the copy's modelled time, doubled, and 0.25 s), and the
 harness's resume hint at the tool's end (``ASSEMBLE_S`` before the next request reaches the
 replica) brings back whatever is still in the host tier. ``hints, resume only`` gives no expected
-pause: only the resume hint brings the blocks back. A hint's copies occupy the host link
-(``CostModelExecutor.prefetch``): a step that starts before they are done waits for them.
+pause: only the resume hint brings the blocks back. ``hints, estimated pause`` gives the pause the
+harness would expect (``kv_hints.PauseEstimate``: the mean of what the same program took before in
+the session, else 5 s; no hint under 1 s), not the one that follows. A hint's copies (the blocks it
+brings back and those it evicts for them) occupy the host link (``CostModelExecutor.prefetch``): a
+step that starts before they are done waits for them.
+
+The reference, ``device holds all``, replays the same turns with device KV for the whole working
+set: each turn's TTFT with all it can reuse on the device. A mode's turn after a gap is compared
+with that same turn there (``after a gap ÷ the same turn warm``); ``TTFT warm`` is the mode's own
+turns after a short gap, other turns with other prompt lengths.
 
 ``--traces`` also takes the Claude Code request traces (a folder of ``.json.gz``): real sessions
 with their recorded request times. Each 64-token block id becomes 64 token ids (a function of
@@ -70,11 +78,13 @@ from loopwire.common.model_def import dummy_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.conversation import Conversation  # noqa: E402
+from loopwire.harness.kv_hints import MIN_PAUSE_MS, PauseEstimate, pause_seconds  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
 from loopwire.inference.kv_pause_hints import prefetch_lead_seconds  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest, RetentionPolicy, TokenRangeRetention  # noqa: E402
 from loopwire.inference.simulated_engine import simulated_core  # noqa: E402
+from loopwire.v1 import common_pb2  # noqa: E402
 
 import interrupts  # noqa: E402
 import provenance  # noqa: E402
@@ -94,6 +104,7 @@ HINT_S = 3600.0  # how long a pause hint counts at most (the tenant's retention 
 TRACE_BLOCK = 64  # the Claude Code traces' block size
 TRACE_STAGGER_S = 20.0
 TRACE_VOCAB = 100_000
+TRACE_CALL = common_pb2.FunctionCall(name="tool")
 # Gap model (seconds): lognormal(median, sigma). Long tools: test runs, installs, builds.
 LONG_TOOL = re.compile(r"pytest|python -m|python3? \S+\.py|pip install|tox|make\b|setup\.py|npm |cargo ")
 SHORT_TOOL_GAP, LONG_TOOL_GAP, APPROVAL_GAP = (1.0, 0.7), (20.0, 1.0), (90.0, 1.0)
@@ -106,7 +117,10 @@ class Mode:
     policy: str
     priorities: str  # "": none; "prefix": the instructions only; "holds": also approval holds
     host: bool
-    hints: str = ""  # "": none; "expected": pause hints with the expected pause; "resume": without it
+    # "": none; "expected": pause hints with the pause as long as it will be; "estimated": with the
+    # harness's estimate of it (``PauseEstimate``); "resume": without an expected pause
+    hints: str = ""
+    device_holds_all: bool = False  # the reference: device KV for the whole working set, nothing evicted
 
 
 MODES = [
@@ -117,7 +131,11 @@ MODES = [
     Mode("priority + host tier", "priority", "holds", True),
     Mode("hints, resume only", "priority", "prefix", True, "resume"),
     Mode("hints", "priority", "prefix", True, "expected"),
+    Mode("hints, estimated pause", "priority", "prefix", True, "estimated"),
 ]
+# Every run replays this one too: each turn's TTFT with its whole reusable prefix on the device (the
+# same turn warm), against which a mode's turns after a gap are compared turn by turn.
+REFERENCE = Mode("device holds all", "lru", "", False, device_holds_all=True)
 
 
 @dataclass
@@ -131,6 +149,10 @@ class SessionPlan:
     ideal: list[int] | None = None
     after: tuple[int, int] | None = None  # a subagent: starts when this (plan, turn) ends
     file: str = ""  # the recording it comes from (traces: one file's streams share its blocks)
+    # What the harness knows of the pause after turn j: the calls it runs, and how long they ran
+    # (the gap less an approval wait, which the harness knows it is asking for but not its length).
+    calls: list[list[common_pb2.FunctionCall]] = field(default_factory=list)
+    tool_s: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -141,6 +163,9 @@ class Result:
     ttft: list[float] = field(default_factory=list)
     ttft_after_gap: list[float] = field(default_factory=list)
     ttft_warm: list[float] = field(default_factory=list)  # turns after a gap under LONG_GAP_S
+    ttft_by_turn: dict[str, float] = field(default_factory=dict)  # "plan/turn" -> TTFT
+    cached_by_turn: dict[str, int] = field(default_factory=dict)  # "plan/turn" -> cached prompt tokens
+    after_gap_turns: list[str] = field(default_factory=list)
     hit_after_gap: list[float] = field(default_factory=list)
     hit_tokens_after_gap: int = 0
     ideal_tokens_after_gap: int = 0
@@ -163,17 +188,21 @@ def plan(path: Path, index: int, rng: np.random.Generator, max_turns: int) -> Se
     system = Conversation(ChatPrompt(dummy_definition()), "", s.instructions, s.tools).prompt_ids()
     first = turns[0].prompt
     system_len = next((i for i, (a, b) in enumerate(zip(system, first, strict=False)) if a != b), len(system))
-    gaps, holds = [index * STAGGER_S], []
+    gaps, holds, calls, tool_s = [index * STAGGER_S], [], [], []
     for t in s.turns[: len(turns)]:
         command = t.text + " ".join(c.arguments for c in t.calls)
         long_tool = bool(LONG_TOOL.search(command))
         gap = lognormal(rng, *(LONG_TOOL_GAP if long_tool else SHORT_TOOL_GAP))
+        tool_s.append(gap)
         approval = rng.random() < APPROVAL_FRACTION
         if approval:
             gap += lognormal(rng, *APPROVAL_GAP)
         gaps.append(gap)
         holds.append(approval)
-    return SessionPlan(path.name.split(".")[0], turns, system_len, gaps, holds)
+        # As the harness runs them (a recorded ``bash`` call is its ``shell`` tool).
+        calls.append([common_pb2.FunctionCall(name="shell" if c.name == "bash" else c.name, arguments=c.arguments)
+                      for c in t.calls])
+    return SessionPlan(path.name.split(".")[0], turns, system_len, gaps, holds, calls=calls, tool_s=tool_s)
 
 
 def retention(p: SessionPlan, j: int, holds: bool) -> RetentionPolicy:
@@ -242,7 +271,9 @@ def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
             if j + 1 < len(asked):
                 nxt = asked[j + 1]
                 plan.gaps.append(max(0.0, float(nxt["t"]) - float(r["t"]) - float(r.get("api_time", 0.0))))
+                plan.tool_s.append(plan.gaps[-1])
             plan.holds.append(False)
+            plan.calls.append([TRACE_CALL])  # the traces name no tools: the estimate is the stream's own pauses
         for sub, before in pending:
             stream(f"{name}/sub{len(plans)}", sub.get("requests", []), 0.0 if before >= 0 else offset,
                    (me, before) if before >= 0 else None)
@@ -251,19 +282,22 @@ def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
     return [p for p in plans if p.turns]
 
 
-def capacities(plans: list[SessionPlan], block: int = BLOCK) -> tuple[int, int]:
+def capacities(plans: list[SessionPlan], block: int = BLOCK, holds_all: bool = False) -> tuple[int, int]:
     """(device KV blocks, host tier bytes) for these sessions: fractions of the working set, the
-    device at least twice the longest context (a replay of a few long sessions must fit one)."""
+    device at least twice the longest context (a replay of a few long sessions must fit one);
+    ``holds_all``: the whole working set and a batch's room besides (nothing is ever evicted)."""
     contexts = [max(len(t.prompt) + len(t.oracle) for t in p.turns) for p in plans]
     working_set = sum(contexts)
     per_token = CostModel.named(GPU, PARAMS).kv_bytes_per_token
+    if holds_all:
+        return (working_set + sum(math.ceil(c / block) + 1 for c in contexts) * block) // block + 1, 0
     device = max(int(working_set * DEVICE_FRACTION), 2 * max(contexts))
     return device // block, int(working_set * HOST_FRACTION) * per_token
 
 
 def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, block: int = BLOCK) -> Result:
     cost = CostModel.named(GPU, PARAMS)
-    device_blocks, host_bytes = capacities(plans, block)
+    device_blocks, host_bytes = capacities(plans, block, mode.device_holds_all)
     config = EngineConfig(model=model_preset(PARAMS), block_size=block, num_kv_blocks=device_blocks,
                           max_batch_tokens=8192, max_running=256, eviction_policy=mode.policy,
                           host_kv_bytes=host_bytes if mode.host else 0)
@@ -277,6 +311,7 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         if p.after is not None:
             followers.setdefault(p.after, []).append(i)
     resumes: list[tuple[float, int, list[int]]] = []  # the harness's resume hints
+    estimates = [PauseEstimate() for _ in plans]  # mode "estimated": the harness's, per session
     waited: dict[str, float] = {}
     out = Result()
 
@@ -292,9 +327,18 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         hashes = block_hashes(turn.prompt + turn.oracle, block, ROOT_BLOCK_HASH)
         gap, now = p.gaps[j + 1], clock.now()
         prefetch_at, until = math.inf, now + HINT_S
-        if mode.hints == "expected":
+        expected_s = gap
+        if mode.hints == "estimated":
+            expected_ms = max((estimates[i].expected_ms(c) for c in p.calls[j]), default=0)
+            for c in p.calls[j]:
+                estimates[i].observe(c, p.tool_s[j])  # known once the tool ends (used from the next pause on)
+            if expected_ms < MIN_PAUSE_MS:
+                return  # the harness sends no hint for a pause this short
+            expected_s = expected_ms / 1000
+        if mode.hints in ("expected", "estimated"):
             lead = prefetch_lead_seconds(len(hashes), executor.seconds_per_host_block)
-            prefetch_at, until = now + max(0.0, gap - lead), now + min(HINT_S, math.ceil(gap) * 2 + 10)
+            until = now + min(HINT_S, pause_seconds(int(expected_s * 1000), int(HINT_S)))
+            prefetch_at = now + max(0.0, min(expected_s, until - now) - lead)
         blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, prefetch_at)
         heapq.heappush(resumes, (now + max(0.0, gap - ASSEMBLE_S), i, hashes))
 
@@ -328,9 +372,12 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             p = plans[i]
             u, ttft = o.finished.usage, o.finished.timings.ttft_us / 1e6
             out.ttft.append(ttft)
+            out.ttft_by_turn[o.request_id] = ttft
+            out.cached_by_turn[o.request_id] = u.cached_input_tokens
             gap = waited.pop(o.request_id)
             if gap >= LONG_GAP_S:
                 out.ttft_after_gap.append(ttft)
+                out.after_gap_turns.append(o.request_id)
                 out.hit_after_gap.append(u.cached_input_tokens / max(u.input_tokens, 1))
                 if p.ideal is not None:
                     out.hit_tokens_after_gap += u.cached_input_tokens
@@ -386,9 +433,11 @@ def main() -> int:
     n_turns = sum(len(p.turns) for p in plans)
     results: dict[str, Result] = {}
     with Progress(console=console, transient=True) as progress:
-        for mode in modes:
+        for mode in [REFERENCE, *modes]:
             results[mode.label] = run(mode, plans, progress, progress.add_task(mode.label, total=n_turns), block)
+    reference = results[REFERENCE.label]
     device_blocks, host_bytes = capacities(plans, block)
+    reference_blocks, _ = capacities(plans, block, holds_all=True)
     gaps = [g for p in plans for g in p.gaps[1:]]
     long_gaps = sum(g >= LONG_GAP_S for g in gaps)
 
@@ -396,17 +445,23 @@ def main() -> int:
                         f"{GPU.upper()} Llama {PARAMS.upper()}, {device_blocks * block:,} tokens of device KV)")
     for col in ("policy", "prefix hit rate", "from host", f"hit rate after a gap ≥ {LONG_GAP_S:.0f} s",
                 *(("of an infinite per-session cache",) if traced else ()),
-                "TTFT after a gap p50 / p90", "TTFT warm p50", "after a gap ÷ warm (p50)", "TTFT p50 / p99",
+                "TTFT after a gap p50 / p90", "TTFT warm p50", "after a gap ÷ warm (p50)",
+                "the same turns, device holds all: p50", "after a gap ÷ the same turn warm: p50 / p90", "TTFT p50 / p99",
                 "host→device copies (by hints)", "makespan"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     summary: dict[str, dict[str, float]] = {}
     for mode in modes:
         r = results[mode.label]
+        same_turns = [reference.ttft_by_turn[t] for t in r.after_gap_turns]
+        ratios = [r.ttft_by_turn[t] / reference.ttft_by_turn[t] for t in r.after_gap_turns]
         summary[mode.label] = {
             "hit_after_gap": statistics.fmean(r.hit_after_gap) if r.hit_after_gap else float("nan"),
             "ttft_after_gap_p50_ms": pct(r.ttft_after_gap, 50) * 1e3,
             "ttft_warm_p50_ms": pct(r.ttft_warm, 50) * 1e3,
             "ttft_after_gap_p90_ms": pct(r.ttft_after_gap, 90) * 1e3,
+            "ttft_after_gap_same_turns_warm_p50_ms": pct(same_turns, 50) * 1e3,
+            "after_gap_over_same_turn_warm_p50": pct(ratios, 50),
+            "after_gap_over_same_turn_warm_p90": pct(ratios, 90),
             "hit_rate": r.hit / max(r.queried, 1),
             **({"hit_after_gap_of_infinite_cache": r.hit_tokens_after_gap / max(r.ideal_tokens_after_gap, 1)}
                if traced else {}),
@@ -418,6 +473,9 @@ def main() -> int:
                       f"{row['ttft_after_gap_p50_ms']:,.0f} / {row['ttft_after_gap_p90_ms']:,.0f} ms",
                       f"{row['ttft_warm_p50_ms']:,.0f} ms",
                       f"{row['ttft_after_gap_p50_ms'] / row['ttft_warm_p50_ms']:.2f}x",
+                      f"{row['ttft_after_gap_same_turns_warm_p50_ms']:,.0f} ms",
+                      f"{row['after_gap_over_same_turn_warm_p50']:.2f}x / "
+                      f"{row['after_gap_over_same_turn_warm_p90']:.2f}x",
                       f"{pct(r.ttft, 50) * 1e3:,.0f} / {pct(r.ttft, 99) * 1e3:,.0f} ms",
                       f"{r.onloaded + r.prefetched:,} blocks ({r.prefetched:,}; {r.transfer_s:.2f} s)",
                       f"{r.makespan / 60:,.1f} min")
@@ -476,8 +534,12 @@ def main() -> int:
                f"its context at 70 for {HOLD_S:g} s (modes `priority`); otherwise 35",
                f"hints: a pause hint when each turn ends (demoted, host priority 80, counts twice the pause + 10 s, "
                f"at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) on "
-               f"(`hints` only) and at the resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; warm: "
-               f"turns after a gap under {LONG_GAP_S:g} s"])
+               f"(`hints`: the pause that follows; `hints, estimated pause`: the harness's estimate, the mean of "
+               f"what the same program took before in the session, no hint under {MIN_PAUSE_MS} ms) and at the "
+               f"resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; a hint's copies (brought back, and "
+               f"evicted for their room) occupy the host link from when they are made",
+               f"warm: turns after a gap under {LONG_GAP_S:g} s; the same turn warm: that turn replayed with device "
+               f"KV for the whole working set (`{REFERENCE.label}`, {reference_blocks:,} blocks), per-turn ratios"])
     body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",
             "![kv tiers](kv_tiers.png)"]
     md = provenance.write_markdown(args.out, "kv_tiers", "KV eviction policies and the host tier", header, body)

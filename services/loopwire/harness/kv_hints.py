@@ -61,23 +61,15 @@ def command_key(call: common_pb2.FunctionCall) -> str:
     return f"{call.name}:{words[0]}" if words else call.name
 
 
-class KvHints:
-    """One session's hints: the durations its tools took (by ``command_key``), and the hints it sends."""
+class PauseEstimate:
+    """How long a session's tool calls will likely run: an exec call's yield window, else what the
+    same command (``command_key``) took earlier in the session (the mean of the last one and what
+    was expected before), else ``DEFAULT_PAUSE_MS``."""
 
-    def __init__(self, run: SessionRun) -> None:
-        self.run = run
+    def __init__(self) -> None:
         self._took_ms: dict[str, float] = {}
 
-    @property
-    def enabled(self) -> bool:
-        conversation = self.run.conversation
-        return bool(conversation.stateful and self.run.max_retention > 0 and conversation.last_response_id)
-
     def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
-        """A tool ended: the next call of the same command is expected to take about as long
-        (the mean of the last one and what was expected before)."""
-        if not self.enabled:
-            return
         key = command_key(call)
         ms = seconds * 1000
         before = self._took_ms.get(key)
@@ -94,13 +86,36 @@ class KvHints:
                 return int(window)
         return int(self._took_ms.get(command_key(call), DEFAULT_PAUSE_MS))
 
+
+def pause_seconds(expected_ms: int, ceiling_s: int) -> int:
+    """How long a pause hint counts: its expected length with slack, within the tenant's ceiling."""
+    return min(ceiling_s, math.ceil(expected_ms / 1000) * PAUSE_SLACK + PAUSE_MARGIN_S)
+
+
+class KvHints:
+    """One session's hints: the durations its tools took (``PauseEstimate``), and the hints it sends."""
+
+    def __init__(self, run: SessionRun) -> None:
+        self.run = run
+        self.estimate = PauseEstimate()
+
+    @property
+    def enabled(self) -> bool:
+        conversation = self.run.conversation
+        return bool(conversation.stateful and self.run.max_retention > 0 and conversation.last_response_id)
+
+    def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
+        """A tool ended: the next call of the same command is expected to take about as long."""
+        if self.enabled:
+            self.estimate.observe(call, seconds)
+
     async def pause(self, calls: list[common_pb2.FunctionCall]) -> bool:
         """The session pauses for the running ``calls``: say so when it is likely long enough
         to matter. Whether a hint was accepted (a resume hint is then due)."""
-        expected = max((self.expected_ms(c) for c in calls), default=0)
+        expected = max((self.estimate.expected_ms(c) for c in calls), default=0)
         if not self.enabled or expected < MIN_PAUSE_MS:
             return False
-        seconds = min(self.run.max_retention, math.ceil(expected / 1000) * PAUSE_SLACK + PAUSE_MARGIN_S)
+        seconds = pause_seconds(expected, self.run.max_retention)
         reason = "exec_yield" if all(c.name in EXEC_TOOLS for c in calls) else "command"
         hint = common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, expected_pause_ms=expected, reason=reason)
         return await self._send(seconds, hint)

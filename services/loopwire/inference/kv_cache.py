@@ -254,8 +254,12 @@ class BlockManager(PauseHints):
         if held is None or held.token_ids != token_ids or self.num_free == 0:
             return None
         self.host.take(h)  # first: the allocation may offload another block into a full tier
+        offloads = self._pending_offload
         got = self.allocate(1)
         assert got is not None
+        if prefetch:  # the block it evicted for room was copied out then too, within the pause
+            self._pending_prefetch += self._pending_offload - offloads
+            self._pending_offload = offloads
         block = self.blocks[got[0]]
         block.hash, block.parent, block.token_ids = h, held.parent, held.token_ids
         block.priority, block.priority_until, block.priority_set = held.priority, math.inf, True
@@ -370,8 +374,9 @@ class BlockManager(PauseHints):
                     self._evictable.add(block_id, self._rank(block))
 
     def take_prefetched(self) -> int:
-        """Blocks a hint brought back host->device since the last call (copies that overlap a
-        session's pause, not a request: priced apart)."""
+        """Blocks a hint copied since the last call: those it brought back host->device and those
+        it evicted device->host for their room (copies that overlap a session's pause, not a
+        request: priced apart)."""
         out, self._pending_prefetch = self._pending_prefetch, 0
         return out
 

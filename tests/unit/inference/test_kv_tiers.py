@@ -88,6 +88,25 @@ def test_evicted_blocks_move_to_the_host_tier_and_come_back_on_a_hit() -> None:
     bm.release(ids)
 
 
+def test_a_resumes_copies_are_priced_with_it_both_ways_not_with_the_next_step() -> None:
+    """A resume brings a paused prefix back while the session is away: the blocks it evicts to
+    the host tier for their room are copied then too, so they count with the hint's copies
+    (``take_prefetched``, which overlap the pause), not with the next request's step."""
+    host = HostTier(capacity_bytes=4 * 100, block_bytes=100)
+    bm = BlockManager(2, BS, host=host)
+    tokens = list(range(2 * BS))
+    first = bm.allocate(2) or []
+    hashes = [bm.commit(first[0], 0, tokens[:BS])]
+    hashes.append(bm.commit(first[1], hashes[0], tokens[BS:]))
+    bm.release(first)
+    assert bm.pause("a", hashes, 0, until=100.0) == 2
+    other = _cache_blocks(bm, [35, 35])  # another session's: the paused prefix leaves for the host
+    assert set(hashes) <= set(host.hashes()) and bm.take_transfers() == (0, 2)
+    assert bm.resume("a", hashes, 0, now=1.0) == 2  # its two blocks back, the other two out
+    assert set(other) <= set(host.hashes())
+    assert bm.take_transfers() == (0, 0) and bm.take_prefetched() == 4
+
+
 def test_a_full_host_tier_drops_its_lowest_priority_and_reports_it_removed() -> None:
     host = HostTier(capacity_bytes=2 * 10, block_bytes=10)
     bm = BlockManager(3, BS, host=host)

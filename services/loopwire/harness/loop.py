@@ -168,26 +168,31 @@ class SessionRun:
             await self.conversation.close()
 
     async def _hold_kv(self, seconds: int) -> None:
-        """Keep the KV of the last response cached while a human decides (0: let it go), never
-        longer than the tenant's max_retention_seconds (the gateway refuses more: PERMISSION_DENIED).
-        A hint: when the gateway cannot, the session goes on and the diagnostic says why."""
+        """While a human decides, the last response's KV is paused (a KV hint, ``kv_hints``): its
+        replica lets it leave the device first, for the host tier, under memory pressure instead
+        of pinning it there, for at most the tenant's max_retention_seconds; 0: the decision came,
+        and the resume hint brings it back while the decided tools run. A hint: when the gateway
+        cannot, the session goes on and the diagnostic says why."""
         if not self.config.approval_retention or not self.conversation.stateful:
             return
         if not self.max_retention:
             if seconds:
                 self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=(
-                    "KV not held while waiting for approval: the tenant's max_retention_seconds is 0")))
+                    "KV not kept while waiting for approval: the tenant's max_retention_seconds is 0")))
             return
         seconds = min(seconds, self.max_retention)
+        hint = (common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, reason="approval") if seconds
+                else common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_RESUME))
         try:
-            held = await self.conversation.hold_kv(seconds)
+            held = await self.conversation.hold_kv(seconds, hint=hint)
         except GatewayError as e:
-            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=f"KV hold: {e.error.message}"))
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=f"KV hint: {e.error.message}"))
             return
         if seconds:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(
-                source="gateway", message=f"KV held while waiting for approval: {held.blocks} blocks on "
-                                          f"{held.replica_id or 'no replica'} for up to {seconds} s"))
+                source="gateway", message=f"KV kept while waiting for approval: {held.blocks} blocks on "
+                                          f"{held.replica_id or 'no replica'}, in the host tier under pressure, "
+                                          f"for up to {seconds} s"))
 
     @property
     def parks_background(self) -> bool:

@@ -45,16 +45,19 @@ async def test_approval_suspends_then_resumes_on_a_new_stream(tmp_path):
         first_id = h.gateway.holds[0].response_id if h.gateway.holds else ""
         assert [(x.response_id, x.retention_seconds) for x in h.gateway.holds] == [(first_id, h.config.approval_retention)]
         assert first_id in h.gateway.transcripts
-        assert any("KV held while waiting for approval: 7 blocks" in d.diagnostic.message
+        assert any("KV kept while waiting for approval: 7 blocks" in d.diagnostic.message
                    for d in events if d.WhichOneof("event") == "diagnostic")
+        # Kept as a pause (it may leave the device for the host tier), not pinned on the device.
+        assert [(x.hint.phase, x.hint.reason) for x in h.gateway.holds] == [(common_pb2.KV_HINT_PHASE_PAUSE, "approval")]
         assert "approv" not in h.gateway.requests[0].instructions.lower()
 
         events = await h.run(harness_pb2.RunRequest(approval=harness_pb2.ApprovalDecision(
             session_id=sid, approval_id=request.approval_id, approved=True)))
         assert of(events, "started")[0].resumed and kinds(events)[-1] == "completed"
-        # The decision released the hold before the session went on.
-        assert [(x.response_id, x.retention_seconds) for x in h.gateway.holds] == [
-            (first_id, h.config.approval_retention), (first_id, 0)]
+        # The decision resumed the paused KV (it comes back while the approved tools run).
+        assert [(x.response_id, x.retention_seconds, x.hint.phase) for x in h.gateway.holds] == [
+            (first_id, h.config.approval_retention, common_pb2.KV_HINT_PHASE_PAUSE),
+            (first_id, 0, common_pb2.KV_HINT_PHASE_RESUME)]
         assert (h.tmp / "workspaces" / "tenant-t1" / sid / "out.txt").read_text() == "approved\n"
         outputs = [i.function_call_output.call_id for i in h.gateway.requests[1].input]
         items = (await h.session(sid)).items

@@ -84,4 +84,4 @@ async def test_the_approval_hold_never_outlasts_the_tenants_max_retention(tmp_pa
         if held:
             assert any(f"for up to {held[0]} s" in n for n in notes), notes
         else:
-            assert "KV not held while waiting for approval: the tenant's max_retention_seconds is 0" in notes
+            assert "KV not kept while waiting for approval: the tenant's max_retention_seconds is 0" in notes

@@ -36,14 +36,7 @@ class Command:
         closed: asyncio.Future[None] = loop.create_future()
 
         def readable() -> None:
-            try:
-                data = os.read(fd, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                data = b""
-            if data:
-                buffer.feed(data)
+            if _read_into(fd, buffer):
                 return
             loop.remove_reader(fd)
             os.close(fd)
@@ -121,22 +114,11 @@ class ShellCommand:
         self._loop.add_reader(self._spare.out, self._drain)
         return self._closed
 
-    def _drain(self) -> bool:
-        """Read what the output pipe holds into the buffer; False once every writer is gone."""
+    def _drain(self, *, to_empty: bool = False) -> None:
+        """Read the output pipe into the buffer (``_read_into``); stop reading once every writer is gone."""
         assert self._buffer is not None
-        while True:
-            try:
-                data = os.read(self._spare.out, _READ_SIZE)
-            except (BlockingIOError, InterruptedError):
-                return True
-            except OSError:
-                data = b""
-            if not data:
-                self._loop.remove_reader(self._spare.out)
-                return False
-            self._buffer.feed(data)
-            if len(data) < _READ_SIZE:
-                return True
+        if not _read_into(self._spare.out, self._buffer, to_empty=to_empty):
+            self._loop.remove_reader(self._spare.out)
 
     def _status(self) -> None:
         loop, spare = self._loop, self._spare
@@ -160,7 +142,7 @@ class ShellCommand:
         else:  # killed: nothing said
             code = -signal.SIGKILL
         if self._buffer is not None:
-            self._drain()
+            self._drain(to_empty=True)
             loop.remove_reader(spare.out)
         mark("output closed")
         if not self._closed.done():
@@ -182,6 +164,24 @@ class ShellCommand:
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
+
+
+def _read_into(fd: int, buffer: HeadTailBuffer, *, to_empty: bool = False) -> bool:
+    """Feed what the output pipe ``fd`` holds into ``buffer``: one read, as a reader callback does (the loop calls
+    it again while more waits, and a writer that keeps the pipe full never holds the loop), or with ``to_empty``
+    until nothing is left (once nothing writes any more). False at its end: every writer gone."""
+    while True:
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        buffer.feed(data)
+        if not to_empty:
+            return True
 
 
 def write_script(loop: asyncio.AbstractEventLoop, fd: int, script: bytes, *, close: bool = True) -> bool:

@@ -224,3 +224,33 @@ async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it
     finally:
         for fd in (status_r, out_r):
             os.close(fd)
+
+
+async def test_a_wakeup_of_the_output_reader_reads_once_and_the_status_reads_what_is_left():
+    import fcntl
+    import os
+
+    from loopwire.harness.output import HeadTailBuffer
+    from loopwire.harness.session_commands import ShellCommand, Spare
+
+    loop = asyncio.get_running_loop()
+    status_r, status_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(status_r, False)
+    os.set_blocking(out_r, False)
+    fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)  # as a command may make its output pipe
+    chunk = 1 << 18  # one read's worth
+    assert os.write(out_w, b"x" * 3 * chunk) == 3 * chunk
+    spare = Spare(-1, -1, out_r, status_r, -1)  # no init to look at: nothing runs beside the shell
+    shell = ShellCommand(loop, spare, None, loop.create_future())
+    buffer = HeadTailBuffer(1 << 22)
+    try:
+        closed = shell.pump(buffer)
+        shell._drain()  # one wake-up of the reader: a writer keeping a big pipe full cannot hold the loop
+        assert buffer.total == chunk
+        os.write(status_w, b"0 1\n")
+        assert await asyncio.wait_for(shell.wait(), 10) == 0
+        assert closed.done() and buffer.total == 3 * chunk  # the end is told with all the command wrote
+    finally:
+        for fd in (status_r, status_w, out_r, out_w):
+            os.close(fd)

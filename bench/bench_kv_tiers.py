@@ -78,7 +78,7 @@ from loopwire.common.model_def import dummy_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.conversation import Conversation  # noqa: E402
-from loopwire.harness.kv_hints import MIN_PAUSE_MS, PauseEstimate, pause_seconds  # noqa: E402
+from loopwire.harness.kv_hints import MIN_PAUSE_MS, PauseEstimate  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
 from loopwire.inference.kv_pause_hints import prefetch_lead_seconds  # noqa: E402
@@ -337,8 +337,7 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             expected_s = expected_ms / 1000
         if mode.hints in ("expected", "estimated"):
             lead = prefetch_lead_seconds(len(hashes), executor.seconds_per_host_block)
-            until = now + min(HINT_S, pause_seconds(int(expected_s * 1000), int(HINT_S)))
-            prefetch_at = now + max(0.0, min(expected_s, until - now) - lead)
+            prefetch_at = now + max(0.0, min(expected_s, HINT_S) - lead)
         blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, prefetch_at)
         heapq.heappush(resumes, (now + max(0.0, gap - ASSEMBLE_S), i, hashes))
 
@@ -532,8 +531,8 @@ def main() -> int:
         notes=[timing,
                f"retention: instructions + tool schemas 90; a turn followed by an approval wait holds "
                f"its context at 70 for {HOLD_S:g} s (modes `priority`); otherwise 35",
-               f"hints: a pause hint when each turn ends (demoted, host priority 80, counts twice the pause + 10 s, "
-               f"at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) on "
+               f"hints: a pause hint when each turn ends (demoted, host priority 80, counts until the resume "
+               f"hint, at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) on "
                f"(`hints`: the pause that follows; `hints, estimated pause`: the harness's estimate, the mean of "
                f"what the same program took before in the session, no hint under {MIN_PAUSE_MS} ms) and at the "
                f"resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; a hint's copies (brought back, and "

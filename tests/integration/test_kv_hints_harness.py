@@ -85,6 +85,9 @@ async def test_a_tool_pause_demotes_the_sessions_kv_and_its_end_brings_it_back(t
             return demoted > 0
         await until_async(paused, "the harness's pause hint at the replica")
         assert blocks.num_paused == 1
+        # It counts until the resume hint: the tenant's ceiling (an hour) bounds only a harness gone away.
+        (pause,) = blocks._paused.values()
+        assert pause.until - engine.core.clock.now() > 3000
 
         other_channel = service_channel(gw.address, TENANT_KEYS["t2"])
         other = gateway_pb2_grpc.GatewayServiceStub(other_channel).Converse()

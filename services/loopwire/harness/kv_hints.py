@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import shlex
 from typing import TYPE_CHECKING
 
@@ -35,8 +34,6 @@ MIN_PAUSE_MS = 1000  # a shorter pause is not worth a round trip: the blocks wou
 DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session
 EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
 COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
-PAUSE_SLACK = 2  # a pause counts this many times its expected length (and 10 s more) ...
-PAUSE_MARGIN_S = 10  # ... at most the tenant's retention ceiling
 
 
 def command_key(call: common_pb2.FunctionCall) -> str:
@@ -87,11 +84,6 @@ class PauseEstimate:
         return int(self._took_ms.get(command_key(call), DEFAULT_PAUSE_MS))
 
 
-def pause_seconds(expected_ms: int, ceiling_s: int) -> int:
-    """How long a pause hint counts: its expected length with slack, within the tenant's ceiling."""
-    return min(ceiling_s, math.ceil(expected_ms / 1000) * PAUSE_SLACK + PAUSE_MARGIN_S)
-
-
 class KvHints:
     """One session's hints: the durations its tools took (``PauseEstimate``), and the hints it sends."""
 
@@ -115,7 +107,9 @@ class KvHints:
         expected = max((self.estimate.expected_ms(c) for c in calls), default=0)
         if not self.enabled or expected < MIN_PAUSE_MS:
             return False
-        seconds = pause_seconds(expected, self.run.max_retention)
+        # It counts until the resume hint, which always follows: the tenant's ceiling only bounds
+        # a pause whose harness went away (a shorter one let long tools' blocks lose their place).
+        seconds = self.run.max_retention
         reason = "exec_yield" if all(c.name in EXEC_TOOLS for c in calls) else "command"
         hint = common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, expected_pause_ms=expected, reason=reason)
         return await self._send(seconds, hint)

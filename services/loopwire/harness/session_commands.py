@@ -95,8 +95,9 @@ class Spare:
 
 class ShellCommand:
     """A command run by a shell that stays (a spare with ``shell``), with the process interface bwrap's has.
-    Its end is the shell's status line, written once nothing of the command runs: the output pipe then holds
-    all the command wrote, read to empty before the end is told (no marker in the output, which is any bytes)."""
+    Its end is the shell's status line, written once nothing of the command runs, or, killed, its init's exit
+    (which waits for every process of its namespace): the output pipe then holds all the command wrote, read to
+    empty before the end is told (no marker in the output, which is any bytes)."""
 
     stdout = None  # no stream: SandboxedProcess uses ``pump``
 
@@ -129,7 +130,7 @@ class ShellCommand:
         except OSError:
             said = b""
         if said and (self._forged or not spare.quiet()):  # something of the command still runs: it is
-            self._forged = True  # killed, and its end told once all of it is gone (the pipe's end of file)
+            self._forged = True  # killed, and its end told once all of it is gone (below: once its init exited)
             _kill_only(spare.pidfd)
             return
         loop.remove_reader(spare.status)
@@ -139,8 +140,20 @@ class ShellCommand:
             code, self.reusable = int(words[0]), words[1] == b"1"
         elif len(words) == 1 and words[0][:1] == b"!" and words[0][1:].isdigit():  # the shell ended; its init told
             code = int(words[0][1:])
-        else:  # killed: nothing said
-            code = -signal.SIGKILL
+        else:  # killed (nothing said: the pipe ends with the init and the shell, before the rest of the namespace
+            # is gone), or nothing readable said: told once the init has exited, which it does only then
+            _kill_only(spare.pidfd)
+            loop.add_reader(spare.pidfd, self._init_gone)
+            return
+        self._end(code)
+
+    def _init_gone(self) -> None:
+        self._loop.remove_reader(self._spare.pidfd)
+        self._end(-signal.SIGKILL)
+
+    def _end(self, code: int) -> None:
+        """Tell the command's end: nothing of it runs, so the output pipe holds all it wrote."""
+        loop, spare = self._loop, self._spare
         if self._buffer is not None:
             self._drain(to_empty=True)
             loop.remove_reader(spare.out)
@@ -152,7 +165,7 @@ class ShellCommand:
 
     def abandon(self) -> None:
         """Stop reading (the command never started, or its shell is dropped)."""
-        for fd in (self._spare.status, self._spare.out):
+        for fd in (self._spare.status, self._spare.out, self._spare.pidfd):
             if fd >= 0:
                 self._loop.remove_reader(fd)
         if not self._closed.done():

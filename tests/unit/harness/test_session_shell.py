@@ -155,6 +155,24 @@ async def test_a_killed_command_ends_its_shell_and_the_next_gets_a_new_one(sandb
     assert second != first and (code, text) == (0, "2 1\n")
 
 
+async def test_a_killed_commands_end_is_told_once_nothing_of_it_runs(sandbox, workspace):
+    """Its shell's status pipe ends with its init and its shell; the rest of its namespace dies after them."""
+    import uuid
+
+    import processes
+
+    session = sandbox.session(workspace)
+    await init_of(session, "true")
+    for _ in range(10):
+        marker = f"985.{uuid.uuid4().int % 100000}"
+        process = await session.start(f"for i in $(seq 40); do sleep {marker} & done; echo go; exec sleep {marker}")
+        await until(lambda process=process: b"go" in process.buffer.head, "the command to start its processes")
+        process.kill()
+        await process.result(30)
+        assert not processes.running(marker)
+    assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
+
+
 async def test_commands_at_once_each_get_a_shell(sandbox, workspace):
     session = sandbox.session(workspace)
     await init_of(session, "true")
@@ -216,14 +234,17 @@ async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it
     os.write(status_w, said)
     os.close(status_w)
     os.close(out_w)
-    spare = Spare(-1, -1, out_r, status_r, -1)  # no init to look at: nothing runs beside the shell
+    init = os.posix_spawn("/bin/true", ["true"], {})  # an init that exits (nothing said: the end waits for it)
+    pidfd = os.pidfd_open(init)
+    spare = Spare(pidfd, -1, out_r, status_r, -1)  # no tree to look at: nothing runs beside the shell
     shell = ShellCommand(loop, spare, None, loop.create_future())
     try:
         assert await asyncio.wait_for(shell.wait(), 10) == code
         assert shell.reusable is reusable
     finally:
-        for fd in (status_r, out_r):
+        for fd in (status_r, out_r, pidfd):
             os.close(fd)
+        os.waitpid(init, 0)
 
 
 async def test_a_wakeup_of_the_output_reader_reads_once_and_the_status_reads_what_is_left():

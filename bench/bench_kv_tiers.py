@@ -446,7 +446,7 @@ def main() -> int:
                 *(("of an infinite per-session cache",) if traced else ()),
                 "TTFT after a gap p50 / p90", "TTFT warm p50", "after a gap ÷ warm (p50)",
                 "the same turns, device holds all: p50", "after a gap ÷ the same turn warm: p50 / p90", "TTFT p50 / p99",
-                "host→device copies (by hints)", "makespan"):
+                "copies: onloads + by hints, both ways", "makespan"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     summary: dict[str, dict[str, float]] = {}
     for mode in modes:

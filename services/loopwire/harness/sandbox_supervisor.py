@@ -21,8 +21,8 @@ ends the whole tree the same way, and the harness then reads no status.
 A spare made with ``shell`` runs a shell that stays (``SHELL``): it serves one command after another,
 each in a subshell of its own (a fork, no exec), so a session's commands back to back cost neither a
 spare nor a bash start. After each command the shell kills every other process of its namespace
-(``kill -9 -1`` spares only the caller and pid 1) and waits until none is left (orphans are the
-init's to reap), so nothing of a command runs once its status line is written; the line also says
+(``kill -9 -1`` spares only the caller and pid 1) and waits, sleeping between its checks, until none is
+left (orphans are the init's to reap), so nothing of a command runs once its status line is written; the line also says
 whether the shell may serve again: not after a command with stdin, nor when the command left
 something in /tmp, /dev/shm or the IPC namespace (the next command must find them fresh, as in a
 spare of its own). A command that kills the shell (``kill $$``) ends the namespace; its init then
@@ -55,15 +55,20 @@ WAITING_BASH = ('IFS= read -r -u {script} -n 1 BASH_EXECUTION_STRING && [ "$BASH
 # The shell that stays: each command comes as a header (a flag, "i" when it has a stdin pipe, and its length in
 # bytes) and the command; it runs in a subshell with the command's stdout and stderr on the output pipe and the
 # shell's own descriptors closed, parsed and run by eval as the waiting bash does (the same $0, $$, $PPID,
-# $BASH_EXECUTION_STRING, line numbers, $SECONDS). Then every other process of the namespace is killed and gone,
-# and the status line says "<status> <1 if the shell may serve again, else 0>". One line: $LINENO as in `bash -c`.
+# $BASH_EXECUTION_STRING, line numbers, $SECONDS). Then every other process of the namespace is killed and gone
+# (while the init reaps them the shell sleeps, 100 us doubling to 10 ms between checks, with no process started:
+# read -t on a read end of its status pipe opened through /proc, where nothing writes meanwhile), and the status
+# line says "<status> <1 if the shell may serve again, else 0>". One line: $LINENO as in `bash -c`.
 # Only as pid 2 of its namespace (its init's first child): kill -9 -1 anywhere else would reach too far.
 SHELL = ('[ $$ = 2 ] && while LC_ALL=C IFS= read -r -u {script} __lw_n && LC_ALL=C IFS= read -r -N "${{__lw_n:1}}" -u {script} '
          '__lw_c; do if [ "${{__lw_n::1}}" = i ]; then ( exec 0<&{stdin} {stdin}<&- {script}<&- {status}>&- 1>&{out} '
-         '2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x; SECONDS=0; '
-         'eval "$BASH_EXECUTION_STRING" ); else ( exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 {out}>&-; '
-         'BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x; SECONDS=0; '
-         'eval "$BASH_EXECUTION_STRING" ); fi; __lw_s=$?; kill -9 -1; while kill -0 -1; do :; done; '
+         '2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; '
+         'SECONDS=0; eval "$BASH_EXECUTION_STRING" ); else ( exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 '
+         '{out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; '
+         'SECONDS=0; eval "$BASH_EXECUTION_STRING" ); fi; __lw_s=$?; kill -9 -1; if kill -0 -1; then '
+         'exec {{__lw_w}}</proc/self/fd/{status}; __lw_t=100; while kill -0 -1; do printf -v __lw_x 0.%06d $__lw_t; '
+         'read -r -t $__lw_x -u "$__lw_w" __lw_x; __lw_t=$((__lw_t < 10000 ? __lw_t * 2 : 10000)); done; '
+         'exec {{__lw_w}}<&-; fi; '
          '__lw_k=1; [ "${{__lw_n::1}}" = i ] && __lw_k=0; '
          '{fresh}'
          'for __lw_f in shm sem msg; do {{ read -r __lw_x && read -r __lw_x && __lw_k=0; }} < /proc/sysvipc/$__lw_f; '

@@ -173,6 +173,35 @@ async def test_a_killed_commands_end_is_told_once_nothing_of_it_runs(sandbox, wo
     assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
 
 
+async def test_the_shell_sleeps_while_it_waits_for_a_commands_leftovers_to_be_reaped(sandbox, workspace):
+    """Between its checks that nothing of the command is left, the shell sleeps (no process started for it):
+    here its init, which reaps them, is stopped until the shell is seen asleep."""
+    import os
+    import signal
+
+    session = sandbox.session(workspace)
+    await init_of(session, "true")
+    process = await session.start("sleep 1000 & until [ -e go ]; do sleep 0.01; done")
+    init = host_pid(process._init)
+    (shell,) = children(init)
+    os.kill(init, signal.SIGSTOP)
+    try:
+        (workspace / "go").touch()
+        await until(lambda: not children(shell), "the command's subshell to end")  # its leftovers are killed, unreaped
+
+        def state() -> str:
+            with open(f"/proc/{shell}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+
+        await until(lambda: state() == "S", "the shell to sleep between its checks")
+        assert process.running
+    finally:
+        os.kill(init, signal.SIGCONT)
+    r = await process.result(30)
+    assert r.exit_code == 0
+    assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
+
+
 async def test_commands_at_once_each_get_a_shell(sandbox, workspace):
     session = sandbox.session(workspace)
     await init_of(session, "true")

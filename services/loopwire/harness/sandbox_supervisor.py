@@ -42,7 +42,7 @@ import sys
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC, MS_PRIVATE = 2, 4, 8, 0x1000, 0x4000, 1 << 18
-PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_CAP_AMBIENT = 38, 22, 24, 47
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_SET_DUMPABLE = 38, 22, 24, 47, 4
 SECCOMP_MODE_FILTER, PR_CAP_AMBIENT_CLEAR_ALL, CAP_VERSION_3 = 2, 4, 0x20080522
 MAX_FDS = 4
 # The waiting bash's command line: it reads its script from the harness's pipe with builtins (a flag,
@@ -58,10 +58,12 @@ WAITING_BASH = ('IFS= read -r -u {script} -n 1 BASH_EXECUTION_STRING && [ "$BASH
 # $BASH_EXECUTION_STRING, line numbers, $SECONDS). Then every other process of the namespace is killed and gone
 # (while the init reaps them the shell sleeps, 100 us doubling to 10 ms between checks, with no process started:
 # read -t on a read end of its status pipe opened through /proc, where nothing writes meanwhile), and the status
-# line says "<status> <1 if the shell may serve again, else 0>". One line: $LINENO as in `bash -c`.
+# line says "<status> <1 if the shell may serve again, else 0>". One line: $LINENO as in `bash -c`. A command sent
+# with "x" (no stdin; another spare is ready, so this shell need not stay) leaves the loop and is run by the shell
+# itself, as the waiting bash runs its script: no subshell to fork, and the init tells its end ("!<status>").
 # Only as pid 2 of its namespace (its init's first child): kill -9 -1 anywhere else would reach too far.
 SHELL = ('[ $$ = 2 ] && while LC_ALL=C IFS= read -r -u {script} __lw_n && LC_ALL=C IFS= read -r -N "${{__lw_n:1}}" -u {script} '
-         '__lw_c; do if [ "${{__lw_n::1}}" = i ]; then ( exec 0<&{stdin} {stdin}<&- {script}<&- {status}>&- 1>&{out} '
+         '__lw_c; do [ "${{__lw_n::1}}" = x ] && break; if [ "${{__lw_n::1}}" = i ]; then ( exec 0<&{stdin} {stdin}<&- {script}<&- {status}>&- 1>&{out} '
          '2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; '
          'SECONDS=0; eval "$BASH_EXECUTION_STRING" ); else ( exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 '
          '{out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; '
@@ -72,7 +74,10 @@ SHELL = ('[ $$ = 2 ] && while LC_ALL=C IFS= read -r -u {script} __lw_n && LC_ALL
          '__lw_k=1; [ "${{__lw_n::1}}" = i ] && __lw_k=0; '
          '{fresh}'
          'for __lw_f in shm sem msg; do {{ read -r __lw_x && read -r __lw_x && __lw_k=0; }} < /proc/sysvipc/$__lw_f; '
-         'done; printf "%s %s\\n" "$__lw_s" "$__lw_k" >&{status}; done')
+         'done; printf "%s %s\\n" "$__lw_s" "$__lw_k" >&{status}; done; [ "${{__lw_n::1}}" = x ] && {{ exec {stdin}<&- '
+         '{script}<&- {status}>&- 1>&{out} 2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w '
+         '__lw_t; SECONDS=0; '
+         'eval "$BASH_EXECUTION_STRING"; }}')
 # Whether anything is left in a directory (but ``keep``): a builtin glob, no process.
 LEFT = ('for __lw_f in {d}/* {d}/.[!.]* {d}/..?*; do if [ "$__lw_f" != {keep} ] && {{ [ -e "$__lw_f" ] || '
         '[ -L "$__lw_f" ]; }}; then __lw_k=0; break; fi; done; ')
@@ -217,6 +222,9 @@ def spare_init(ready, request, pipes, program, tmp_size):
     try:
         close_all_but([ready, *pipes])
         confine(program, tmp_size, request["cwd"], request.get("shell"))
+        # Not dumpable: nothing of the command (same uid, no capability) can open the init's descriptors through
+        # /proc/1/fd, so the status line on its pipe is the init's own (bash, exec'd, is dumpable again).
+        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
         if request["ahead"] or request.get("shell"):
             bash = start_bash(request, script, out, stdin, status)
     except BaseException as e:  # noqa: BLE001 - the child must never return into the supervisor

@@ -241,14 +241,17 @@ class _Supervisor:
         mark("spare taken")
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[int] = loop.create_future()
+        # A shell runs a command itself, not in a subshell it must fork to stay, when another spare is ready for
+        # the next command (idle time made it, while the session waited): the fork costs more than that spare.
+        in_place = spare.shell and not stdin and bool(self._ready)
         proc: Command | ShellCommand
         if spare.shell:
-            proc = ShellCommand(loop, spare, None, exited)
+            proc = ShellCommand(loop, spare, None, exited, in_place=in_place)
             exited.add_done_callback(functools.partial(self._shell_ended, proc, spare))
         else:
             proc = Command(loop, spare.out, None, exited)
             exited.add_done_callback(self._ended)
-        flag, data = (b"i" if stdin else b"-"), os.fsencode(command)  # what the waiting bash reads (supervisor)
+        flag, data = (b"x" if in_place else b"i" if stdin else b"-"), os.fsencode(command)  # what the bash reads
         try:
             if not spare.shell:
                 write_script(loop, spare.script, flag + data)

@@ -470,3 +470,44 @@ async def test_a_spare_that_cannot_confine_itself_is_reported_and_the_supervisor
     r = await sandbox.run(workspace, "echo served", timeout=30)
     assert (r.exit_code, r.output.text) == (0, "served\n")
     assert session._supervisor is supervisor  # the same sandbox: it survived its spare's failure
+
+
+@pytest.mark.parametrize("shell_stays", [False, True])  # a spare's bash, or a shell running a command itself
+async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace, shell_stays):
+    """The init's descriptors are out of reach (it is not dumpable): a command that writes a status into every
+    descriptor of its init (its bash's parent) it can open is told ended only when it ends (here: at its timeout),
+    with nothing left. (With the shell that stays, the command's parent is its subshell's shell: its own test.)"""
+    import uuid
+
+    import processes
+
+    box = probed(tmp_path)
+    box.shell_stays = shell_stays
+    runs = SessionRuns(box)
+    try:
+        session = runs.session(workspace)
+        await (await session.start("true")).result(30)
+        marker = f"987.95{uuid.uuid4().int % 1000}"
+        supervisor = session._supervisor
+        assert supervisor is not None
+
+        async def idle() -> None:  # two spares ready: a shell runs the command itself, as a spare's bash does
+            await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+        init = 'read -r _ _ _ pp _ < /proc/self/stat; '  # run by the bash itself: its parent is its init
+        await idle()
+        reached = await init_of_text(session, init + 'for fd in /proc/$pp/fd/*; do : 2>&1 >> $fd && echo "opened $fd"; '
+                                                       'done')
+        assert "Permission denied" in reached and "opened" not in reached, reached
+        forge = init + f'for fd in /proc/$pp/fd/*; do printf "0\\n!0\\n0 1\\n" > $fd; done 2>/dev/null; exec sleep {marker}'
+        await idle()
+        process = await session.start(forge)
+        await until(lambda: processes.running(marker), "the forging command to run on")
+        r = await process.result(1)
+        assert (r.exit_code, r.timed_out) == (-9, True)
+        assert not processes.running(marker)
+    finally:
+        await runs.close()
+
+
+async def init_of_text(session, command: str) -> str:
+    return (await (await session.start(command)).result(30)).output.text

@@ -21,7 +21,11 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def box(tmp_path):
-    return probed(tmp_path)
+    """One spare ahead: a command never finds another ready, so each goes to the shell that stays (with two, one
+    made while the session idled runs the command itself: test_a_command_runs_in_its_shell_when_another_is_ready)."""
+    box = probed(tmp_path)
+    box.spares_ahead = 1
+    return box
 
 
 @pytest.fixture
@@ -125,6 +129,7 @@ async def test_any_output_and_exit_code_come_back_whole(tmp_path_factory, data, 
     note on the file size limit after the output, as on a sandbox of its own.)"""
     root = tmp_path_factory.mktemp("any")
     box = Sandbox(output_limit=4 << 20)
+    box.spares_ahead = 1  # (the shell that stays: see the box fixture)
     assert box.probe(root / "probe") == ""
     ws = root / "ws"
     ws.mkdir()
@@ -304,3 +309,59 @@ async def test_a_wakeup_of_the_output_reader_reads_once_and_the_status_reads_wha
     finally:
         for fd in (status_r, status_w, out_r, out_w):
             os.close(fd)
+
+
+async def idle_with_two_ready(session) -> None:
+    supervisor = session._supervisor
+    assert supervisor is not None
+    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+
+
+async def test_a_command_runs_in_its_shell_when_another_is_ready(tmp_path, workspace):
+    """After idle time two spares wait: the first command is run by its shell itself (no subshell to fork; that
+    shell then ends, the other one serves next), and it gives what a `bash -c` of its own gives."""
+    box = probed(tmp_path)
+    assert box.spares_ahead == 2
+    runs = SessionRuns(box)
+    try:
+        session = runs.session(workspace)
+        await (await session.start("true")).result(30)
+        supervisor = session._supervisor
+        for command in ("echo $$ $# $0; echo \"$BASH_EXECUTION_STRING\"; exit 3", "cd /; export X=1; echo $PWD $X",
+                        "echo one\nif then fi", "trap '' TERM; kill $$; echo still here"):
+            await idle_with_two_ready(session)
+            before = {host_pid(s.pidfd) for s in supervisor._ready}
+            r = await (await session.start(command)).result(30)
+            own = await box.run(workspace, command, timeout=30)
+            assert (r.output.text.replace("bash: eval: ", "bash: -c: "), r.exit_code) == (
+                own.output.text, own.exit_code), command
+            await idle_with_two_ready(session)
+            assert len(before - {host_pid(s.pidfd) for s in supervisor._ready}) == 1  # it ended with the command
+    finally:
+        await runs.close()
+
+
+async def test_a_status_line_forged_by_a_command_its_shell_runs_itself_is_never_believed(tmp_path, workspace):
+    """Run by its shell itself, a command is the shell: it can write both kinds of status line into its init's
+    status pipe. Its end is its init's exit, so it runs on until its timeout, and nothing of it runs after."""
+    import uuid
+
+    import processes
+
+    box = probed(tmp_path)
+    runs = SessionRuns(box)
+    try:
+        session = runs.session(workspace)
+        await (await session.start("true")).result(30)
+        await idle_with_two_ready(session)
+        marker = f"987.97{uuid.uuid4().int % 1000}"
+        forge = ('read -r _ _ _ pp _ < /proc/self/stat; for fd in /proc/$pp/fd/* /proc/self/fd/*; do '
+                 f'printf "0 1\\n!0\\n" > $fd; done 2>/dev/null; exec sleep {marker}')
+        process = await session.start(forge)
+        await until(lambda: processes.running(marker), "the forging command to run on")
+        r = await process.result(1)
+        assert (r.exit_code, r.timed_out) == (-9, True)
+        assert not processes.running(marker)
+        assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
+    finally:
+        await runs.close()

@@ -108,10 +108,10 @@ class ShellCommand:
         self._closed: asyncio.Future[None] = loop.create_future()
         self.reusable = False  # the shell said it may serve the next command
         self._forged = False  # a status line came while the command still ran
-        if in_place:  # run by the shell itself, which never serves again: its end is its init's exit
-            loop.add_reader(spare.pidfd, self._init_exited)
-        else:
-            loop.add_reader(spare.status, self._status)
+        # Run by the shell itself (which never serves again): its status pipe has one writer left, the init (not
+        # dumpable: out of the command's reach), whose line "!<status>" comes once nothing of the namespace runs.
+        self._in_place = in_place
+        loop.add_reader(spare.status, self._status)
 
     def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
         self._buffer = buffer
@@ -132,7 +132,7 @@ class ShellCommand:
             return
         except OSError:
             said = b""
-        if said and (self._forged or not spare.quiet()):  # something of the command still runs: it is
+        if said and not self._in_place and (self._forged or not spare.quiet()):  # something of it still runs: it is
             self._forged = True  # killed, and its end told once all of it is gone (below: once its init exited)
             _kill_only(spare.pidfd)
             return
@@ -153,18 +153,6 @@ class ShellCommand:
     def _init_gone(self) -> None:
         self._loop.remove_reader(self._spare.pidfd)
         self._end(-signal.SIGKILL)
-
-    def _init_exited(self) -> None:
-        """A command the shell ran itself ended: its init exited, which it does only once nothing of the namespace
-        runs, its last act the line ``!<status>``. What the command could write into the status pipe (through
-        /proc) comes before that line: only the last one counts, and none (killed) is -9."""
-        self._loop.remove_reader(self._spare.pidfd)
-        said = b""
-        while chunk := _read_all(self._spare.status):
-            said += chunk
-        lines = said.split()
-        last = lines[-1] if lines else b""
-        self._end(int(last[1:]) if last[:1] == b"!" and last[1:].isdigit() else -signal.SIGKILL)
 
     def _end(self, code: int) -> None:
         """Tell the command's end: nothing of it runs, so the output pipe holds all it wrote."""
@@ -192,14 +180,6 @@ class ShellCommand:
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
-
-
-def _read_all(fd: int) -> bytes:
-    """What the pipe holds now (every writer gone: to its end); nothing once it is empty."""
-    try:
-        return os.read(fd, _READ_SIZE)
-    except OSError:
-        return b""
 
 
 def _read_into(fd: int, buffer: HeadTailBuffer, *, to_empty: bool = False) -> bool:

@@ -95,7 +95,8 @@ class Spare:
 
 class ShellCommand:
     """A command run by a shell that stays (a spare with ``shell``), with the process interface bwrap's has.
-    Its end is the shell's status line, written once nothing of the command runs, or, killed, its init's exit
+    Its end is the shell's status line, written once nothing of the command runs (``in_place``: the shell ran it
+    itself and ended with it, so the init's line ``!<status>``), or, killed, its init's exit
     (which waits for every process of its namespace): the output pipe then holds all the command wrote, read to
     empty before the end is told (no marker in the output, which is any bytes)."""
 

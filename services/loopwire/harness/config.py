@@ -49,9 +49,10 @@ class HarnessConfig:
         4 << 20, "bytes of one RunRequest message; gRPC refuses a larger one (RESOURCE_EXHAUSTED) before it is "
                  "parsed (default 4 MiB, room for a task and instructions at --max-input-bytes)",
         parse=_whole("bytes"), metavar="BYTES")
-    approval_retention: int = setting(900, "seconds the KV of a session waiting for approval stays held "
-                                           "(released on the decision or a cancel; at most the tenant's "
-                                           "max_retention_seconds, which the gateway enforces; 0: never held)")
+    approval_retention: int = setting(900, "seconds the KV of a session waiting for approval is kept, paused (it "
+                                           "may leave the device for the host tier under pressure; resumed on the "
+                                           "decision, released on a cancel; at most the tenant's "
+                                           "max_retention_seconds, which the gateway enforces; 0: not kept)")
     tool_choice: str = setting("auto", "sessions that do not choose: 'auto' (the model may answer or call a "
                                        "tool; an opened call is always schema-valid) or 'required' (a tool call "
                                        "every turn until the model calls `finish` with its answer: what small "

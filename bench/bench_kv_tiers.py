@@ -81,7 +81,7 @@ from loopwire.gateway.conversation import Conversation  # noqa: E402
 from loopwire.harness.kv_hints import MIN_PAUSE_MS, PauseEstimate  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
-from loopwire.inference.kv_pause_hints import prefetch_lead_seconds  # noqa: E402
+from loopwire.inference.kv_pause_hints import prefetch_at  # noqa: E402
 from loopwire.inference.sequence import GenerationRequest, RetentionPolicy, TokenRangeRetention  # noqa: E402
 from loopwire.inference.simulated_engine import simulated_core  # noqa: E402
 from loopwire.v1 import common_pb2  # noqa: E402
@@ -326,7 +326,7 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         p, turn = plans[i], plans[i].turns[j]
         hashes = block_hashes(turn.prompt + turn.oracle, block, ROOT_BLOCK_HASH)
         gap, now = p.gaps[j + 1], clock.now()
-        prefetch_at, until = math.inf, now + HINT_S
+        until = now + HINT_S
         expected_s = gap
         if mode.hints == "estimated":
             expected_ms = max((estimates[i].expected_ms(c) for c in p.calls[j]), default=0)
@@ -335,10 +335,10 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             if expected_ms < MIN_PAUSE_MS:
                 return  # the harness sends no hint for a pause this short
             expected_s = expected_ms / 1000
+        start = math.inf
         if mode.hints in ("expected", "estimated"):
-            lead = prefetch_lead_seconds(len(hashes), executor.seconds_per_host_block)
-            prefetch_at = now + max(0.0, min(expected_s, HINT_S) - lead)
-        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, prefetch_at)
+            start = prefetch_at(now, expected_s, HINT_S, len(hashes), executor.seconds_per_host_block)
+        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, start)
         heapq.heappush(resumes, (now + max(0.0, gap - ASSEMBLE_S), i, hashes))
 
     while arrivals or resumes or core.has_work():

@@ -28,7 +28,7 @@ from loopwire.inference.clock import WallClock
 from loopwire.inference.config import EngineConfig
 from loopwire.inference.engine_core import EngineCore, EngineStats
 from loopwire.inference.kv_events import CacheEvent, CacheEventFeed, CacheEventKind
-from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY, prefetch_lead_seconds
+from loopwire.inference.kv_pause_hints import PAUSE_PRIORITY, prefetch_at
 from loopwire.inference.logprobs import TokenLogprobs
 from loopwire.inference.sequence import Finished, GenerationRequest, RequestOutput
 
@@ -248,12 +248,9 @@ class AsyncEngine:
             if hint.resume:
                 n = blocks.resume(key, block_hashes, root, now)
             else:
-                prefetch_at = math.inf
-                if hint.expected_pause_s > 0:
-                    per_block = getattr(self.core.executor, "seconds_per_host_block", 0.0)
-                    lead = prefetch_lead_seconds(len(block_hashes), per_block)
-                    prefetch_at = now + max(0.0, min(hint.expected_pause_s, hint.seconds) - lead)
-                n = blocks.pause(key, block_hashes, root, now + hint.seconds, prefetch_at, hint.priority)
+                per_block = getattr(self.core.executor, "seconds_per_host_block", 0.0)
+                start = prefetch_at(now, hint.expected_pause_s, hint.seconds, len(block_hashes), per_block)
+                n = blocks.pause(key, block_hashes, root, now + hint.seconds, start, hint.priority)
                 self._wake_at(blocks.next_pause_event())
             self._price_prefetch()
             return n

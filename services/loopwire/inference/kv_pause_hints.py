@@ -47,10 +47,15 @@ DEMOTED_RANK = MIN_PRIORITY - 1  # below every retention priority: leaves the de
 RESUME_GRACE_S = 30.0  # blocks brought back keep the pause's priority this long for the request
 
 
-def prefetch_lead_seconds(num_blocks: int, seconds_per_block: float) -> float:
-    """How long before a pause's expected end to start bringing ``num_blocks`` back: the copy's
-    modelled time, doubled for a link shared with other copies, plus a quarter second."""
-    return 2 * num_blocks * seconds_per_block + 0.25
+def prefetch_at(now: float, expected_pause_s: float, counts_s: float, num_blocks: int,
+                seconds_per_block: float) -> float:
+    """When to start bringing a paused prefix of ``num_blocks`` back: before its expected end (at most
+    the pause's ``counts_s``) by the copy's modelled time, doubled for a link shared with other copies,
+    and a quarter second; never without an expected pause."""
+    if expected_pause_s <= 0:
+        return math.inf
+    lead = 2 * num_blocks * seconds_per_block + 0.25
+    return now + max(0.0, min(expected_pause_s, counts_s) - lead)
 
 
 class PauseHints:

@@ -153,16 +153,22 @@ async def test_a_kill_ends_the_commands_tree_and_nothing_runs_after_it(sandbox, 
     assert again.output.text == "alive\n" and again.exit_code == 0
 
 
-async def test_a_start_cancelled_halfway_never_runs_the_command(sandbox, workspace):
-    session = sandbox.session(workspace)
-    await (await session.start("true")).result(30)  # the session's sandbox is up: only the command starts
+async def start_and_cancel_at_each_step(session, command, **kwargs) -> None:
+    """Start ``command(n)`` and cancel the start after n loop turns, for n 0-5 (each step of a start); a start
+    that got through is killed."""
     for n in range(6):
-        start = asyncio.ensure_future(session.start(f"touch ran{n}; sleep 987.6{n}"))
+        start = asyncio.ensure_future(session.start(command(n), **kwargs))
         for _ in range(n):
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one loop turn, not a wait: the start goes one step further
         start.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             (await start).kill()
+
+
+async def test_a_start_cancelled_halfway_never_runs_the_command(sandbox, workspace):
+    session = sandbox.session(workspace)
+    await (await session.start("true")).result(30)  # the session's sandbox is up: only the command starts
+    await start_and_cancel_at_each_step(session, lambda n: f"touch ran{n}; sleep 987.6{n}")
     for n in range(6):
         assert await processes.ended(f"987.6{n}")
 
@@ -176,13 +182,7 @@ async def test_a_start_with_stdin_cancelled_halfway_kills_the_command_and_closes
     asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
     try:
         await (await session.start("true")).result(30)
-        for n in range(6):
-            start = asyncio.ensure_future(session.start(f"sleep 986.5{n}", stdin=True))
-            for _ in range(n):
-                await asyncio.sleep(0)
-            start.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                (await start).kill()
+        await start_and_cancel_at_each_step(session, lambda n: f"sleep 986.5{n}", stdin=True)
         for n in range(6):
             assert await processes.ended(f"986.5{n}")
         again = await (await session.start("echo alive")).result(30)

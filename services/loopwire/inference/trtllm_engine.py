@@ -9,7 +9,16 @@ work on machines without it. What maps to what:
   ``cache_events`` polls ``LLM.get_kv_cache_events`` and re-keys every stored block with
   ``loopwire.common.hashing`` (from its tokens and its parent), so routers predict hits with
   the same hashes for every engine.
-* host-memory KV tier → ``KvCacheConfig(host_cache_size=--host-kv-bytes)``.
+* host-memory KV tier → ``KvCacheConfig(host_cache_size=--host-kv-bytes, onboard_blocks=True,
+  secondary_offload_min_priority=1)``: every evicted block a retention priority ranked above
+  the lowest goes to the host tier, as on the reference engine (TensorRT-LLM's default, 30,
+  would drop those ranked 0-29); a warm-up's own scratch block, ranked 0, is dropped.
+* pause/resume hints → warm-up requests (``trtllm_kv_hints``): a resume hint, or a pause's
+  expected end less the copy's time, submits the session's cached prefix as a one-token
+  request that reuses (so onloads) its host-tier blocks and keeps them at the pause's priority
+  (``KvCacheRetentionConfig``) for 30 s, or until the pause runs out when it came early; its
+  output goes to no client. A pause is remembered
+  only: nothing cached can be demoted or re-ranked after the fact.
 * speculative decoding, chosen by ``--drafter`` at load time: ``NGramDecodingConfig`` (prompt
   lookup; also what ``suffix`` maps to, TensorRT-LLM has no cross-session suffix drafter),
   ``DraftTargetDecodingConfig`` (``draft_target``) or ``EagleDecodingConfig`` (``eagle3``), the
@@ -53,6 +62,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -66,6 +76,7 @@ from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.constraint import Grammar
 from loopwire.inference.engine_core import EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
+from loopwire.inference.kv_host_tier import MIN_PRIORITY
 from loopwire.inference.logprobs import TokenLogprobs, certain
 from loopwire.inference.sequence import (
     Finished,
@@ -76,8 +87,10 @@ from loopwire.inference.sequence import (
     Timings,
     Usage,
 )
+from loopwire.inference.trtllm_kv_hints import StoredBlocks, TrtPauseHints
 
 if TYPE_CHECKING:
+    from loopwire.inference.config import ModelConfig
     from loopwire.inference.engine import KvBlockData, KvHint
     from loopwire.inference.server import EngineOptions
 
@@ -86,6 +99,12 @@ log = logging.getLogger("loopwire.inference.trtllm")
 # How often KV cache events are polled from the executor (seconds).
 _EVENT_POLL_S = 0.05
 _RATE_WINDOW_S = 10.0
+# Blocks assumed on the device before TensorRT-LLM reports its count (bounds the stored-block map).
+_DEVICE_BLOCKS_UNTIL_REPORTED = 65536
+# Host<->device copy bandwidth assumed for a warm-up's lead (PCIe 4.0 x16 achieved, the slower
+# link the cost model knows): a warm-up started early costs little, one started late a stall.
+_HOST_LINK_BYTES_PER_S = 25.6e9
+_KV_VALUE_BYTES = 2  # TensorRT-LLM's KV cache in the model's 16-bit dtype
 
 # Module -> names this engine imports from it.
 API_NAMES = {
@@ -95,13 +114,14 @@ API_NAMES = {
 }
 # Name -> keyword arguments this engine passes to it.
 API_KWARGS = {
-    "KvCacheConfig": ["enable_block_reuse", "event_buffer_max_size", "tokens_per_block", "max_tokens", "host_cache_size"],
+    "KvCacheConfig": ["enable_block_reuse", "event_buffer_max_size", "tokens_per_block", "max_tokens", "host_cache_size",
+                      "onboard_blocks", "secondary_offload_min_priority"],
     "DisaggregatedParams": ["request_type", "first_gen_tokens", "ctx_request_id", "opaque_state", "draft_tokens"],
     "NGramDecodingConfig": ["max_draft_len", "max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool"],
     "DraftTargetDecodingConfig": ["max_draft_len"],
     "EagleDecodingConfig": ["max_draft_len", "eagle3_one_model"],
     "SamplingParams": ["max_tokens", "temperature", "top_p", "seed", "stop_token_ids", "return_perf_metrics",
-                       "logits_processor", "guided_decoding", "logprobs"],
+                       "logits_processor", "guided_decoding", "logprobs", "end_id"],
     "GuidedDecodingParams": ["grammar", "json", "regex"],
     "LLM": ["model", "kv_cache_config", "speculative_config", "skip_tokenizer_init", "max_num_tokens",
             "guided_decoding_backend"],
@@ -241,7 +261,8 @@ class TrtLlmEngine:
     supports_kv_transfer = False
     supports_constraints = True
 
-    def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition, api: Any = None) -> None:
+    def __init__(self, llm: Any, config: EngineConfig, definition: ModelDefinition, api: Any = None,
+                 kv_block_bytes: int = 0) -> None:
         self.llm = llm
         self._api = api
         self.config = config
@@ -261,6 +282,14 @@ class TrtLlmEngine:
         # (time, context tokens, generated tokens) per iteration, from the iteration stats.
         self._iterations: deque[tuple[float, int, int]] = deque()
         self._iterations_seen = False
+        # The stored-block map holds what TensorRT-LLM can: its device blocks (configured, else
+        # reported) and the host tier's.
+        self._device_blocks = config.num_kv_blocks if config.num_kv_blocks > 1 else 0
+        self._host_blocks = config.host_kv_bytes // kv_block_bytes if kv_block_bytes else 0
+        self._hints = TrtPauseHints(StoredBlocks(self._block_capacity()), self._warm_up,
+                                    kv_block_bytes / _HOST_LINK_BYTES_PER_S)
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._warm_ups: set[asyncio.Task[None]] = set()
 
     @property
     def api(self) -> Any:
@@ -272,18 +301,22 @@ class TrtLlmEngine:
     def from_options(cls, options: EngineOptions, definition: ModelDefinition) -> TrtLlmEngine:
         from loopwire.inference.config import load_model_config
 
-        check_vocabulary(load_model_config(definition.source).vocab_size, definition)
-        return cls.create(options, definition, load_api())
+        model = load_model_config(definition.source)
+        check_vocabulary(model.vocab_size, definition)
+        return cls.create(options, definition, load_api(), model)
 
     @classmethod
-    def create(cls, options: EngineOptions, definition: ModelDefinition, api: Any) -> TrtLlmEngine:
+    def create(cls, options: EngineOptions, definition: ModelDefinition, api: Any,
+               model: ModelConfig | None = None) -> TrtLlmEngine:
         """Translate the options into TensorRT-LLM's configs and start its ``LLM``."""
+        host_tier = {"host_cache_size": options.host_kv_bytes, "onboard_blocks": True,
+                     "secondary_offload_min_priority": MIN_PRIORITY + 1}
         kv = api.KvCacheConfig(
             enable_block_reuse=not options.baseline.no_prefix_cache,
             event_buffer_max_size=16384,
             tokens_per_block=options.block_size,
             **({"max_tokens": options.kv_blocks * options.block_size} if options.kv_blocks else {}),
-            **({"host_cache_size": options.host_kv_bytes} if options.host_kv_bytes else {}),
+            **(host_tier if options.host_kv_bytes else {}),
         )
         spec = speculative_config(api, options.drafter, options.num_draft_tokens, options.draft_model)
         llm = api.LLM(model=definition.source, kv_cache_config=kv, speculative_config=spec, skip_tokenizer_init=True,
@@ -294,7 +327,9 @@ class TrtLlmEngine:
             max_output_tokens=options.max_output_tokens, num_draft_tokens=options.num_draft_tokens,
             prefix_cache=not options.baseline.no_prefix_cache, drafter=options.drafter, host_kv_bytes=options.host_kv_bytes,
         )
-        return cls(llm, config, definition, api)
+        block_bytes = (2 * _KV_VALUE_BYTES * model.num_hidden_layers * model.num_key_value_heads * model.head_dim
+                       * options.block_size if model is not None else 0)
+        return cls(llm, config, definition, api, block_bytes)
 
     async def start(self) -> None:
         if self._poller is None:
@@ -305,6 +340,12 @@ class TrtLlmEngine:
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+        for task in list(self._warm_ups):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self.llm.shutdown()
 
     async def generate(self, req: GenerationRequest) -> AsyncIterator[RequestOutput]:
@@ -426,13 +467,74 @@ class TrtLlmEngine:
         return 0
 
     async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
-        """A pause/resume hint moves blocks already cached; TensorRT-LLM's retention and host
-        offload (``KvCacheRetentionConfig``, ``host_cache_size``) are set per request and it
-        onloads a reused host block by itself: nothing is moved after the fact (0 says so)."""
-        return 0
+        """A pause is remembered (and warms the prefix up ahead of its expected end), a resume
+        warms it up at once (``trtllm_kv_hints``). Returns the blocks covered."""
+        if hint.resume:
+            n = self._hints.resume(key, block_hashes, root, hint.priority)
+        else:
+            n = self._hints.pause(key, block_hashes, root, time.monotonic(), hint.seconds, hint.expected_pause_s,
+                                  hint.priority)
+        self._arm_pause_timer()
+        return n
 
     def hint_counters(self) -> tuple[int, int]:
-        return 0, 0
+        """(paused blocks TensorRT-LLM moved to the host tier while paused, host-tier blocks
+        warm-ups covered)."""
+        return self._hints.demoted_blocks, self._hints.onloaded_blocks
+
+    def _warm_up(self, tokens: list[int], priority: int, seconds: float) -> None:
+        """Submit the prefix as a one-token request: its block reuse onloads the host-tier
+        blocks, its retention keeps them at ``priority`` for ``seconds``. A repeat of the last
+        token follows the prefix so every block of it is matched whole; that scratch block is
+        ranked lowest (dropped, not offloaded). Submitted now, ahead of the session's next
+        request; its output is read off in the background and goes nowhere."""
+        api = self.api
+        cls = api.KvCacheRetentionConfig
+        retention = cls([cls.TokenRangeRetentionConfig(0, len(tokens), priority, timedelta(seconds=seconds)),
+                         cls.TokenRangeRetentionConfig(len(tokens), None, MIN_PRIORITY, None)], MIN_PRIORITY)
+        stops = self.definition.stop_token_ids
+        params = api.SamplingParams(max_tokens=1, end_id=stops[0] if stops else -1)
+        try:
+            result = self.llm.generate_async({"prompt_token_ids": tokens + tokens[-1:]}, sampling_params=params,
+                                             streaming=True, kv_cache_retention_config=retention)
+        except Exception:  # a hint is advice: the session's request runs without it
+            log.warning("TensorRT-LLM refused a KV warm-up request", exc_info=True)
+            return
+        task = asyncio.get_running_loop().create_task(self._discard(result))
+        self._warm_ups.add(task)
+        task.add_done_callback(self._warm_ups.discard)
+
+    @staticmethod
+    async def _discard(result: Any) -> None:
+        """Wait for a warm-up's first output (its prefix is on the device), then let it go."""
+        finished = False
+        try:
+            async for out in result:
+                finished = bool(out.finished)
+                break
+        except Exception:
+            log.warning("a KV warm-up request failed", exc_info=True)
+        finally:
+            if not finished:
+                result.abort()
+
+    def _arm_pause_timer(self) -> None:
+        """One timer, for the earliest pause event (a warm-up ahead of its end, or its end)."""
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        when = self._hints.next_event()
+        if when < math.inf:
+            delay = max(0.0, when - time.monotonic())
+            self._pause_timer = asyncio.get_running_loop().call_later(delay, self._run_pauses)
+
+    def _run_pauses(self) -> None:
+        self._pause_timer = None
+        self._hints.run_due(time.monotonic())
+        self._arm_pause_timer()
+
+    def _block_capacity(self) -> int:
+        return (self._device_blocks or _DEVICE_BLOCKS_UNTIL_REPORTED) + self._host_blocks
 
     # -- KV cache events --------------------------------------------------------------
 
@@ -465,6 +567,10 @@ class TrtLlmEngine:
             kv = data.get("kvCacheStats")
             if kv:
                 self._kv_stats = kv
+                if int(kv.get("maxNumBlocks", 0)) > 0:
+                    self._device_blocks = int(kv["maxNumBlocks"])
+                    self._hints.blocks.capacity = self._block_capacity()
+                    self._hints.blocks.shrink()
                 return
         if stats and not self._missing_stats_logged:
             self._missing_stats_logged = True
@@ -484,12 +590,20 @@ class TrtLlmEngine:
                     tokens = [int(t["token_id"]) if isinstance(t, dict) else int(t) for t in block.get("tokens", [])]
                     ours = block_hash(parent, tokens)
                     self._trt_to_ours[block["block_hash"]] = ours
+                    self._hints.blocks.stored(ours, parent, tokens, on_host=bool(block.get("cache_level") or 0))
                     hashes.append(ours)
                     parent = ours
                 if hashes:
                     out.append(CacheEvent(CacheEventKind.STORED, hashes))
             elif kind == "removed":
                 gone = [self._trt_to_ours.pop(h) for h in data.get("block_hashes", []) if h in self._trt_to_ours]
+                for h in gone:
+                    self._hints.blocks.removed(h)
                 if gone:
                     out.append(CacheEvent(CacheEventKind.REMOVED, gone))
+            elif kind == "updated":
+                level = data.get("cache_level")
+                moved = self._trt_to_ours.get(data.get("block_hash"))
+                if isinstance(level, dict) and moved is not None:  # 0: the device, 1: the host tier
+                    self._hints.moved(moved, bool(level.get("new_value") or 0))
         return out

@@ -125,6 +125,7 @@ def test_load_time_configs_host_tier_and_speculation_by_drafter() -> None:
     engine(llm, host_kv_bytes=8 << 30, kv_blocks=100, block_size=32, drafter="prompt_lookup", num_draft_tokens=5)
     kv = llm.init["kv_cache_config"].kwargs
     assert kv["host_cache_size"] == 8 << 30 and kv["max_tokens"] == 3200 and kv["tokens_per_block"] == 32
+    assert kv["onboard_blocks"] is True and kv["secondary_offload_min_priority"] == 1  # evicted blocks: to the host
     spec = llm.init["speculative_config"]
     assert type(spec).__name__ == "NGramDecodingConfig" and spec.kwargs["max_draft_len"] == 5
     assert llm.init["skip_tokenizer_init"] is True
@@ -225,6 +226,9 @@ def test_every_name_the_engine_uses_exists_in_the_installed_package() -> None:
     retention = api["KvCacheRetentionConfig"]
     assert hasattr(retention, "TokenRangeRetentionConfig")
     retention([retention.TokenRangeRetentionConfig(0, None, 90, timedelta(seconds=1))], 35, timedelta(seconds=1))
+    retention([retention.TokenRangeRetentionConfig(0, 64, 80, timedelta(seconds=30)),  # a KV warm-up's
+               retention.TokenRangeRetentionConfig(64, None, 0, None)], 0)
+    api["SamplingParams"](max_tokens=1, end_id=-1)
     params = api["DisaggregatedParams"](request_type="context_only")
     assert params.request_type == "context_only"
     generate = inspect.signature(api["LLM"].generate_async).parameters

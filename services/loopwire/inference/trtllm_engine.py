@@ -17,8 +17,8 @@ work on machines without it. What maps to what:
   expected end less the copy's time, submits the session's cached prefix as a one-token
   request that reuses (so onloads) its host-tier blocks and keeps them at the pause's priority
   (``KvCacheRetentionConfig``) for 30 s, or until the pause runs out when it came early; its
-  output goes to no client. A pause is remembered
-  only: nothing cached can be demoted or re-ranked after the fact.
+  output goes to no client. A pause is remembered only: nothing cached can be demoted or
+  re-ranked after the fact.
 * speculative decoding, chosen by ``--drafter`` at load time: ``NGramDecodingConfig`` (prompt
   lookup; also what ``suffix`` maps to, TensorRT-LLM has no cross-session suffix drafter),
   ``DraftTargetDecodingConfig`` (``draft_target``) or ``EagleDecodingConfig`` (``eagle3``), the

@@ -4,10 +4,13 @@ whose path is in ``LOOPWIRE_TRTLLM_MODEL``."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import pytest
 
+from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hashes
+from loopwire.inference.engine import KvHint
 from loopwire.inference.sequence import FinishReason, GenerationRequest
 from loopwire.inference.server import EngineOptions, build_engine
 
@@ -39,3 +42,16 @@ async def test_oracle_replay_emits_the_recording(engine) -> None:
     tokens = [t for o in outs for t in o.token_ids]
     assert tokens == oracle and outs[-1].finished is not None
     assert outs[-1].finished.reason in (FinishReason.LENGTH, FinishReason.STOP)
+
+
+async def test_a_resume_hint_warms_the_prefix_up_and_the_next_request_reuses_it(engine) -> None:
+    prompt = list(range(2000, 2600))
+    [o async for o in engine.generate(GenerationRequest("w", prompt, 4))]
+    hashes = block_hashes(prompt, 32)
+    async with asyncio.timeout(30):  # the stored events reach the engine's block map
+        while hashes[-1] not in engine._hints.blocks:
+            await asyncio.sleep(0.05)
+    assert await engine.hint_prefix("s", hashes, ROOT_BLOCK_HASH, KvHint(resume=True, seconds=0)) == len(hashes)
+    await asyncio.gather(*list(engine._warm_ups))  # its output went to no client, nothing failed
+    again = [o async for o in engine.generate(GenerationRequest("w2", prompt + [5, 6], 4))]
+    assert again[-1].finished is not None and again[-1].finished.usage.cached_input_tokens >= len(hashes) * 32

@@ -17,17 +17,20 @@ rest at the default 35. Long tools are not held: the harness cannot tell a 2 s t
 2 min one, and holding every session's context starves the active ones at this capacity (TensorRT-LLM ``KvCacheRetentionConfig`` semantics).
 
 ``hints`` modes: instead of pinning, the harness's KV hints (``kv_cache.BlockManager.pause`` /
-``resume``, as ``HoldKv`` with a hint reaches a replica): when a turn ends and its tool (or an
-approval) runs, the session's blocks are demoted (they leave the device first, for the host tier,
-kept there at priority 80); the replica brings them back ahead of the expected end (the pause's
-length as the replay knows it, less the copy's modelled time, doubled, and 0.25 s), and the
-harness's resume hint at the tool's end (``ASSEMBLE_S`` before the next request reaches the
-replica) brings back whatever is still in the host tier. ``hints, resume only`` gives no expected
-pause: only the resume hint brings the blocks back. ``hints, estimated pause`` gives the pause the
-harness would expect (``kv_hints.PauseEstimate``: the mean of what the same program took before in
-the session, else 5 s; no hint under 1 s), not the one that follows. A hint's copies (the blocks it
-brings back and those it evicts for them) occupy the host link (``CostModelExecutor.prefetch``): a
-step that starts before they are done waits for them.
+``resume``, as ``HoldKv`` with a hint reaches a replica): when a turn ends and its tool runs, the
+session's blocks are demoted (they leave the device first, for the host tier, kept there at
+priority 80); the replica brings them back ahead of the expected end (less the copy's modelled
+time, doubled, and 0.25 s; kept there until the resume hint), and the harness's resume hint at the
+tool's end (``ASSEMBLE_S`` before the next request reaches the replica) brings back whatever is
+still in the host tier. A turn followed by an approval is paused with no expected end (nobody
+knows when a human answers); the decision starts the tools, whose own pause hint replaces it (or,
+when they are too short for one, a resume at once). ``hints`` gives the tool's run time as it
+will be; ``hints, resume only`` gives no expected pause: only the resume hint (and the decision)
+brings the blocks back. ``hints, estimated pause`` gives the pause the harness would expect
+(``kv_hints.PauseEstimate``: an early quantile of what the same program took before in the
+session; no hint under 1 s), not the one that follows. A hint's copies (the blocks it brings back
+and those it evicts for them) occupy the host link (``CostModelExecutor.prefetch``): a step that
+starts before they are done waits for them.
 
 The reference, ``device holds all``, replays the same turns with device KV for the whole working
 set: each turn's TTFT with all it can reuse on the device. A mode's turn after a gap is compared
@@ -310,7 +313,9 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
     for i, p in enumerate(plans):
         if p.after is not None:
             followers.setdefault(p.after, []).append(i)
-    resumes: list[tuple[float, int, list[int]]] = []  # the harness's resume hints
+    # The harness's hints still to come: (when, plan, kind, hashes, turn); kind "tool": the approval was
+    # decided, the turn's tools start (a pause hint for them, or a resume when they are short).
+    hints: list[tuple[float, int, str, list[int], int]] = []
     estimates = [PauseEstimate() for _ in plans]  # mode "estimated": the harness's, per session
     waited: dict[str, float] = {}
     out = Result()
@@ -321,36 +326,50 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             executor.prefetch(n)
             out.prefetched += n
 
-    def pause(i: int, j: int) -> None:
-        """Turn j of plan i ended and its tool runs: the harness's pause hint, the resume due."""
-        p, turn = plans[i], plans[i].turns[j]
-        hashes = block_hashes(turn.prompt + turn.oracle, block, ROOT_BLOCK_HASH)
-        gap, now = p.gaps[j + 1], clock.now()
-        until = now + HINT_S
-        expected_s = gap
+    def tool_pause(i: int, j: int, hashes: list[int]) -> None:
+        """The tools of turn j of plan i start: the pause hint for them (when the harness would send
+        one), and the resume hint due at their end."""
+        p, now = plans[i], clock.now()
+        expected_s = p.tool_s[j]
         if mode.hints == "estimated":
             expected_ms = max((estimates[i].expected_ms(c) for c in p.calls[j]), default=0)
             for c in p.calls[j]:
                 estimates[i].observe(c, p.tool_s[j])  # known once the tool ends (used from the next pause on)
-            if expected_ms < MIN_PAUSE_MS:
-                return  # the harness sends no hint for a pause this short
             expected_s = expected_ms / 1000
+        if mode.hints == "estimated" and expected_s * 1000 < MIN_PAUSE_MS:  # the harness sends no pause hint
+            if p.holds[j]:
+                blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, now)  # decided, and the tools are short: back now
+            return
         start = math.inf
         if mode.hints in ("expected", "estimated"):
             start = prefetch_at(now, expected_s, HINT_S, len(hashes), executor.seconds_per_host_block)
-        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, until, start)
-        heapq.heappush(resumes, (now + max(0.0, gap - ASSEMBLE_S), i, hashes))
+        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, now + HINT_S, start)
+        heapq.heappush(hints, (now + max(0.0, p.tool_s[j] - ASSEMBLE_S), i, "resume", hashes, j))
 
-    while arrivals or resumes or core.has_work():
+    def pause(i: int, j: int) -> None:
+        """Turn j of plan i ended: its tools run, or an approval is asked first (a pause hint of
+        unknown length, then the tools' own once it is decided)."""
+        p, turn = plans[i], plans[i].turns[j]
+        hashes = block_hashes(turn.prompt + turn.oracle, block, ROOT_BLOCK_HASH)
+        if not p.holds[j]:
+            tool_pause(i, j, hashes)
+            return
+        blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, clock.now() + HINT_S)
+        heapq.heappush(hints, (clock.now() + p.gaps[j + 1] - p.tool_s[j], i, "tool", hashes, j))
+
+    while arrivals or hints or core.has_work():
         if not core.has_work():
-            due = min(arrivals[0][0] if arrivals else math.inf, resumes[0][0] if resumes else math.inf,
+            due = min(arrivals[0][0] if arrivals else math.inf, hints[0][0] if hints else math.inf,
                       blocks.next_pause_event())
             if due > clock.now():
                 clock.advance(due - clock.now())  # type: ignore[attr-defined]
             blocks.expire_retentions(clock.now())  # a pause's prefetch or end, while idle
-        while resumes and resumes[0][0] <= clock.now():
-            _, i, hashes = heapq.heappop(resumes)
-            blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, clock.now())
+        while hints and hints[0][0] <= clock.now():
+            _, i, kind, hashes, j = heapq.heappop(hints)
+            if kind == "tool":
+                tool_pause(i, j, hashes)
+            else:
+                blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, clock.now())
         price_prefetch()
         while arrivals and arrivals[0][0] <= clock.now():
             _, i, j = heapq.heappop(arrivals)
@@ -531,12 +550,14 @@ def main() -> int:
         notes=[timing,
                f"retention: instructions + tool schemas 90; a turn followed by an approval wait holds "
                f"its context at 70 for {HOLD_S:g} s (modes `priority`); otherwise 35",
-               f"hints: a pause hint when each turn ends (demoted, host priority 80, counts until the resume "
-               f"hint, at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) on "
-               f"(`hints`: the pause that follows; `hints, estimated pause`: the harness's estimate, the mean of "
-               f"what the same program took before in the session, no hint under {MIN_PAUSE_MS} ms) and at the "
-               f"resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; a hint's copies (brought back, and "
-               f"evicted for their room) occupy the host link from when they are made",
+               f"hints: a pause hint when each turn's tools start (demoted, host priority 80, counts until the "
+               f"resume hint, at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) "
+               f"on and kept until the resume (`hints`: the tool time that follows; `hints, estimated pause`: the "
+               f"harness's estimate, an early quantile of what the same program took before in the session, no hint "
+               f"under {MIN_PAUSE_MS} ms) and at the resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; an "
+               f"approval wait is a pause of unknown length, its decision starts the tools' own pause (or resumes "
+               f"at once when they are short); a hint's copies (brought back, and evicted for their room) occupy "
+               f"the host link from when they are made",
                f"warm: turns after a gap under {LONG_GAP_S:g} s; the same turn warm: that turn replayed with device "
                f"KV for the whole working set (`{REFERENCE.label}`, {reference_blocks:,} blocks), per-turn ratios"])
     body = ["Replays of recorded sessions (oracle tokens).", "", *provenance.table_markdown(table), "",

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import shlex
+import statistics
 from typing import TYPE_CHECKING
 
 from loopwire.common import json_limits
@@ -31,7 +33,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("loopwire.harness")
 
 MIN_PAUSE_MS = 1000  # a shorter pause is not worth a round trip: the blocks would not move
-DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session
+DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session: its likely length
+PRIOR_LOG_SPREAD = 1.0  # the spread (σ of the log) of a command's run times, until its own is known
+MIN_SPREAD_RUNS = 3  # runs of a command before their own spread is used
+RUNS_KEPT = 8  # the last runs of each command an estimate is fitted to
+EARLY_QUANTILE_Z = 2.0  # the estimate is the 10% quantile: 9 pauses in 10 last at least that long
 EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
 COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
 
@@ -59,29 +65,46 @@ def command_key(call: common_pb2.FunctionCall) -> str:
 
 
 class PauseEstimate:
-    """How long a session's tool calls will likely run: an exec call's yield window, else what the
-    same command (``command_key``) took earlier in the session (the mean of the last one and what
-    was expected before), else ``DEFAULT_PAUSE_MS``."""
+    """How long a session's tool calls will at least run, most of the time: the replica starts
+    bringing the blocks back then, so the estimate errs early. Tool times spread several-fold
+    (the same ``pytest`` takes 3 s or 60 s), so a mean would be late about half the time and a
+    late prefetch costs the whole copy in the next TTFT, while an early one only keeps the blocks
+    on the device a while longer. From what the same command (``command_key``) took earlier in the
+    session: the low ``EARLY_QUANTILE_Z`` quantile of a lognormal fitted to its last runs (their
+    own spread once there are ``MIN_SPREAD_RUNS``, else ``PRIOR_LOG_SPREAD``); never seen: the
+    same quantile of ``DEFAULT_PAUSE_MS``. An exec call returns by its yield window at the
+    latest, so the window caps it."""
 
     def __init__(self) -> None:
-        self._took_ms: dict[str, float] = {}
+        self._log_s: dict[str, list[float]] = {}
 
     def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
-        key = command_key(call)
-        ms = seconds * 1000
-        before = self._took_ms.get(key)
-        self._took_ms[key] = ms if before is None else (before + ms) / 2
+        runs = self._log_s.setdefault(command_key(call), [])
+        runs.append(math.log(max(seconds, 1e-3)))
+        del runs[:-RUNS_KEPT]
 
     def expected_ms(self, call: common_pb2.FunctionCall) -> int:
-        if call.name in EXEC_TOOLS:
-            try:
-                args = json_limits.loads(call.arguments or "{}")
-            except ValueError:
-                args = {}
-            window = args.get("yield_time_ms") if isinstance(args, dict) else None
-            if isinstance(window, (int, float)) and window > 0:
-                return int(window)
-        return int(self._took_ms.get(command_key(call), DEFAULT_PAUSE_MS))
+        runs = self._log_s.get(command_key(call))
+        if runs:
+            spread = statistics.stdev(runs) if len(runs) >= MIN_SPREAD_RUNS else PRIOR_LOG_SPREAD
+            early_s = math.exp(statistics.fmean(runs) - EARLY_QUANTILE_Z * spread)
+            expected = int(early_s * 1000)
+        else:
+            expected = int(DEFAULT_PAUSE_MS * math.exp(-EARLY_QUANTILE_Z * PRIOR_LOG_SPREAD))
+        window = _yield_window_ms(call)
+        return min(expected, window) if window else expected
+
+
+def _yield_window_ms(call: common_pb2.FunctionCall) -> int:
+    """An exec call's ``yield_time_ms`` (0: not an exec call, or none given)."""
+    if call.name not in EXEC_TOOLS:
+        return 0
+    try:
+        args = json_limits.loads(call.arguments or "{}")
+    except ValueError:
+        return 0
+    window = args.get("yield_time_ms") if isinstance(args, dict) else None
+    return int(window) if isinstance(window, (int, float)) and window > 0 else 0
 
 
 class KvHints:
@@ -118,14 +141,19 @@ class KvHints:
         await self._send(0, common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_RESUME))
 
     def around(self, calls: list[common_pb2.FunctionCall],
-               tasks: list[asyncio.Task[common_pb2.FunctionCallOutput]]) -> asyncio.Task[None]:
+               tasks: list[asyncio.Task[common_pb2.FunctionCallOutput]],
+               after_approval: bool = False) -> asyncio.Task[None]:
         """In the background, so the turn never waits on the gateway for it: the pause hint for
         the running ``calls``, then, if it was accepted, the resume hint as soon as the last of
-        ``tasks`` ends (not after their outputs are stored). Awaited before the next request uses
-        the gateway stream."""
+        ``tasks`` ends (not after their outputs are stored). ``after_approval``: the session was
+        paused for an approval, now decided; the tools' pause replaces it, and when they are too
+        short for one the resume comes at once (the decision is the earliest sign the session is
+        back). Awaited before the next request uses the gateway stream."""
         async def pause_then_resume() -> None:
             if await self.pause(calls):
                 await asyncio.wait(tasks)
+                await self.resume()
+            elif after_approval and self.enabled:
                 await self.resume()
         return asyncio.ensure_future(pause_then_resume())
 

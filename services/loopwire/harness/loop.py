@@ -170,29 +170,26 @@ class SessionRun:
     async def _hold_kv(self, seconds: int) -> None:
         """While a human decides, the last response's KV is paused (a KV hint, ``kv_hints``): its
         replica lets it leave the device first, for the host tier, under memory pressure instead
-        of pinning it there, for at most the tenant's max_retention_seconds; 0: the decision came,
-        and the resume hint brings it back while the decided tools run. A hint: when the gateway
-        cannot, the session goes on and the diagnostic says why."""
-        if not self.config.approval_retention or not self.conversation.stateful:
+        of pinning it there, for at most the tenant's max_retention_seconds. The decision ends the
+        pause (``TurnTools.kv_hints_after_approval``). A hint: when the gateway cannot, the
+        session goes on and the diagnostic says why."""
+        if not seconds or not self.conversation.stateful:
             return
         if not self.max_retention:
-            if seconds:
-                self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=(
-                    "KV not kept while waiting for approval: the tenant's max_retention_seconds is 0")))
+            self.emit(diagnostic=harness_pb2.RunDiagnostic(source="harness", message=(
+                "KV not kept while waiting for approval: the tenant's max_retention_seconds is 0")))
             return
         seconds = min(seconds, self.max_retention)
-        hint = (common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, reason="approval") if seconds
-                else common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_RESUME))
+        hint = common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, reason="approval")
         try:
             held = await self.conversation.hold_kv(seconds, hint=hint)
         except GatewayError as e:
             self.emit(diagnostic=harness_pb2.RunDiagnostic(source="gateway", message=f"KV hint: {e.error.message}"))
             return
-        if seconds:
-            self.emit(diagnostic=harness_pb2.RunDiagnostic(
-                source="gateway", message=f"KV kept while waiting for approval: {held.blocks} blocks on "
-                                          f"{held.replica_id or 'no replica'}, in the host tier under pressure, "
-                                          f"for up to {seconds} s"))
+        self.emit(diagnostic=harness_pb2.RunDiagnostic(
+            source="gateway", message=f"KV kept while waiting for approval: {held.blocks} blocks on "
+                                      f"{held.replica_id or 'no replica'}, in the host tier under pressure, "
+                                      f"for up to {seconds} s"))
 
     @property
     def parks_background(self) -> bool:
@@ -359,13 +356,18 @@ class SessionRun:
                 for p in waiting:
                     self.emit(approval_requested=harness_pb2.ApprovalRequested(approval_id=p.approval_id, call=p.call))
                 return Step.SUSPENDED
-            await self._hold_kv(0)  # decided: the session goes on, its KV need not be pinned any longer
             running = TurnTools(self, self.turn_count)
             running.calls = self.last_turn_calls()
             for p in pending:
                 if p.result is None:
                     running.start(p.call, verdict=Verdict.RUN)
-            outputs = [p.result if p.result is not None else await running.result(p.call) for p in pending]
+            # Decided: the approval's pause becomes the tools' (the resume due when they end), or
+            # ends now when they are short.
+            hints = running.kv_hints_after_approval([p.call for p in pending if p.result is None])
+            try:
+                outputs = [p.result if p.result is not None else await running.result(p.call) for p in pending]
+            finally:
+                await hints  # the next request must not share the gateway stream with a hint
             for out in outputs:
                 await self.append([output_item(out)])
             await self.append(self.tool_context.extra.take_items() if self.tool_context.extra else [])

@@ -167,6 +167,11 @@ class TurnTools:
             return None
         return self.run.kv_hints.around(running, [self.tasks[c.call_id] for c in running])
 
+    def kv_hints_after_approval(self, calls: list[common_pb2.FunctionCall]) -> asyncio.Task[None]:
+        """The approval's pause ends with the decided tools' own (or at once when they are short)."""
+        running = [c for c in calls if c.call_id in self.tasks and not self.tasks[c.call_id].done()]
+        return self.run.kv_hints.around(running, [self.tasks[c.call_id] for c in running], after_approval=True)
+
     async def _gather(self, calls: list[common_pb2.FunctionCall]) -> Step:
         n = 0
         while n < len(calls):

@@ -72,6 +72,7 @@ class Block:
     priority_until: float = math.inf  # then back to DEFAULT_PRIORITY
     priority_set: bool = False  # by a request's retention policy (else the default)
     demoted: bool = False  # a pause hint: evicted before every other cached block (to the host tier)
+    early: bool = False  # brought back ahead of a pause's expected end: just below its priority until the resume
 
 
 @dataclass
@@ -311,7 +312,7 @@ class BlockManager(PauseHints):
             if block.ref == 0:
                 self._evictable.discard(block_id)
             block.ref += 1
-            block.demoted = False  # in use again: an ordinary block
+            block.demoted = block.early = False  # in use again: an ordinary block
 
     def release(self, block_ids: Sequence[int]) -> None:
         """Drop one reference of each block; the last one sends it to the LRU or the free list."""
@@ -343,14 +344,16 @@ class BlockManager(PauseHints):
                 self._events.append(CacheEvent(CacheEventKind.REMOVED, removed))
             block.hash, block.parent, block.token_ids = 0, ROOT_BLOCK_HASH, ()
             block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
-            block.demoted = False
+            block.demoted = block.early = False
 
     # -- retention priorities ---------------------------------------------------------
 
     def _rank(self, block: Block) -> int:
         if block.demoted:
             return DEMOTED_RANK
-        return block.priority if self.eviction_policy == "priority" else DEFAULT_PRIORITY
+        if self.eviction_policy != "priority":
+            return DEFAULT_PRIORITY
+        return block.priority - 1 if block.early else block.priority
 
     def set_priority(self, block_id: int, priority: int, until: float = math.inf) -> None:
         """Retention priority of a block (0-100), back to the default at ``until``. The latest
@@ -370,6 +373,7 @@ class BlockManager(PauseHints):
             block = self.blocks[block_id]
             if block.priority_until == until:  # not replaced since
                 block.priority, block.priority_until, block.priority_set = DEFAULT_PRIORITY, math.inf, False
+                block.early = False
                 if block_id in self._evictable:
                     self._evictable.add(block_id, self._rank(block))
 

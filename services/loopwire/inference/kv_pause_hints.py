@@ -133,22 +133,35 @@ class PauseHints:
         pause = self._paused.get(key)
         priority = pause.priority if pause is not None else PAUSE_PRIORITY
         self._end_pause(key)
+        return self._bring_back(hashes, root, priority, now + RESUME_GRACE_S)
+
+    def _bring_back(self, hashes: Sequence[int], root: int, priority: int, until: float, early: bool = False) -> int:
+        """Copy a held prefix back to the device (as far as there is room without evicting blocks
+        ranked at or above its rank), every block of it kept at ``priority`` until ``until``.
+        ``early``: ahead of an expected end, ranked just below ``priority`` (a session whose
+        tool has ended may take the room of one only expected back). Returns the blocks copied
+        back from the host tier."""
+        rank = priority - 1 if early else priority
         # Each block brought back stays referenced until the end: under plain LRU its rank is
         # everyone's, and the next onload would evict it again (a copy each way, counted as back).
         brought: list[int] = []
         for h, block_id in self._chain(hashes, root):
             if block_id is None:
                 lowest = self._evictable.lowest()
-                if not self._free and (lowest is None or lowest >= priority):
+                if not self._free and (lowest is None or lowest >= rank):
                     break
                 assert self.host is not None
                 block_id = self._onload(h, self.host.blocks[h].token_ids, prefetch=True)
                 if block_id is None:
                     break
-                self.set_priority(block_id, priority, now + RESUME_GRACE_S)
+                self.blocks[block_id].early = early
+                self.set_priority(block_id, priority, until)
                 brought.append(block_id)
-            elif self.blocks[block_id].priority <= priority:
-                self.set_priority(block_id, priority, now + RESUME_GRACE_S)
+                continue
+            block = self.blocks[block_id]
+            if block.priority <= priority:
+                block.demoted, block.early = False, early  # back from the pause: ranked by its priority again
+                self.set_priority(block_id, priority, until)
         for block_id in brought:  # in chain order, as each used to be released
             self.release([block_id])
         return len(brought)
@@ -177,7 +190,10 @@ class PauseHints:
     def _run_pauses(self, now: float) -> None:
         for key, pause in [(k, p) for k, p in self._paused.items() if min(p.prefetch_at, p.until) <= now]:
             if pause.prefetch_at <= now and pause.prefetch_at < pause.until:
-                self.resume(key, pause.hashes, pause.root, now)  # ahead of the expected end
+                # Ahead of the expected end, which is only an estimate: the blocks keep the pause's
+                # priority until the resume hint (or the pause runs out), however late it comes.
+                self._bring_back(pause.hashes, pause.root, pause.priority, pause.until, early=True)
+                pause.prefetch_at = math.inf
             else:
                 self._end_pause(key)
 

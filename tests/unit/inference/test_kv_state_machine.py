@@ -41,15 +41,19 @@ TOKENS = st.one_of(TURN, TURN, TURN, st.lists(st.integers(0, 1), min_size=1, max
 
 def rank(bm: BlockManager, b: int) -> int:
     """Eviction rank of a cached block: below all when a pause hint demoted it, else its retention
-    priority, one rank for all under plain LRU."""
-    if bm.blocks[b].demoted:
+    priority (one below it when a pause brought it back ahead of its expected end), one rank for
+    all under plain LRU."""
+    block = bm.blocks[b]
+    if block.demoted:
         return DEMOTED_RANK
-    return bm.blocks[b].priority if bm.eviction_policy == "priority" else DEFAULT_PRIORITY
+    if bm.eviction_policy != "priority":
+        return DEFAULT_PRIORITY
+    return block.priority - 1 if block.early else block.priority
 
 
 def snapshot(bm: BlockManager) -> tuple[object, ...]:
     """Everything a hint may change: each block's identity, priority, rank and place, the host tier's."""
-    return (tuple((b.hash, b.ref, b.priority, b.priority_until, b.demoted) for b in bm.blocks),
+    return (tuple((b.hash, b.ref, b.priority, b.priority_until, b.demoted, b.early) for b in bm.blocks),
             tuple(sorted(bm._evictable._where.items())),
             tuple(sorted((h, hb.priority) for h, hb in bm.host.blocks.items())) if bm.host else ())
 

@@ -107,6 +107,40 @@ def test_a_resumes_copies_are_priced_with_it_both_ways_not_with_the_next_step() 
     assert bm.take_transfers() == (0, 0) and bm.take_prefetched() == 4
 
 
+def _paused_prefix(bm: BlockManager, first_token: int) -> list[int]:
+    """Two cached blocks of one session's prefix, unreferenced; their hashes."""
+    ids = bm.allocate(2) or []
+    hashes = [bm.commit(ids[0], 0, [first_token] * BS)]
+    hashes.append(bm.commit(ids[1], hashes[0], [first_token + 1] * BS))
+    bm.release(ids)
+    return hashes
+
+
+def test_a_prefix_back_ahead_of_its_expected_end_stays_until_the_resume_and_yields_only_to_one() -> None:
+    """The expected end is an estimate: blocks brought back ahead of it keep the pause's priority
+    (past ``RESUME_GRACE_S``) until the resume hint, however late; a session whose tool has
+    ended (a resume) may take their room, another early prefetch may not."""
+    host = HostTier(capacity_bytes=8 * 100, block_bytes=100)
+    bm = BlockManager(4, BS, host=host)
+    third = _paused_prefix(bm, 120)
+    assert bm.pause("third", third, 0, until=3600.0) == 2  # back only when resumed
+    early = _paused_prefix(bm, 100)
+    assert bm.pause("early", early, 0, until=3600.0, prefetch_at=5.0) == 2
+    other = _paused_prefix(bm, 110)
+    assert bm.pause("other", other, 0, until=3600.0, prefetch_at=6.0) == 2
+    _cache_blocks(bm, [35] * 4)  # an active session's: every paused prefix leaves for the host tier
+    assert set(third) | set(early) | set(other) <= set(host.hashes())
+    bm.expire_retentions(5.0)  # "early"'s expected end less the copy: it comes back
+    bm.expire_retentions(6.0)  # and "other"'s, in the room of the ordinary blocks
+    bm.expire_retentions(100.0)  # long past the grace: both still there, kept for their sessions
+    assert set(early) | set(other) <= set(bm._by_hash)
+    assert bm.pause("third", third, 0, until=3600.0, prefetch_at=101.0) == 2
+    bm.expire_retentions(101.0)  # a third early prefetch finds no room below its rank
+    assert not set(third) & set(bm._by_hash)
+    assert bm.resume("third", third, 0, now=102.0) == 2  # its tool ended: it takes an early one's room
+    assert set(third) <= set(bm._by_hash)
+
+
 def test_a_full_host_tier_drops_its_lowest_priority_and_reports_it_removed() -> None:
     host = HostTier(capacity_bytes=2 * 10, block_bytes=10)
     bm = BlockManager(3, BS, host=host)

@@ -363,6 +363,8 @@ class TrtLlmEngine:
             top_p=req.sampling.top_p if req.sampling.temperature > 0 else None,
             seed=req.sampling.seed,
             stop_token_ids=list(req.stop_token_ids),
+            # TensorRT-LLM runs without its tokenizer here, and reads the end id from it when none is given.
+            end_id=req.stop_token_ids[0] if req.stop_token_ids else -1,
             return_perf_metrics=True,
             logits_processor=OracleLogitsProcessor(oracle, len(req.prompt)) if oracle else None,
             guided_decoding=guided_decoding(api, req.grammar) if req.grammar is not None and not oracle else None,

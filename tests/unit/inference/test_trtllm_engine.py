@@ -196,6 +196,13 @@ async def test_acceptance_comes_from_the_request_perf_metrics() -> None:
     assert llm.calls[0][1]["sampling_params"].kwargs["return_perf_metrics"] is True
 
 
+@pytest.mark.parametrize(("stops", "end_id"), [((2, 7), 2), ((), -1)])
+async def test_the_end_id_is_always_given_since_tensorrt_llm_has_no_tokenizer_to_read_it_from(stops, end_id) -> None:
+    llm = FakeLLM([Completion([3], "stop")])
+    await finish(engine(llm), GenerationRequest("e", [1], 4, stop_token_ids=stops))
+    assert llm.calls[0][1]["sampling_params"].kwargs["end_id"] == end_id
+
+
 def test_iteration_stats_give_queues_and_rates() -> None:
     e = engine(FakeLLM())
     e.read_iteration_stats([{"numActiveRequests": 3, "numQueuedRequests": 2,

@@ -21,6 +21,7 @@ from loopwire.common import grpc_server
 from loopwire.common.grpc_server import service_channel
 from loopwire.gateway.factory import start_gateway
 from loopwire.gateway.service import GatewayConfig
+from loopwire.harness import kv_hints
 from loopwire.harness.config import HarnessConfig
 from loopwire.harness.server import build
 from loopwire.inference.server import EngineOptions, add_servicer, build_engine
@@ -35,7 +36,10 @@ from loopwire.v1 import (
 )
 
 
-async def test_a_tool_pause_demotes_the_sessions_kv_and_its_end_brings_it_back(tmp_path: Path) -> None:
+async def test_a_tool_pause_demotes_the_sessions_kv_and_its_end_brings_it_back(tmp_path: Path, monkeypatch) -> None:
+    # A command never run before is expected early (well under a second: no hint); the path is
+    # tested here, when to hint in test_kv_pause_estimate: any expected pause is hinted.
+    monkeypatch.setattr(kv_hints, "MIN_PAUSE_MS", 0)
     engine = build_engine(EngineOptions(engine="simulated", replica_id="sim-0", kv_blocks=256, host_kv_bytes=1 << 34))
     inference = grpc_server.make_server()
     add_servicer(inference, engine)

@@ -110,8 +110,8 @@ class Sandbox:
         # shell start either; off: the spare starts bash once its command comes.
         self.bash_ahead = True
         # Each spare's bash is a shell that stays: it runs the session's commands one after another, each in a
-        # subshell of its own (``sandbox_supervisor.SHELL``), so back to back they cost no spare or shell start;
-        # off: each command gets a spare (and a bash) of its own.
+        # subshell of its own forked before the command comes (``sandbox_supervisor.SHELL``), so back to back they
+        # cost no spare, shell start or fork; off: each command gets a spare (and a bash) of its own.
         self.shell_stays = True
         self.output_limit = output_limit
         self.limits = limits or SandboxLimits()

@@ -58,25 +58,64 @@ class Command:
 class Spare:
     """A command's init made ahead of time, confined, its bash waiting for the script written to ``script``;
     ``out``, ``status`` and ``stdin``: our ends of its output, status and stdin pipes. With ``shell`` its
-    bash is a shell that stays, serving one command after another (``sandbox_supervisor.SHELL``)."""
+    bash is a shell that stays, serving one command after another, each read and run by a subshell it forked
+    ahead (its runner: ``sandbox_supervisor.SHELL``)."""
 
     def __init__(self, pidfd: int, script: int, out: int, status: int, stdin: int, *, shell: bool = False) -> None:
         self.pidfd, self.script, self.out, self.status, self.stdin = pidfd, script, out, status, stdin
         self.shell = shell
         self.pid = _pid_of(pidfd) if shell else 0  # the init's pid here, whose tree tells a command's end
+        self.shell_pid = 0  # its shell's pid here, once the shell said it is ready
+        self.runner = 0  # the pid here of the shell's child that reads and runs the next command
+        self._said = b""  # what the status pipe said past the last line taken
 
-    def quiet(self) -> bool:
-        """Whether nothing but the init and its waiting shell runs in the namespace, seen from here: every
-        process of a command descends from the shell or, orphaned, from the init. A status line a command
-        forged (its shell's status pipe is reachable through /proc) is not believed while the command runs."""
+    def line(self) -> bytes | None:
+        """The next whole line of the status pipe, without its newline: b"" while none is whole, None at the
+        pipe's end (the init and the shell are gone) with no whole line left."""
+        while b"\n" not in self._said:
+            try:
+                said = os.read(self.status, 64)
+            except BlockingIOError:
+                return b""
+            except OSError:
+                said = b""
+            if not said:
+                return None
+            self._said += said
+        line, self._said = self._said.split(b"\n", 1)
+        return line
+
+    def holds_line(self) -> bool:
+        """Whether a whole line was read with the one before it (it makes the pipe readable no more)."""
+        return b"\n" in self._said
+
+    def take_runner(self) -> bool:
+        """Once the shell's runner said the shell may serve (it does so before it reads a command): note the shell and
+        its runner, which are then the init's only child and the shell's only child. False when they are not so
+        (a status line a command left in the pipe was read as the runner's): the shell must not serve."""
         shells = _children(self.pid)
-        if not shells:  # the init alone, or gone: its namespace is empty or ended
-            return True
-        if len(shells) > 1 or _children(shells[0]):
+        if len(shells) != 1 or (self.shell_pid and shells[0] != self.shell_pid):
             return False
-        # Nothing was reparented to the init meanwhile; the shell itself may be gone by now (a shell that
-        # serves once exits on its script pipe's end right after its status line).
-        return set(_children(self.pid)) <= set(shells)
+        runners = _children(shells[0])
+        if len(runners) != 1 or runners[0] == self.runner:
+            return False
+        self.shell_pid, self.runner = shells[0], runners[0]
+        return True
+
+    def command_gone(self) -> bool:
+        """Whether nothing of the command the runner ran is left, seen from here. Its processes are the runner, the
+        runner's descendants and, orphaned, the init's children. The shell reaps the runner, then kills and waits
+        out every other process of the namespace, and forks a new runner only after its status line: so the runner
+        no longer the shell's child, then no child of the init but the shell, means the command is gone. A status
+        line the command forged (its shell's status pipe is reachable through /proc) is not believed while it runs.
+        (In this order: an orphan is the init's child before the runner that left it is reaped.)"""
+        if not self.runner or self.runner in _children(self.shell_pid):
+            return False
+        return set(_children(self.pid)) <= {self.shell_pid}  # (a shell that serves once may have ended since)
+
+    def namespace_ended(self) -> bool:
+        """Whether the init has no child left: it says ``!<status>`` only then (its shell died)."""
+        return not _children(self.pid)
 
     def alive(self) -> bool:
         """Whether its init and shell still wait: neither the init exited nor the status pipe holds a word
@@ -95,24 +134,23 @@ class Spare:
 
 class ShellCommand:
     """A command run by a shell that stays (a spare with ``shell``), with the process interface bwrap's has.
-    Its end is the shell's status line, written once nothing of the command runs (``in_place``: the shell ran it
-    itself and ended with it, so the init's line ``!<status>``), or, killed, its init's exit
-    (which waits for every process of its namespace): the output pipe then holds all the command wrote, read to
-    empty before the end is told (no marker in the output, which is any bytes)."""
+    Its end is the shell's status line, written once nothing of the command runs and believed only once the
+    runner is gone (``Spare.command_gone``), or the init's ``!<status>`` once the shell died and the namespace is
+    empty; killed, its init's exit (which waits for every process of its namespace): the output pipe then holds all
+    the command wrote, read to empty before the end is told (no marker in the output, which is any bytes)."""
 
     stdout = None  # no stream: SandboxedProcess uses ``pump``
 
     def __init__(self, loop: asyncio.AbstractEventLoop, spare: Spare, stdin: asyncio.StreamWriter | None,
-                 exited: asyncio.Future[int], *, in_place: bool = False) -> None:
+                 exited: asyncio.Future[int]) -> None:
         self._loop, self._spare, self.stdin, self._exited = loop, spare, stdin, exited
         self._buffer: HeadTailBuffer | None = None
         self._closed: asyncio.Future[None] = loop.create_future()
-        self.reusable = False  # the shell said it may serve the next command
-        self._forged = False  # a status line came while the command still ran
-        # Run by the shell itself (which never serves again): its status pipe has one writer left, the init (not
-        # dumpable: out of the command's reach), whose line "!<status>" comes once nothing of the namespace runs.
-        self._in_place = in_place
+        self.reusable = False  # the shell's own status line ended the command: its runner may say it serves again
+        self._told = False  # a line of the status pipe told its end (or that it is to be killed)
         loop.add_reader(spare.status, self._status)
+        if spare.holds_line():
+            loop.call_soon(self._status)
 
     def pump(self, buffer: HeadTailBuffer) -> asyncio.Future[None]:
         self._buffer = buffer
@@ -126,29 +164,26 @@ class ShellCommand:
             self._loop.remove_reader(self._spare.out)
 
     def _status(self) -> None:
-        loop, spare = self._loop, self._spare
-        try:
-            said = os.read(spare.status, 64)
-        except BlockingIOError:
+        spare = self._spare
+        if self._told:
             return
-        except OSError:
-            said = b""
-        if said and not self._in_place and (self._forged or not spare.quiet()):  # something of it still runs: it is
-            self._forged = True  # killed, and its end told once all of it is gone (below: once its init exited)
+        line = spare.line()
+        if line == b"":
+            return
+        self._told = True
+        if line is not None and line.isdigit() and spare.command_gone():  # the shell's own line: "<status>"
+            code, self.reusable = int(line), True
+        elif line is not None and line[:1] == b"!" and line[1:].isdigit() and spare.namespace_ended():
+            code = int(line[1:])  # the shell ended; its init told
+        else:  # something of it still runs (a line it forged: it is killed, and its end told once all of it is
+            # gone), or the pipe ended with the init and the shell, before the rest of the namespace is gone: told
+            # once the init has exited, which it does only then
+            self._loop.remove_reader(spare.status)
             _kill_only(spare.pidfd)
+            self._loop.add_reader(spare.pidfd, self._init_gone)
             return
-        loop.remove_reader(spare.status)
+        self._loop.remove_reader(spare.status)
         mark("status received")
-        words = said.split(b"\n", 1)[0].split()  # (a shell that serves once: its init's line may follow)
-        if len(words) == 2 and words[0].isdigit():  # "<status> <may serve again>"
-            code, self.reusable = int(words[0]), words[1] == b"1"
-        elif len(words) == 1 and words[0][:1] == b"!" and words[0][1:].isdigit():  # the shell ended; its init told
-            code = int(words[0][1:])
-        else:  # killed (nothing said: the pipe ends with the init and the shell, before the rest of the namespace
-            # is gone), or nothing readable said: told once the init has exited, which it does only then
-            _kill_only(spare.pidfd)
-            loop.add_reader(spare.pidfd, self._init_gone)
-            return
         self._end(code)
 
     def _init_gone(self) -> None:

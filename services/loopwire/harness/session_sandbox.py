@@ -78,6 +78,7 @@ class _Supervisor:
         self._ready: collections.deque[Spare] = collections.deque()
         self._waiting: collections.deque[asyncio.Future[Spare]] = collections.deque()
         self._asked = 0  # spares asked for and not come yet
+        self._readying: set[Spare] = set()  # shells whose runner has not yet said they may serve
         self._running = 0  # commands started here that have not ended
         self.alive = False
         self.bound = ""
@@ -121,7 +122,7 @@ class _Supervisor:
         runs (so making them never competes with a command for the CPU, and the second of two commands
         back to back finds one made too)."""
         ahead = 0 if self._running else self.sandbox.spares_ahead
-        wanted = len(self._waiting) + ahead - len(self._ready) - self._asked
+        wanted = len(self._waiting) + ahead - len(self._ready) - self._asked - len(self._readying)
         for _ in range(max(0, wanted)):
             if self.ctl is None:
                 return
@@ -155,12 +156,9 @@ class _Supervisor:
         if spare.shell:
             os.set_blocking(spare.out, False)
             os.set_blocking(spare.status, False)
-        while self._waiting:
-            if not (waiter := self._waiting.popleft()).done():
-                waiter.set_result(spare)
-                break
+            self._await_runner(spare)
         else:
-            self._ready.append(spare)
+            self._give_back(spare, first=False)
         self._top_up()
 
     def _ended(self, _: object) -> None:
@@ -191,18 +189,50 @@ class _Supervisor:
             self.quota = None
         while self._ready:
             self._ready.popleft().drop()
+        while self._readying:
+            spare = self._readying.pop()
+            if self._loop is not None and not self._loop.is_closed() and spare.status >= 0:
+                self._loop.remove_reader(spare.status)
+            spare.drop()
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
                 waiter.set_exception(SandboxUnavailable("the session's sandbox ended while a command started"
                                                         + (f": {said[-500:]}" if said else "")))
 
-    def _give_back(self, spare: Spare) -> None:
-        """A shell that may serve again: to the next command waiting, else first in line."""
+    def _give_back(self, spare: Spare, *, first: bool = True) -> None:
+        """A spare for the next command waiting, else in line (a shell that served before: first)."""
         while self._waiting:
             if not (waiter := self._waiting.popleft()).done():
                 waiter.set_result(spare)
                 return
-        self._ready.appendleft(spare)
+        if first:
+            self._ready.appendleft(spare)
+        else:
+            self._ready.append(spare)
+
+    def _await_runner(self, spare: Spare) -> None:
+        """A shell is handed a command only once its runner said it may serve (``Spare.take_runner``): until then it
+        counts as a spare on its way (no other is asked for meanwhile)."""
+        assert self._loop is not None
+        self._readying.add(spare)
+        self._loop.add_reader(spare.status, self._runner_said, spare)
+        if spare.holds_line():  # it came with the status line
+            self._loop.call_soon(self._runner_said, spare)
+
+    def _runner_said(self, spare: Spare) -> None:
+        assert self._loop is not None
+        if spare not in self._readying:  # (told already, or dropped with the sandbox)
+            return
+        line = spare.line()
+        if line == b"":
+            return
+        self._loop.remove_reader(spare.status)
+        self._readying.discard(spare)
+        if line == b"1" and self.alive and spare.take_runner():
+            self._give_back(spare)
+        else:  # something left in /tmp, /dev/shm or IPC, or the shell ended
+            spare.drop()
+        self._top_up()
 
     async def _spare(self) -> Spare:
         """A spare for the next command: a ready one (a shell that served before first), else the next one made."""
@@ -241,24 +271,21 @@ class _Supervisor:
         mark("spare taken")
         loop = asyncio.get_running_loop()
         exited: asyncio.Future[int] = loop.create_future()
-        # A shell runs a command itself, not in a subshell it must fork to stay, when another spare is ready for
-        # the next command (idle time made it, while the session waited): the fork costs more than that spare.
-        in_place = spare.shell and not stdin and bool(self._ready)
         proc: Command | ShellCommand
         if spare.shell:
-            proc = ShellCommand(loop, spare, None, exited, in_place=in_place)
-            exited.add_done_callback(functools.partial(self._shell_ended, proc, spare))
+            proc = ShellCommand(loop, spare, None, exited)
+            exited.add_done_callback(functools.partial(self._shell_ended, proc, spare, stdin))
         else:
             proc = Command(loop, spare.out, None, exited)
             exited.add_done_callback(self._ended)
-        flag, data = (b"x" if in_place else b"i" if stdin else b"-"), os.fsencode(command)  # what the bash reads
+        flag, data = (b"i" if stdin else b"-"), os.fsencode(command)  # what the bash reads
         try:
             if not spare.shell:
                 write_script(loop, spare.script, flag + data)
                 loop.add_reader(spare.status, read_status, loop, spare.status, exited)
                 spare.script = spare.status = -1  # the writer and the status reader close them
                 os.set_blocking(spare.out, False)
-            elif not write_script(loop, spare.script, flag + b"%d\n" % len(data) + data, close=False):
+            elif not write_script(loop, spare.script, flag + b"%010d" % len(data) + data, close=False):
                 spare.script = -1  # the writer callback sends the rest and closes it: this shell serves once
             mark("command sent")
             if stdin:
@@ -291,13 +318,14 @@ class _Supervisor:
             raise
         return process
 
-    def _shell_ended(self, shell: ShellCommand, spare: Spare, _: object) -> None:
-        """A shell's command ended: the shell serves the next one if it said it may (and was neither killed nor
-        given stdin), else it is dropped."""
-        if shell.reusable and self.alive and spare.pidfd >= 0:
-            self._give_back(spare)
+    def _shell_ended(self, shell: ShellCommand, spare: Spare, stdin: bool, _: object) -> None:
+        """A shell's command ended: the shell may serve the next one if its own status line ended it (it was not
+        killed), the command had no stdin and its script pipe is still open; its next runner then says whether it
+        does. Else it is dropped."""
+        shell.abandon()
+        if shell.reusable and not stdin and self.alive and spare.pidfd >= 0 and spare.script >= 0:
+            self._await_runner(spare)
         else:
-            shell.abandon()
             spare.drop()
         self._ended(None)
 

@@ -472,11 +472,11 @@ async def test_a_spare_that_cannot_confine_itself_is_reported_and_the_supervisor
     assert session._supervisor is supervisor  # the same sandbox: it survived its spare's failure
 
 
-@pytest.mark.parametrize("shell_stays", [False, True])  # a spare's bash, or a shell running a command itself
+@pytest.mark.parametrize("shell_stays", [False, True])  # a spare's bash, or a shell's runner
 async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace, shell_stays):
     """The init's descriptors are out of reach (it is not dumpable): a command that writes a status into every
-    descriptor of its init (its bash's parent) it can open is told ended only when it ends (here: at its timeout),
-    with nothing left. (With the shell that stays, the command's parent is its subshell's shell: its own test.)"""
+    descriptor of its init (its bash's parent; its shell's parent when a shell's runner runs it) it can open is told
+    ended only when it ends (here: at its timeout), with nothing left. (The shell's own status pipe: its own test.)"""
     import uuid
 
     import processes
@@ -491,9 +491,11 @@ async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace,
         supervisor = session._supervisor
         assert supervisor is not None
 
-        async def idle() -> None:  # two spares ready: a shell runs the command itself, as a spare's bash does
+        async def idle() -> None:
             await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
-        init = 'read -r _ _ _ pp _ < /proc/self/stat; '  # run by the bash itself: its parent is its init
+        init = 'read -r _ _ _ pp _ < /proc/self/stat; '  # its bash's parent: the init, or the shell of its runner
+        if shell_stays:
+            init += 'read -r _ _ _ pp _ < /proc/$pp/stat; '  # the shell's parent
         await idle()
         reached = await init_of_text(session, init + 'for fd in /proc/$pp/fd/*; do : 2>&1 >> $fd && echo "opened $fd"; '
                                                        'done')

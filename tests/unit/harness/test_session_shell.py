@@ -21,8 +21,7 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def box(tmp_path):
-    """One spare ahead: a command never finds another ready, so each goes to the shell that stays (with two, one
-    made while the session idled runs the command itself: test_a_command_runs_in_its_shell_when_another_is_ready)."""
+    """One spare ahead: each command goes to the shell that stays (none other is made while it serves)."""
     box = probed(tmp_path)
     box.spares_ahead = 1
     return box
@@ -251,12 +250,12 @@ async def test_a_status_line_a_command_forges_is_not_believed_while_it_runs(sand
     assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
 
 
-@pytest.mark.parametrize(("said", "code", "reusable"), [
-    (b"0 1\n", 0, True), (b"3 0\n", 3, False),
-    (b"0 1\n!0\n", 0, True),  # a shell that serves once exits at its script's end: its init's line can come with it
-    (b"!7\n", 7, False), (b"", -9, False),
+@pytest.mark.parametrize(("said", "code", "reusable", "left"), [
+    (b"0\n", 0, True, None), (b"3\n1\n", 3, True, b"1"),  # the next runner's line, read with it, is left for later
+    (b"0\n!0\n", 0, True, b"!0"),  # a shell that serves once exits at its script's end: its init's line can follow
+    (b"!7\n", 7, False, None), (b"", -9, False, None), (b"0 1\n", -9, False, None),
 ])
-async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it(said, code, reusable):
+async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it(said, code, reusable, left):
     import os
 
     from loopwire.harness.session_commands import ShellCommand, Spare
@@ -270,11 +269,13 @@ async def test_the_status_line_is_read_alone_even_when_the_inits_line_follows_it
     os.close(out_w)
     init = os.posix_spawn("/bin/true", ["true"], {})  # an init that exits (nothing said: the end waits for it)
     pidfd = os.pidfd_open(init)
-    spare = Spare(pidfd, -1, out_r, status_r, -1)  # no tree to look at: nothing runs beside the shell
+    spare = Spare(pidfd, -1, out_r, status_r, -1)
+    spare.command_gone = spare.namespace_ended = lambda: True  # no tree to look at: nothing runs beside the shell
     shell = ShellCommand(loop, spare, None, loop.create_future())
     try:
         assert await asyncio.wait_for(shell.wait(), 10) == code
         assert shell.reusable is reusable
+        assert spare.line() == left
     finally:
         for fd in (status_r, out_r, pidfd):
             os.close(fd)
@@ -296,14 +297,15 @@ async def test_a_wakeup_of_the_output_reader_reads_once_and_the_status_reads_wha
     fcntl.fcntl(out_w, fcntl.F_SETPIPE_SZ, 1 << 20)  # as a command may make its output pipe
     chunk = 1 << 18  # one read's worth
     assert os.write(out_w, b"x" * 3 * chunk) == 3 * chunk
-    spare = Spare(-1, -1, out_r, status_r, -1)  # no init to look at: nothing runs beside the shell
+    spare = Spare(-1, -1, out_r, status_r, -1)
+    spare.command_gone = lambda: True  # no init to look at: nothing runs beside the shell
     shell = ShellCommand(loop, spare, None, loop.create_future())
     buffer = HeadTailBuffer(1 << 22)
     try:
         closed = shell.pump(buffer)
         shell._drain()  # one wake-up of the reader: a writer keeping a big pipe full cannot hold the loop
         assert buffer.total == chunk
-        os.write(status_w, b"0 1\n")
+        os.write(status_w, b"0\n")
         assert await asyncio.wait_for(shell.wait(), 10) == 0
         assert closed.done() and buffer.total == 3 * chunk  # the end is told with all the command wrote
     finally:
@@ -311,57 +313,35 @@ async def test_a_wakeup_of_the_output_reader_reads_once_and_the_status_reads_wha
             os.close(fd)
 
 
-async def idle_with_two_ready(session) -> None:
+async def test_the_next_commands_runner_is_forked_while_the_shell_waits(sandbox, workspace):
+    """No fork between a command's arrival and its start: the idle shell's child, forked after the command before,
+    reads and runs the next command."""
+    session = sandbox.session(workspace)
+    init, _, _ = await init_of(session, "true")
     supervisor = session._supervisor
     assert supervisor is not None
-    await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+    await until(lambda: any(host_pid(s.pidfd) == init for s in supervisor._ready), "the shell back among the ready")
+    (shell,) = children(init)
+    (runner,) = children(shell)
+    waiting = pid_in_its_namespace(runner)
+    _, code, text = await init_of(session, "echo $BASHPID")
+    assert (code, int(text)) == (0, waiting)
 
 
-async def test_a_command_runs_in_its_shell_when_another_is_ready(tmp_path, workspace):
-    """After idle time two spares wait: the first command is run by its shell itself (no subshell to fork; that
-    shell then ends, the other one serves next), and it gives what a `bash -c` of its own gives."""
-    box = probed(tmp_path)
-    assert box.spares_ahead == 2
-    runs = SessionRuns(box)
-    try:
-        session = runs.session(workspace)
-        await (await session.start("true")).result(30)
-        supervisor = session._supervisor
-        for command in ("echo $$ $# $0; echo \"$BASH_EXECUTION_STRING\"; exit 3", "cd /; export X=1; echo $PWD $X",
-                        "echo one\nif then fi", "trap '' TERM; kill $$; echo still here"):
-            await idle_with_two_ready(session)
-            before = {host_pid(s.pidfd) for s in supervisor._ready}
-            r = await (await session.start(command)).result(30)
-            own = await box.run(workspace, command, timeout=30)
-            assert (r.output.text.replace("bash: eval: ", "bash: -c: "), r.exit_code) == (
-                own.output.text, own.exit_code), command
-            await idle_with_two_ready(session)
-            assert len(before - {host_pid(s.pidfd) for s in supervisor._ready}) == 1  # it ended with the command
-    finally:
-        await runs.close()
+def pid_in_its_namespace(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line for line in f if line.startswith("NSpid:")).split()[-1])
 
 
-async def test_a_status_line_forged_by_a_command_its_shell_runs_itself_is_never_believed(tmp_path, workspace):
-    """Run by its shell itself, a command is the shell: it can write both kinds of status line into its init's
-    status pipe. Its end is its init's exit, so it runs on until its timeout, and nothing of it runs after."""
-    import uuid
-
-    import processes
-
-    box = probed(tmp_path)
-    runs = SessionRuns(box)
-    try:
-        session = runs.session(workspace)
-        await (await session.start("true")).result(30)
-        await idle_with_two_ready(session)
-        marker = f"987.97{uuid.uuid4().int % 1000}"
-        forge = ('read -r _ _ _ pp _ < /proc/self/stat; for fd in /proc/$pp/fd/* /proc/self/fd/*; do '
-                 f'printf "0 1\\n!0\\n" > $fd; done 2>/dev/null; exec sleep {marker}')
-        process = await session.start(forge)
-        await until(lambda: processes.running(marker), "the forging command to run on")
-        r = await process.result(1)
-        assert (r.exit_code, r.timed_out) == (-9, True)
-        assert not processes.running(marker)
-        assert (await init_of(session, "echo next"))[1:] == (0, "next\n")
-    finally:
-        await runs.close()
+async def test_bytes_a_command_writes_into_its_shells_script_pipe_are_never_run(sandbox, workspace):
+    """The shell's script pipe is reachable through /proc: what a command writes there as if it were the next
+    command never runs (the shell ends instead, and the next command gets a new shell)."""
+    session = sandbox.session(workspace)
+    first, _, _ = await init_of(session, "true")
+    inject = ('read -r _ _ _ pp _ < /proc/self/stat; for fd in /proc/$pp/fd/*; do '  # its shell's read ends
+              'flags=$(sed -n "s/^flags:\\s*//p" /proc/$pp/fdinfo/${fd##*/}); [ $((8#$flags & 3)) = 0 ] && '
+              'printf -- "-%010dtouch injected" 14 > $fd; done 2>/dev/null; echo sent')
+    assert (await init_of(session, inject))[1:] == (0, "sent\n")
+    second, code, text = await init_of(session, "echo next")
+    assert second != first and (code, text) == (0, "next\n")
+    assert not (workspace / "injected").exists()

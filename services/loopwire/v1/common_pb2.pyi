@@ -1029,7 +1029,9 @@ class KvHint(_message.Message):
     expected_pause_ms: _builtins.int
     """How long the session will likely be away, in milliseconds (exec yield window, approval wait,
     a command's recorded or estimated duration); the replica brings the blocks back shortly
-    before it ends even when the resume hint comes late. 0: unknown. Cut to the retention.
+    before it ends even when the resume hint comes late, and keeps them on the device until the
+    resume hint, so an estimate should err early (loopwire's harness sends a low quantile of the
+    command's earlier run times). 0: unknown. Cut to the retention.
     """
     priority: _builtins.int
     """Retention priority of the session's blocks in the host tier while paused, 1-100 (0: 80);

@@ -1841,7 +1841,9 @@ type KvHint struct {
 	Phase KvHintPhase `protobuf:"varint,1,opt,name=phase,proto3,enum=loopwire.v1.KvHintPhase" json:"phase,omitempty"`
 	// How long the session will likely be away, in milliseconds (exec yield window, approval wait,
 	// a command's recorded or estimated duration); the replica brings the blocks back shortly
-	// before it ends even when the resume hint comes late. 0: unknown. Cut to the retention.
+	// before it ends even when the resume hint comes late, and keeps them on the device until the
+	// resume hint, so an estimate should err early (loopwire's harness sends a low quantile of the
+	// command's earlier run times). 0: unknown. Cut to the retention.
 	ExpectedPauseMs uint32 `protobuf:"varint,2,opt,name=expected_pause_ms,json=expectedPauseMs,proto3" json:"expected_pause_ms,omitempty"`
 	// Retention priority of the session's blocks in the host tier while paused, 1-100 (0: 80);
 	// never above the tenant's max_priority when that is set.

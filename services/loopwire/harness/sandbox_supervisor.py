@@ -54,28 +54,28 @@ WAITING_BASH = ('IFS= read -r -u {script} -n 1 BASH_EXECUTION_STRING && [ "$BASH
                 'exec 0<&{stdin}; exec {stdin}<&-; IFS= read -r -u {script} -N 2147483647 BASH_EXECUTION_STRING; '
                 'exec {script}<&-; SECONDS=0; eval "$BASH_EXECUTION_STRING"')
 # The shell that stays. Each command is read and run by a subshell it forked ahead (its runner), so no fork waits
-# between a command's arrival and its start: the runner first checks that /tmp, /dev/shm and the IPC namespace are as
-# fresh as a spare's (the command before may have left something there) and says so on the status pipe ("1", or "0":
-# do not send me another), then reads the command's header (a flag, "i" when it has a stdin pipe, and its length in
-# bytes, ten digits: one read) and the command, puts the command's stdout and stderr on the output pipe, closes the
-# shell's own descriptors, and has eval parse and run it as the waiting bash does (the same $0, $$, $PPID,
-# $BASH_EXECUTION_STRING, line numbers, $SECONDS). The runner is an ordinary subshell (not `&`, whose commands would
-# ignore SIGINT and SIGQUIT): the shell waits for it. Then every other process of the namespace is killed and gone
-# (while the init reaps them the shell sleeps, 100 us doubling to 10 ms between checks, with no process started:
-# read -t on a read end of its status pipe opened through /proc, where nothing writes meanwhile), and the status
-# line "<status>" is written; the shell ends if its script pipe holds anything (its end, or bytes no harness sent:
-# a command's), else it forks the next runner. One line: $LINENO as in `bash -c`.
+# between a command's arrival and its start. Before it forks the runner, the shell checks that /tmp, /dev/shm and the
+# IPC namespace are as fresh as a spare's (the command before may have left something there); the runner says so on
+# the status pipe ("1", or "0": do not send me another), then reads the command's header (a flag, "i" when it has a
+# stdin pipe, and its length in bytes, ten digits: one read) and the command, puts the command's stdout and stderr on
+# the output pipe, closes the shell's own descriptors, and has eval parse and run it as the waiting bash does (the
+# same $0, $$, $PPID, $BASH_EXECUTION_STRING, line numbers, $SECONDS). The runner is an ordinary subshell (not `&`,
+# whose commands would ignore SIGINT and SIGQUIT): the shell waits for it. Then every other process of the namespace
+# is killed and gone (while the init reaps them the shell sleeps, 100 us doubling to 10 ms between checks, with no
+# process started: read -t on a read end of its status pipe opened through /proc, where nothing writes meanwhile), and
+# the status line "<status>" is written; the shell ends if its script pipe holds anything (its end, or bytes no
+# harness sent: a command's), else it checks and forks the next runner. One line: $LINENO as in `bash -c`.
 # Only as pid 2 of its namespace (its init's first child): kill -9 -1 anywhere else would reach too far.
-SHELL = ('[ $$ = 2 ] && while :; do ( __lw_k=1; shopt -s dotglob nullglob; {fresh}shopt -u dotglob nullglob; '
-         'for __lw_f in shm sem msg; do {{ read -r __lw_x && read -r __lw_x && __lw_k=0; }} < /proc/sysvipc/$__lw_f; '
-         'done; printf "%s\\n" "$__lw_k" >&{status}; LC_ALL=C IFS= read -r -N 11 -u {script} __lw_n && '
-         'LC_ALL=C IFS= read -r -N "${{__lw_n:1}}" -u {script} __lw_c || exit; [ "${{__lw_n::1}}" = i ] && exec 0<&{stdin}; '
-         'exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 {out}>&-; BASH_EXECUTION_STRING=$__lw_c; '
-         'unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; SECONDS=0; eval "$BASH_EXECUTION_STRING" ); '
-         '__lw_s=$?; kill -9 -1; if kill -0 -1; then exec {{__lw_w}}</proc/self/fd/{status}; __lw_t=100; '
-         'while kill -0 -1; do printf -v __lw_x 0.%06d $__lw_t; read -r -t $__lw_x -u "$__lw_w" __lw_x; '
-         '__lw_t=$((__lw_t < 10000 ? __lw_t * 2 : 10000)); done; exec {{__lw_w}}<&-; fi; '
-         'printf "%s\\n" "$__lw_s" >&{status}; read -r -t 0 -u {script} && break; done')
+SHELL = ('[ $$ = 2 ] && __lw_k=1 && while :; do ( printf "%s\\n" "$__lw_k" >&{status}; '
+         'LC_ALL=C IFS= read -r -N 11 -u {script} __lw_n && LC_ALL=C IFS= read -r -N "${{__lw_n:1}}" -u {script} __lw_c '
+         '|| exit; [ "${{__lw_n::1}}" = i ] && exec 0<&{stdin}; exec {stdin}<&- {script}<&- {status}>&- 1>&{out} 2>&1 '
+         '{out}>&-; BASH_EXECUTION_STRING=$__lw_c; unset __lw_n __lw_c __lw_s __lw_k __lw_f __lw_x __lw_w __lw_t; '
+         'SECONDS=0; eval "$BASH_EXECUTION_STRING" ); __lw_s=$?; kill -9 -1; if kill -0 -1; then '
+         'exec {{__lw_w}}</proc/self/fd/{status}; __lw_t=100; while kill -0 -1; do printf -v __lw_x 0.%06d $__lw_t; '
+         'read -r -t $__lw_x -u "$__lw_w" __lw_x; __lw_t=$((__lw_t < 10000 ? __lw_t * 2 : 10000)); done; '
+         'exec {{__lw_w}}<&-; fi; printf "%s\\n" "$__lw_s" >&{status}; read -r -t 0 -u {script} && break; __lw_k=1; '
+         'shopt -s dotglob nullglob; {fresh}shopt -u dotglob nullglob; for __lw_f in shm sem msg; do '
+         '{{ read -r __lw_x && read -r __lw_x && __lw_k=0; }} < /proc/sysvipc/$__lw_f; done; done')
 # Whether anything is left in a directory (but ``keep``), with dotglob and nullglob on: a builtin glob, no process.
 LEFT = 'for __lw_f in {d}/*; do if [ "$__lw_f" != {keep} ]; then __lw_k=0; break; fi; done; '
 

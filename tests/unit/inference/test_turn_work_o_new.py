@@ -107,8 +107,8 @@ class _Prompt(list):  # type: ignore[type-arg]
 
 
 def _same_automaton(a: SuffixAutomaton, b: SuffixAutomaton) -> bool:
-    return (a.length, a.link, a.next, a.count, a.last_end, a.last) == (b.length, b.link, b.next, b.count,
-                                                                        b.last_end, b.last)
+    return (a.length, a.link, a.count, a.first_token, a.first_target, a.more, a.last) == (
+        b.length, b.link, b.count, b.first_token, b.first_target, b.more, b.last)
 
 
 # One op: (stream 0 or 1, what it does, tokens): "open" a turn (appending the tokens to what the stream

@@ -44,6 +44,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
@@ -95,6 +96,7 @@ def serve(role: str, replica: str) -> None:
         gc_tuning.tune_for_serving()  # as grpc_server.serve does for the services themselves
         print(port, flush=True)
         profiler = None
+        kept: dict[str, Any] = {}  # --traces --profile: each bucket's turns, merged
         while (line := await loop.run_in_executor(None, sys.stdin.readline)).startswith(("cpu", "profile")):
             if line.startswith("profile on"):
                 import cProfile
@@ -107,6 +109,19 @@ def serve(role: str, replica: str) -> None:
                 profiler.disable()
                 profiler.dump_stats(line.removeprefix("profile dump ").strip())
                 profiler = None
+            elif line.startswith("profile keep ") and profiler is not None:  # --traces: a turn into its bucket's file
+                import pstats
+
+                profiler.disable()
+                path = line.removeprefix("profile keep ").strip()
+                if path in kept:
+                    kept[path].add(profiler)
+                else:
+                    kept[path] = pstats.Stats(profiler)
+                profiler = None
+            elif line.startswith("profile save"):
+                for path, stats in kept.items():
+                    stats.dump_stats(path)
             print(time.process_time_ns(), flush=True)
         await close()
 
@@ -264,26 +279,27 @@ def export(ref: str, root: Path) -> tuple[Path, str]:
     return target / "services", commit
 
 
-def profile_growth(directory: Path, trees: list[str], buckets: tuple[int, ...], turns: int, top: int = 12) -> None:
+def profile_growth(directory: Path, trees: list[str], keys: tuple[str, str], labels: tuple[str, str],
+                   turns: dict[tuple[str, str], int], top: int = 12) -> list:
     """Per process: the functions whose own time per turn grows most from the smallest bucket to the
-    largest (ms per turn in each, and calls per turn), from the dumps ``measure`` wrote."""
+    largest (ms per turn in each, and calls per turn), from the dumps ``{tree}-{role}-{key}.prof``
+    of ``turns[tree, key]`` turns each (written by ``measure`` or ``replay_session``)."""
     import pstats
 
-    from rich.console import Console
     from rich.table import Table
 
-    def per_function(path: Path) -> dict[tuple, tuple[float, float, float]]:
+    def per_function(path: Path, n: int) -> dict[tuple, tuple[float, float, float]]:
         stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
-        return {f: (nc / turns, tt * 1000 / turns, ct * 1000 / turns) for f, (_, nc, tt, ct, _) in stats.items()}
+        return {f: (nc / n, tt * 1000 / n, ct * 1000 / n) for f, (_, nc, tt, ct, _) in stats.items()}
 
-    console = Console(width=170)
+    tables = []
     for tree in trees:
         for role in ("gateway", "inference"):
-            small = per_function(directory / f"{tree}-{role}-{buckets[0]}.prof")
-            large = per_function(directory / f"{tree}-{role}-{buckets[-1]}.prof")
+            small = per_function(directory / f"{tree}-{role}-{keys[0]}.prof", turns[tree, keys[0]])
+            large = per_function(directory / f"{tree}-{role}-{keys[1]}.prof", turns[tree, keys[1]])
             grown = sorted(large, key=lambda f: large[f][1] - small.get(f, (0, 0, 0))[1], reverse=True)[:top]
-            table = Table(title=f"{tree}: {role} functions by growth of own time per turn, bucket {buckets[0]:,} → "
-                                f"{buckets[-1]:,} (profiled)")
+            table = Table(title=f"{tree}: {role} functions by growth of own time per turn, {labels[0]} → "
+                                f"{labels[1]} (profiled)")
             for col in ("function", "calls/turn small", "calls/turn large", "own ms small", "own ms large",
                         "cum ms small", "cum ms large"):
                 table.add_column(col, justify="right")
@@ -295,7 +311,8 @@ def profile_growth(directory: Path, trees: list[str], buckets: tuple[int, ...], 
             total_s = sum(v[1] for v in small.values())
             total_l = sum(v[1] for v in large.values())
             table.caption = f"all profiled own time per turn: {total_s:.2f} ms → {total_l:.2f} ms"
-            console.print(table)
+            tables.append(table)
+    return tables
 
 
 def med(turns: list[Turn], attr: str) -> float:
@@ -446,9 +463,12 @@ def turn_requests(session, output: str):
 
 
 async def replay_session(stub, session, index: int, gateway: Server, inference: Server,
-                         output: str) -> tuple[list[TraceTurn], str]:
+                         output: str, profile: tuple[Path, str] | None = None) -> tuple[list[TraceTurn], str]:
     """One recorded session on one Converse stream (``turn_requests``); every delta turn is
-    measured. Returns them and why the replay stopped early ('' when it did not)."""
+    measured. Returns them and why the replay stopped early ('' when it did not).
+
+    ``profile`` (directory, tree): both processes profile each delta turn into their
+    ``{tree}-{role}-{context bucket}.prof`` (written at ``profile save``)."""
     from loopwire.v1 import gateway_pb2
 
     call = stub.Converse()
@@ -457,6 +477,8 @@ async def replay_session(stub, session, index: int, gateway: Server, inference: 
         for k, request in enumerate(turn_requests(session, output)):
             if k:
                 request.previous_response_id = previous
+                if profile is not None:
+                    gateway.cpu_ns("profile on"), inference.cpu_ns("profile on")
             g0, i0 = gateway.cpu_ns(), inference.cpu_ns()
             await call.write(gateway_pb2.ConverseRequest(create_response=request))
             while True:
@@ -468,6 +490,10 @@ async def replay_session(stub, session, index: int, gateway: Server, inference: 
             if kind != "completed":
                 return got, f"turn {k} of {len(session.turns)}: {event.failed.error.message if kind else 'stream ended'}"
             previous, done = event.response_id, event.completed
+            if k and profile is not None:
+                directory, tree = profile
+                for role, server in (("gateway", gateway), ("inference", inference)):
+                    server.cpu_ns(f"profile keep {(directory / f'{tree}-{role}-{bucket_of(done.usage.input_tokens)}.prof').resolve()}")
             if k:
                 got.append(TraceTurn(index, k, done.usage.input_tokens, done.timings.tokens_tokenized,
                                      done.usage.output_tokens, (g1 - g0) // 1000, (i1 - i0) // 1000))
@@ -476,7 +502,8 @@ async def replay_session(stub, session, index: int, gateway: Server, inference: 
         await call.done_writing()
 
 
-async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: str, repeat: int, progress, task) -> tuple[dict[str, list[TraceTurn]], list[str]]:
+async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: str, repeat: int, progress, task,
+                         profile: Path | None = None) -> tuple[dict[str, list[TraceTurn]], list[str]]:
     """Every session replayed on every tree's gateway and replica (all started at once, each in a
     process of its own); a session's replays alternate which tree goes first, so a slower stretch of
     a shared machine falls on both alike."""
@@ -501,7 +528,8 @@ async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: 
                 for t in order:
                     label = trees[t][0]
                     inference, gateway = servers[t]
-                    got, why = await replay_session(stubs[t], session, s, gateway, inference, output)
+                    got, why = await replay_session(stubs[t], session, s, gateway, inference, output,
+                                                    None if profile is None else (profile, label.split(" ")[0]))
                     turns[label] += got
                     if why:
                         stopped.append(f"{label}: {path.name} stopped at {why}")
@@ -509,6 +537,10 @@ async def measure_traces(trees: list[tuple[str, Path]], sessions: list, output: 
         finally:
             for c in channels:
                 await c.close()
+        if profile is not None:
+            profile.mkdir(parents=True, exist_ok=True)
+            for inference, gateway in servers:
+                gateway.cpu_ns("profile save"), inference.cpu_ns("profile save")
     finally:
         for inference, gateway in servers:
             gateway.close()
@@ -609,16 +641,25 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
                                f"{_ms(g, statistics.median):.2f}", f"{_ms(g, statistics.fmean):.2f}")
     tables = [table, growth, groups]
     if len(labels) == 2:
-        ratio = Table(title="Before ÷ after, same context bucket (gateway)")
-        for col in ("context", "median", "mean"):
+        ratio = Table(title="Before ÷ after, same context bucket")
+        for col in ("context", "gateway median", "gateway mean", "inference median", "inference mean"):
             ratio.add_column(col, justify="right")
         b, a = labels
         for k in buckets:
-            gb = [t.gateway_us for t in by_bucket[b][k]]
-            ga = [t.gateway_us for t in by_bucket[a][k]]
-            ratio.add_row(bucket_label(k), f"{_ms(gb, statistics.median) / _ms(ga, statistics.median):.2f}×",
-                          f"{_ms(gb, statistics.fmean) / _ms(ga, statistics.fmean):.2f}×")
+            cells = []
+            for what in ("gateway_us", "inference_us"):
+                xb = [getattr(t, what) for t in by_bucket[b][k]]
+                xa = [getattr(t, what) for t in by_bucket[a][k]]
+                cells += [f"{_ms(xb, statistics.median) / _ms(xa, statistics.median):.2f}×",
+                          f"{_ms(xb, statistics.fmean) / _ms(xa, statistics.fmean):.2f}×"]
+            ratio.add_row(bucket_label(k), *cells)
         tables.append(ratio)
+    if args.profile and usable:
+        names = [lb.split(" ")[0] for lb in labels]
+        ends = (str(usable[0]), str(usable[-1]))
+        counts = {(name, str(k)): len(by_bucket[lb][k]) for name, lb in zip(names, labels, strict=True) for k in usable}
+        tables += profile_growth(args.profile, names, ends, (bucket_label(usable[0]), bucket_label(usable[-1])),
+                                 counts)
     for shown in tables:
         console.print(shown)
     for line in stopped:
@@ -645,7 +686,9 @@ def trace_report(turns: dict[str, list[TraceTurn]], stopped: list[str], used: li
     header = provenance.provenance(
         provenance.describe_sessions(used),
         engine=f"simulated, time scale 0 (the real inference service, scheduler and KV block manager; no model "
-               f"compute), model {MODEL}, safety off; output {OUTPUTS[args.output]}",
+               f"compute), model {MODEL}, safety off; output {OUTPUTS[args.output]}"
+               + (f"; cProfile on in both processes during every measured turn (CPU inflated), the dumps in "
+                  f"{provenance.rel(args.profile)}/" if args.profile else ""),
         notes=[f"services: {', '.join(labels)}; every tree's gateway and replica each in a process of its own "
                "(`--serve`), all started at once, the client in this one; a session's replays alternate which "
                "tree goes first",
@@ -688,7 +731,7 @@ def run_traces(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> int:
     async def run() -> tuple[dict[str, list[TraceTurn]], list[str]]:
         with Progress(transient=True) as progress:
             task = progress.add_task("sessions replayed", total=len(trees) * len(loaded) * args.repeat)
-            return await measure_traces(trees, loaded, args.output, args.repeat, progress, task)
+            return await measure_traces(trees, loaded, args.output, args.repeat, progress, task, args.profile)
 
     turns, stopped = asyncio.run(run())
     return trace_report(turns, stopped, [(p, len(s.turns)) for p, s in loaded], args)
@@ -716,8 +759,9 @@ def main() -> int:
     parser.add_argument("--speculation", action="store_true",
                         help="ask for speculative decoding (the replica's default drafter) on every turn")
     parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="cProfile both processes over each bucket's measured turns; dumps in DIR and a table "
-                             "of the functions whose time per turn grows most from the smallest to the largest bucket")
+                        help="cProfile both processes over each bucket's measured turns (with --traces: each "
+                             "context bucket's); dumps in DIR and a table of the functions whose time per turn grows "
+                             "most from the smallest to the largest bucket (CPU figures inflated)")
     parser.add_argument("--traces", nargs="*", type=Path, metavar="PATH",
                         help="replay recorded agent sessions (files or directories; none given: "
                              f"{provenance.rel(provenance.DATA_SESSIONS)}/) turn by turn through the real gateway, "
@@ -759,7 +803,13 @@ def main() -> int:
 
     runs = asyncio.run(all_runs())
     if args.profile:
-        profile_growth(args.profile, [label.split(" ")[0] for label, _ in trees], buckets, turns)
+        names = [label.split(" ")[0] for label, _ in trees]
+        ends = (str(buckets[0]), str(buckets[-1]))
+        from rich.console import Console
+
+        for shown in profile_growth(args.profile, names, ends, (f"bucket {buckets[0]:,}", f"bucket {buckets[-1]:,}"),
+                                    {(tree, end): turns for tree in names for end in ends}):
+            Console(width=170).print(shown)
     return report(runs, buckets, turns, args)
 
 

@@ -155,6 +155,26 @@ async def test_a_paused_session_leaves_the_device_first_and_is_back_before_its_n
     paused.cancel()
 
 
+async def test_a_release_ends_the_pause_so_a_cancelled_sessions_blocks_are_ordinary_again(mesh):
+    """A session cancelled while paused (waiting for an approval) is released with a plain HoldKv
+    of 0 s: its pause ends too, instead of keeping its blocks ahead of others' to the ceiling."""
+    m = await mesh()
+    call = m.stub.Converse(metadata=bearer("a"))
+    rid = (await m.turn(call, "please wait for my approval " * 30)).response_id
+    await call.write(hint(rid, common_pb2.KvHint(phase=common_pb2.KV_HINT_PHASE_PAUSE, reason="approval"), 600))
+    assert (await call.read()).kv_held.hinted_blocks > 0
+    assert m.blocks.num_paused == 1 and any(b.demoted for b in m.blocks.blocks)
+    other = m.stub.Converse(metadata=bearer("b"))  # another tenant's release of the same id ends nothing
+    await other.write(gateway_pb2.ConverseRequest(hold_kv=gateway_pb2.HoldKv(response_id=rid)))
+    assert (await other.read()).WhichOneof("event") == "failed"
+    assert m.blocks.num_paused == 1
+    await call.write(gateway_pb2.ConverseRequest(hold_kv=gateway_pb2.HoldKv(response_id=rid)))
+    assert (await call.read()).WhichOneof("event") == "kv_held"
+    assert m.blocks.num_paused == 0 and not any(b.demoted for b in m.blocks.blocks)
+    call.cancel()
+    other.cancel()
+
+
 async def test_another_tenant_can_never_move_a_sessions_blocks(mesh):
     m = await mesh()
     a = m.stub.Converse(metadata=bearer("a"))

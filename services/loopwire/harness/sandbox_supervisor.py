@@ -35,6 +35,7 @@ import json
 import os
 import select
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -191,25 +192,40 @@ def read_to_end(fd):
     return b"".join(chunks)
 
 
+def unreadable_bash():
+    """A copy of bash that nothing may read (mode 0111, in the init's own fresh /dev/shm), to exec: a process
+    running a file it cannot read is not dumpable, so no other process of the session (same uid, no capability)
+    can open a waiting bash's or shell's descriptors through /proc/<pid>/fd; through its script pipe, bytes would
+    run as the next command after the command that wrote them was told ended. Unlinked once bash has started;
+    the commands it starts by name are the system's bash, as ever."""
+    path = "/dev/shm/bash"  # named bash: its process's name
+    with open(shutil.which("bash") or "/bin/bash", "rb") as src, \
+            open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o111), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return path
+
+
 def start_bash(request, script, out, stdin, status):
     """The command's bash: started to wait for its script (``request["ahead"]``), or on the script, read here. vfork and
     exec (no copy of this process), as bwrap would start it: a session of its own, default signal dispositions
     (Python ignores SIGPIPE and SIGXFSZ, which exec would keep; posix_spawn would leave libc's internal signals
-    ignored)."""
+    ignored); not dumpable (``unreadable_bash``)."""
+    output = out
     if request.get("shell"):
         text = SHELL.format(script=script, stdin=stdin, status=status, out=out, fresh=fresh_checks(request["cwd"]))
-        return subprocess.Popen(["bash", "-c", text], cwd=request["cwd"], env=request["env"],
-                                pass_fds=(script, stdin, status, out), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                restore_signals=True)
-    if request["ahead"]:
+        argv, given, keep, output = ["bash", "-c", text], -1, (script, stdin, status, out), subprocess.DEVNULL
+    elif request["ahead"]:
         argv, given, keep = ["bash", "-c", WAITING_BASH.format(script=script, stdin=stdin)], -1, (script, stdin)
     else:
         data = read_to_end(script)
         argv, given, keep = [b"bash", b"-c", data[1:]], stdin if data[:1] == b"i" else -1, ()
-    return subprocess.Popen(argv, cwd=request["cwd"], env=request["env"], pass_fds=keep,
-                            stdin=given if given >= 0 else subprocess.DEVNULL, stdout=out, stderr=out,
-                            start_new_session=True, restore_signals=True)
+    executable = unreadable_bash()
+    try:
+        return subprocess.Popen(argv, executable=executable, cwd=request["cwd"], env=request["env"], pass_fds=keep,
+                                stdin=given if given >= 0 else subprocess.DEVNULL, stdout=output, stderr=output,
+                                start_new_session=True, restore_signals=True)
+    finally:
+        os.unlink(executable)
 
 
 def spare_init(ready, request, pipes, program, tmp_size):
@@ -220,7 +236,7 @@ def spare_init(ready, request, pipes, program, tmp_size):
         close_all_but([ready, *pipes])
         confine(program, tmp_size, request["cwd"], request.get("shell"))
         # Not dumpable: nothing of the command (same uid, no capability) can open the init's descriptors through
-        # /proc/1/fd, so the status line on its pipe is the init's own (bash, exec'd, is dumpable again).
+        # /proc/1/fd, so the status line on its pipe is the init's own (bash, exec'd, is not either: unreadable_bash).
         check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "not dumpable")
         if request["ahead"] or request.get("shell"):
             bash = start_bash(request, script, out, stdin, status)

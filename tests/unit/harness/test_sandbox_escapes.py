@@ -132,8 +132,10 @@ async def test_etc_is_minimal_without_shadow(sandbox, workspace):
 async def test_no_environment_of_the_harness_is_visible_anywhere(sandbox, workspace, monkeypatch):
     marker = f"LOOPWIRE_ESCAPE_MARKER_{uuid.uuid4().hex}"
     monkeypatch.setenv(marker, "api-key-lookalike")
-    r = await sandbox.run(workspace, "for f in /proc/[0-9]*/environ; do echo \"== $f\"; tr '\\0' '\\n' < $f; done",
-                          timeout=20)
+    # (a sleep of the command's own, so one process there is dumpable: its shell is not, and its environment is
+    # then out of reach too)
+    r = await sandbox.run(workspace, "sleep 30 & for f in /proc/[0-9]*/environ; do echo \"== $f\"; "
+                          "tr '\\0' '\\n' < $f; done; kill $!", timeout=20)
     text = r.output.text
     assert "== /proc/1/environ" in text and "PATH=" in text, text  # the files were readable
     assert marker not in text and "api-key-lookalike" not in text, text

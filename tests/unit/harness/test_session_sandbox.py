@@ -511,5 +511,31 @@ async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace,
         await runs.close()
 
 
+@pytest.mark.parametrize("shell_stays", [False, True])
+async def test_a_command_can_open_no_descriptor_of_the_sessions_other_processes(tmp_path, workspace, shell_stays):
+    """Every other process of the session's sandbox is out of reach through /proc/<pid>/fd: the inits, the
+    supervisor (it holds capabilities) and the bash waiting in each spare or the shell that stays (they run a
+    copy of bash they cannot read, so they are not dumpable either). Through a waiting bash's script pipe, a
+    command could otherwise feed the next command's shell what it likes, to run after its own end is told.
+    (bwrap's own pid 1 has /dev/null and its output pipe, which the harness keeps, bounded, as the supervisor's
+    diagnostics: nothing there is run.)"""
+    box = probed(tmp_path)
+    box.shell_stays = shell_stays
+    runs = SessionRuns(box)
+    try:
+        session = runs.session(workspace)
+        await (await session.start("true")).result(30)
+        supervisor = session._supervisor
+        assert supervisor is not None
+        await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+        probe = ('read -r me _ < /proc/self/stat; n=0; for fd in /proc/[0-9]*/fd/*; do p=${fd#/proc/}; '
+                 'case ${p%%/*} in "$me"|1) continue;; esac; { : >> "$fd"; } 2>/dev/null && echo "opened $fd" && '
+                 'ls -l "$fd"; done; echo checked')
+        reached = await init_of_text(session, probe)
+        assert reached.endswith("checked\n") and "opened" not in reached, reached
+    finally:
+        await runs.close()
+
+
 async def init_of_text(session, command: str) -> str:
     return (await (await session.start(command)).result(30)).output.text

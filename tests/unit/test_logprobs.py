@@ -19,7 +19,7 @@ from loopwire.inference.outbox import Outbox
 from loopwire.inference.reference_engine import reference_core
 from loopwire.inference.sampling import SamplingSettings
 from loopwire.inference.sequence import GenerationRequest
-from loopwire.inference.trtllm_engine import output_logprobs
+from loopwire.inference.trtllm_requests import output_logprobs
 from loopwire.inference.weights import dummy_weights
 
 FAST = settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

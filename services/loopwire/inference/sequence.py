@@ -83,7 +83,7 @@ class GenerationRequest:
     # Eviction priorities of this request's blocks (None: the default for all).
     retention: RetentionPolicy | None = None
     # Decode a prompt another replica prefilled: that engine's transfer state (trtllm:
-    # DisaggregatedParams of the context-only request, see trtllm_engine.encode_disagg_state).
+    # DisaggregatedParams of the context-only request, see trtllm_requests.encode_disagg_state).
     disagg_state: bytes = b""
     # The grammar the output must match (constraint.Grammar; None: free text).
     grammar: Grammar | None = None

@@ -17,7 +17,8 @@ import pytest
 from loopwire.common.model_def import dummy_definition
 from loopwire.inference.sequence import FinishReason, GenerationRequest, RetentionPolicy, TokenRangeRetention
 from loopwire.inference.server import EngineOptions
-from loopwire.inference.trtllm_engine import API_KWARGS, API_NAMES, DRAFT_MODEL_KWARGS, TrtLlmEngine
+from loopwire.inference.trtllm_engine import API_KWARGS, API_NAMES, TrtLlmEngine
+from loopwire.inference.trtllm_requests import DRAFT_MODEL_KWARGS
 
 
 class Recorded:

@@ -78,7 +78,7 @@ def role_of(rel: str) -> tuple[str, ...]:
         return ("bench",)
     if rel == "harness/store/postgres.py":
         return ("harness", "postgres")
-    if rel == "inference/trtllm_engine.py":
+    if rel in ("inference/trtllm_engine.py", "inference/trtllm_requests.py"):  # the engine, and its requests' mapping
         return ("trtllm",)
     top = rel.split("/")[0]
     return {"harness": ("harness",), "api": ("api",), "inference": ("engine",)}.get(top, ())

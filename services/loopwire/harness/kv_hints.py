@@ -37,7 +37,7 @@ DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session: i
 PRIOR_LOG_SPREAD = 1.0  # the spread (σ of the log) of a command's run times, until its own is known
 MIN_SPREAD_RUNS = 3  # runs of a command before their own spread is used
 RUNS_KEPT = 8  # the last runs of each command an estimate is fitted to
-EARLY_QUANTILE_Z = 2.0  # the estimate is the 10% quantile: 9 pauses in 10 last at least that long
+EARLY_QUANTILE_Z = 2.0  # the estimate is the 2.3% quantile: about 39 pauses in 40 last at least that long
 EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
 COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
 

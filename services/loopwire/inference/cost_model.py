@@ -60,6 +60,16 @@ def gpu_spec(name: str) -> GpuSpec:
         raise ValueError(f"unknown GPU {name!r}; choose one of {', '.join(GPUS)}") from None
 
 
+def kv_bytes_per_token(model: ModelConfig) -> int:
+    """Bytes of KV cache one token takes: keys and values of every layer's KV heads, 16-bit."""
+    return 2 * model.num_hidden_layers * model.num_key_value_heads * model.head_dim * BYTES_PER_KV_ELEMENT
+
+
+def slowest_host_link_bytes_per_s() -> float:
+    """The slowest achieved host<->device copy bandwidth of the GPUs priced here (PCIe 4.0 x16)."""
+    return min(g.host_link_gb_per_s for g in GPUS.values()) * 1e9
+
+
 @dataclass(frozen=True)
 class CostModel:
     gpu: GpuSpec
@@ -75,8 +85,7 @@ class CostModel:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        m = self.model
-        return 2 * m.num_hidden_layers * m.num_key_value_heads * m.head_dim * BYTES_PER_KV_ELEMENT
+        return kv_bytes_per_token(self.model)
 
     def kv_blocks_that_fit(self, block_size: int, memory_fraction: float = 0.9) -> int:
         """KV blocks left in ``memory_fraction`` of GPU memory after the weights."""

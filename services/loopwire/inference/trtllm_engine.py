@@ -70,6 +70,7 @@ from typing import TYPE_CHECKING, Any
 from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
 from loopwire.common.model_def import ModelDefinition, check_vocabulary
 from loopwire.inference.config import EngineConfig, model_preset
+from loopwire.inference.cost_model import kv_bytes_per_token, slowest_host_link_bytes_per_s
 from loopwire.inference.engine_core import EngineStats
 from loopwire.inference.kv_cache import CacheEvent, CacheEventFeed, CacheEventKind
 from loopwire.inference.kv_host_tier import MIN_PRIORITY
@@ -105,10 +106,6 @@ _EVENT_POLL_S = 0.05
 _RATE_WINDOW_S = 10.0
 # Blocks assumed on the device before TensorRT-LLM reports its count (bounds the stored-block map).
 _DEVICE_BLOCKS_UNTIL_REPORTED = 65536
-# Host<->device copy bandwidth assumed for a warm-up's lead (PCIe 4.0 x16 achieved, the slower
-# link the cost model knows): a warm-up started early costs little, one started late a stall.
-_HOST_LINK_BYTES_PER_S = 25.6e9
-_KV_VALUE_BYTES = 2  # TensorRT-LLM's KV cache in the model's 16-bit dtype
 
 # Module -> names this engine imports from it.
 API_NAMES = {
@@ -177,8 +174,9 @@ class TrtLlmEngine:
         # reported) and the host tier's.
         self._device_blocks = config.num_kv_blocks if config.num_kv_blocks > 1 else 0
         self._host_blocks = config.host_kv_bytes // kv_block_bytes if kv_block_bytes else 0
+        # A warm-up's lead is priced over the slowest host link: started early it costs little, late a stall.
         self._hints = TrtPauseHints(StoredBlocks(self._block_capacity()), self._warm_up,
-                                    kv_block_bytes / _HOST_LINK_BYTES_PER_S)
+                                    kv_block_bytes / slowest_host_link_bytes_per_s())
         self._pause_timer: asyncio.TimerHandle | None = None
         self._warm_ups: set[asyncio.Task[None]] = set()
 
@@ -218,8 +216,7 @@ class TrtLlmEngine:
             max_output_tokens=options.max_output_tokens, num_draft_tokens=options.num_draft_tokens,
             prefix_cache=not options.baseline.no_prefix_cache, drafter=options.drafter, host_kv_bytes=options.host_kv_bytes,
         )
-        block_bytes = (2 * _KV_VALUE_BYTES * model.num_hidden_layers * model.num_key_value_heads * model.head_dim
-                       * options.block_size if model is not None else 0)
+        block_bytes = kv_bytes_per_token(model) * options.block_size if model is not None else 0
         return cls(llm, config, definition, api, block_bytes)
 
     async def start(self) -> None:

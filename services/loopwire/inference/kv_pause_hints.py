@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from loopwire.inference.kv_host_tier import DEFAULT_PRIORITY, MAX_PRIORITY, MIN_PRIORITY
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from loopwire.inference.kv_cache import Block, Parked
     from loopwire.inference.kv_host_tier import HostTier, PriorityLru
 
+T = TypeVar("T")  # what a chain walk says of each held block
 
 @dataclass
 class Pause:
@@ -58,6 +59,21 @@ def prefetch_at(now: float, expected_pause_s: float, counts_s: float, num_blocks
     return now + max(0.0, min(expected_pause_s, counts_s) - lead)
 
 
+def held_chain(hashes: Sequence[int], root: int, held: Callable[[int], tuple[int, T] | None]) -> list[tuple[int, T]]:
+    """The held part of a prefix: ``(hash, what held(hash) says of it)`` from the first hash while each is held
+    (``held``: its parent and where it is, or None) and its parent is the hash before it, the first one's ``root``
+    (a chain from another root is another tenant's: nothing)."""
+    out: list[tuple[int, T]] = []
+    parent = root
+    for h in hashes:
+        found = held(h)
+        if found is None or found[0] != parent:
+            break
+        out.append((h, found[1]))
+        parent = h
+    return out
+
+
 class PauseHints:
     """The pause/resume half of ``BlockManager`` (which owns every attribute used here)."""
 
@@ -78,23 +94,16 @@ class PauseHints:
         def _rank(self, block: Block) -> int: ...
 
     def _chain(self, hashes: Sequence[int], root: int) -> list[tuple[int, int | None]]:
-        """The held part of a prefix: ``(hash, device block id or None for the host tier)`` from
-        the first hash while each block's parent is the hash before it, the first one's ``root``
-        (a chain from another root is another tenant's: nothing)."""
-        out: list[tuple[int, int | None]] = []
-        parent = root
-        for h in hashes:
-            block_id = self._by_hash.get(h)
-            if block_id is not None:
-                if self.blocks[block_id].parent != parent:
-                    break
-            else:
-                held = self.host.blocks.get(h) if self.host is not None else None
-                if held is None or held.parent != parent:
-                    break
-            out.append((h, block_id))
-            parent = h
-        return out
+        """The held part of a prefix (``held_chain``): ``(hash, device block id or None for the host tier)``."""
+        return held_chain(hashes, root, self._held)
+
+    def _held(self, h: int) -> tuple[int, int | None] | None:
+        """A held block's parent and where it is: its device block id, or None in the host tier."""
+        block_id = self._by_hash.get(h)
+        if block_id is not None:
+            return self.blocks[block_id].parent, block_id
+        held = self.host.blocks.get(h) if self.host is not None else None
+        return None if held is None else (held.parent, None)
 
     def pause(self, key: str, hashes: Sequence[int], root: int, until: float, prefetch_at: float = math.inf,
               priority: int = PAUSE_PRIORITY) -> int:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from loopwire.inference.kv_host_tier import MIN_PRIORITY
-from loopwire.inference.kv_pause_hints import RESUME_GRACE_S, Pause, prefetch_at
+from loopwire.inference.kv_pause_hints import RESUME_GRACE_S, Pause, held_chain, prefetch_at
 
 
 @dataclass
@@ -78,17 +78,8 @@ class StoredBlocks:
             self._blocks.popitem(last=False)
 
     def chain(self, hashes: Sequence[int], root: int) -> list[tuple[int, StoredBlock]]:
-        """The cached part of a prefix: from the first hash while each block is known and its
-        parent is the hash before it, the first one's ``root`` (another root's chain: nothing)."""
-        out: list[tuple[int, StoredBlock]] = []
-        parent = root
-        for h in hashes:
-            block = self._blocks.get(h)
-            if block is None or block.parent != parent:
-                break
-            out.append((h, block))
-            parent = h
-        return out
+        """The cached part of a prefix (``kv_pause_hints.held_chain``): from ``root`` while each block is known."""
+        return held_chain(hashes, root, lambda h: (b.parent, b) if (b := self._blocks.get(h)) is not None else None)
 
 
 # Submits a warm-up: the prefix's token ids, kept at this retention priority for these seconds.

@@ -472,27 +472,33 @@ async def test_a_spare_that_cannot_confine_itself_is_reported_and_the_supervisor
     assert session._supervisor is supervisor  # the same sandbox: it survived its spare's failure
 
 
-@pytest.mark.parametrize("shell_stays", [False, True])  # a spare's bash, or a shell's runner
-async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace, shell_stays):
-    """The init's descriptors are out of reach (it is not dumpable): a command that writes a status into every
-    descriptor of its init (its bash's parent; its shell's parent when a shell's runner runs it) it can open is told
-    ended only when it ends (here: at its timeout), with nothing left. (The shell's own status pipe: its own test.)"""
-    import uuid
-
-    import processes
-
+@contextlib.asynccontextmanager
+async def session_with_spares(tmp_path, workspace, shell_stays: bool):
+    """A session of a box of its own (``shell_stays`` as given) that has run one command, and a wait for the
+    two spares its sandbox makes while idle."""
     box = probed(tmp_path)
     box.shell_stays = shell_stays
     runs = SessionRuns(box)
     try:
         session = runs.session(workspace)
         await (await session.start("true")).result(30)
-        marker = f"987.95{uuid.uuid4().int % 1000}"
         supervisor = session._supervisor
         assert supervisor is not None
 
         async def idle() -> None:
             await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
+        yield session, idle
+    finally:
+        await runs.close()
+
+
+@pytest.mark.parametrize("shell_stays", [False, True])  # a spare's bash, or a shell's runner
+async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace, shell_stays):
+    """The init's descriptors are out of reach (it is not dumpable): a command that writes a status into every
+    descriptor of its init (its bash's parent; its shell's parent when a shell's runner runs it) it can open is told
+    ended only when it ends (here: at its timeout), with nothing left. (The shell's own status pipe: its own test.)"""
+    marker = f"987.95{uuid.uuid4().int % 1000}"
+    async with session_with_spares(tmp_path, workspace, shell_stays) as (session, idle):
         init = 'read -r _ _ _ pp _ < /proc/self/stat; '  # its bash's parent: the init, or the shell of its runner
         if shell_stays:
             init += 'read -r _ _ _ pp _ < /proc/$pp/stat; '  # the shell's parent
@@ -507,8 +513,6 @@ async def test_a_command_cannot_reach_its_inits_status_pipe(tmp_path, workspace,
         r = await process.result(1)
         assert (r.exit_code, r.timed_out) == (-9, True)
         assert not processes.running(marker)
-    finally:
-        await runs.close()
 
 
 @pytest.mark.parametrize("shell_stays", [False, True])
@@ -519,22 +523,13 @@ async def test_a_command_can_open_no_descriptor_of_the_sessions_other_processes(
     command could otherwise feed the next command's shell what it likes, to run after its own end is told.
     (bwrap's own pid 1 has /dev/null and its output pipe, which the harness keeps, bounded, as the supervisor's
     diagnostics: nothing there is run.)"""
-    box = probed(tmp_path)
-    box.shell_stays = shell_stays
-    runs = SessionRuns(box)
-    try:
-        session = runs.session(workspace)
-        await (await session.start("true")).result(30)
-        supervisor = session._supervisor
-        assert supervisor is not None
-        await until(lambda: len(supervisor._ready) == 2 and supervisor._asked == 0, "two spares made while idle")
-        probe = ('read -r me _ < /proc/self/stat; n=0; for fd in /proc/[0-9]*/fd/*; do p=${fd#/proc/}; '
+    async with session_with_spares(tmp_path, workspace, shell_stays) as (session, idle):
+        await idle()
+        probe = ('read -r me _ < /proc/self/stat; for fd in /proc/[0-9]*/fd/*; do p=${fd#/proc/}; '
                  'case ${p%%/*} in "$me"|1) continue;; esac; { : >> "$fd"; } 2>/dev/null && echo "opened $fd" && '
                  'ls -l "$fd"; done; echo checked')
         reached = await init_of_text(session, probe)
         assert reached.endswith("checked\n") and "opened" not in reached, reached
-    finally:
-        await runs.close()
 
 
 async def init_of_text(session, command: str) -> str:

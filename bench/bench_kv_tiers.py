@@ -177,6 +177,17 @@ class Result:
     transfer_s: float = 0.0
     makespan: float = 0.0
 
+    def add(self, other: Result, draw: int) -> None:
+        """Pool another draw's replay into this one (its turns' keys prefixed by the draw)."""
+        for name in ("queried", "hit", "host_hit", "hit_tokens_after_gap", "ideal_tokens_after_gap", "prefetched",
+                     "onloaded", "transfer_s", "makespan"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("ttft", "ttft_after_gap", "ttft_warm", "hit_after_gap"):
+            getattr(self, name).extend(getattr(other, name))
+        self.after_gap_turns.extend(f"{draw}:{t}" for t in other.after_gap_turns)
+        self.ttft_by_turn.update({f"{draw}:{t}": v for t, v in other.ttft_by_turn.items()})
+        self.cached_by_turn.update({f"{draw}:{t}": v for t, v in other.cached_by_turn.items()})
+
 
 def lognormal(rng: np.random.Generator, median: float, sigma: float) -> float:
     return float(median * math.exp(sigma * rng.standard_normal()))
@@ -238,7 +249,7 @@ def trace_plans(path: Path, index: int, max_output: int) -> list[SessionPlan]:
 
     def ideal(r: dict) -> int:
         ids, h, k = r["hash_ids"], ROOT_BLOCK_HASH, 0
-        chain = []
+        chain: list[tuple[int, int]] = []
         for block_id in ids:
             h = hash((h, block_id))
             chain.append((h, len(chain)))
@@ -314,7 +325,8 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         if p.after is not None:
             followers.setdefault(p.after, []).append(i)
     # The harness's hints still to come: (when, plan, kind, hashes, turn); kind "tool": the approval was
-    # decided, the turn's tools start (a pause hint for them, or a resume when they are short).
+    # decided, the turn's tools start (a pause hint for them, or a resume when they are short); "late":
+    # tools expected short outran ``MIN_PAUSE_MS`` (a pause hint then, expecting them back at once).
     hints: list[tuple[float, int, str, list[int], int]] = []
     estimates = [PauseEstimate() for _ in plans]  # mode "estimated": the harness's, per session
     waited: dict[str, float] = {}
@@ -339,6 +351,8 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         if mode.hints == "estimated" and expected_s * 1000 < MIN_PAUSE_MS:  # the harness sends no pause hint
             if p.holds[j]:
                 blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, now)  # decided, and the tools are short: back now
+            if p.tool_s[j] * 1000 > MIN_PAUSE_MS:  # unless they outrun it: a late one, expecting them back at once
+                heapq.heappush(hints, (now + MIN_PAUSE_MS / 1000, i, "late", hashes, j))
             return
         start = math.inf
         if mode.hints in ("expected", "estimated"):
@@ -368,6 +382,11 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             _, i, kind, hashes, j = heapq.heappop(hints)
             if kind == "tool":
                 tool_pause(i, j, hashes)
+            elif kind == "late":
+                start = prefetch_at(clock.now(), 0.001, HINT_S, len(hashes), executor.seconds_per_host_block)
+                blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, clock.now() + HINT_S, start)
+                resume_at = clock.now() - MIN_PAUSE_MS / 1000 + max(0.0, plans[i].tool_s[j] - ASSEMBLE_S)
+                heapq.heappush(hints, (resume_at, i, "resume", hashes, j))
             else:
                 blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, clock.now())
         price_prefetch()
@@ -426,6 +445,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_SESSIONS} sessions, their first {QUICK_TURNS} turns")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gap model")
+    parser.add_argument("--draws", type=int, default=1,
+                        help="agent sessions: replay N draws of the gap model (seeds SEED..SEED+N-1), turns pooled; "
+                             "one draw's tail turns are a handful of tools, so its p90 moves several-fold between seeds")
     parser.add_argument("--sessions", type=int, default=0, help="replay only the first N sessions (0: all)")
     parser.add_argument("--modes", default="", help="mode labels to run, separated by semicolons (default: all): "
                         + "; ".join(m.label for m in MODES))
@@ -437,34 +459,47 @@ def main() -> int:
     traced = sorted(args.traces.glob("*.json.gz")) if args.traces.is_dir() else []
     limit = QUICK_SESSIONS if args.quick else args.sessions or None
     block = TRACE_BLOCK if traced else BLOCK
-    if traced:
-        paths = traced[:limit]
-        plans = [p for i, path in enumerate(paths) for p in trace_plans(path, i, args.max_output)]
-        used = [(path, sum(len(p.turns) for p in plans if p.file == path.name)) for path in paths]
-    else:
-        paths = provenance.session_files(args.traces)[:limit]
-        rng = np.random.default_rng(args.seed)
-        plans = [p for i, path in enumerate(paths) if (p := plan(path, i, rng, QUICK_TURNS if args.quick else 0))]
-        used = [(path, len(p.turns)) for path, p in zip(paths, plans, strict=False)]
-    if not plans:
-        raise SystemExit(f"no recorded sessions under {args.traces}")
-    n_turns = sum(len(p.turns) for p in plans)
+    draws = 1 if traced else args.draws
+    if draws < 1:
+        raise SystemExit("--draws must be at least 1")
     results: dict[str, Result] = {}
-    with Progress(console=console, transient=True) as progress:
-        for mode in [REFERENCE, *modes]:
-            results[mode.label] = run(mode, plans, progress, progress.add_task(mode.label, total=n_turns), block)
+    p90_by_draw: dict[str, list[float]] = {}
+    for draw in range(draws):
+        if traced:
+            paths = traced[:limit]
+            plans = [p for i, path in enumerate(paths) for p in trace_plans(path, i, args.max_output)]
+            used = [(path, sum(len(p.turns) for p in plans if p.file == path.name)) for path in paths]
+        else:
+            paths = provenance.session_files(args.traces)[:limit]
+            rng = np.random.default_rng(args.seed + draw)
+            plans = [p for i, path in enumerate(paths) if (p := plan(path, i, rng, QUICK_TURNS if args.quick else 0))]
+            used = [(path, len(p.turns)) for path, p in zip(paths, plans, strict=False)]
+        if not plans:
+            raise SystemExit(f"no recorded sessions under {args.traces}")
+        n_turns = sum(len(p.turns) for p in plans)
+        replays: dict[str, Result] = {}
+        with Progress(console=console, transient=True) as progress:
+            for mode in [REFERENCE, *modes]:
+                task = progress.add_task(f"{mode.label} (draw {draw + 1}/{draws})", total=n_turns)
+                replays[mode.label] = run(mode, plans, progress, task, block)
+        for label, r in replays.items():
+            results.setdefault(label, Result()).add(r, draw)
+            p90_by_draw.setdefault(label, []).append(pct([r.ttft_by_turn[t] / replays[REFERENCE.label].ttft_by_turn[t]
+                                                          for t in r.after_gap_turns], 90))
     reference = results[REFERENCE.label]
     device_blocks, host_bytes = capacities(plans, block)
     reference_blocks, _ = capacities(plans, block, holds_all=True)
     gaps = [g for p in plans for g in p.gaps[1:]]
     long_gaps = sum(g >= LONG_GAP_S for g in gaps)
 
-    table = Table(title=f"Eviction policies, {len(plans)} sessions, {n_turns:,} turns (replay; simulated "
+    table = Table(title=f"Eviction policies, {len(plans)} sessions, {n_turns:,} turns"
+                        f"{f' × {draws} draws of the gap model' if draws > 1 else ''} (replay; simulated "
                         f"{GPU.upper()} Llama {PARAMS.upper()}, {device_blocks * block:,} tokens of device KV)")
     for col in ("policy", "prefix hit rate", "from host", f"hit rate after a gap ≥ {LONG_GAP_S:.0f} s",
                 *(("of an infinite per-session cache",) if traced else ()),
                 "TTFT after a gap p50 / p90", "TTFT warm p50", "after a gap ÷ warm (p50)",
-                "the same turns, device holds all: p50", "after a gap ÷ the same turn warm: p50 / p90", "TTFT p50 / p99",
+                "the same turns, device holds all: p50", "after a gap ÷ the same turn warm: p50 / p90",
+                *(("p90 of each draw",) if draws > 1 else ()), "TTFT p50 / p99",
                 "copies: onloads + by hints, both ways", "makespan"):
         table.add_column(col, justify="left" if col == "policy" else "right")
     summary: dict[str, dict[str, float]] = {}
@@ -494,6 +529,7 @@ def main() -> int:
                       f"{row['ttft_after_gap_same_turns_warm_p50_ms']:,.0f} ms",
                       f"{row['after_gap_over_same_turn_warm_p50']:.2f}x / "
                       f"{row['after_gap_over_same_turn_warm_p90']:.2f}x",
+                      *((" / ".join(f"{x:.2f}x" for x in p90_by_draw[mode.label]),) if draws > 1 else ()),
                       f"{pct(r.ttft, 50) * 1e3:,.0f} / {pct(r.ttft, 99) * 1e3:,.0f} ms",
                       f"{r.onloaded + r.prefetched:,} blocks ({r.prefetched:,}; {r.transfer_s:.2f} s)",
                       f"{r.makespan / 60:,.1f} min")
@@ -534,7 +570,8 @@ def main() -> int:
                   f"request's time less this one's end), outputs at most {args.max_output} tokens; sessions start "
                   f"{TRACE_STAGGER_S:g} s apart; subagents start when the parent request before them ends")
     else:
-        timing = (f"gap model (seed {args.seed}): tool time lognormal, median {LONG_TOOL_GAP[0]:g} s (σ "
+        seeds = f"seed {args.seed}" if draws == 1 else f"seeds {args.seed}..{args.seed + draws - 1}, turns pooled"
+        timing = (f"gap model ({seeds}): tool time lognormal, median {LONG_TOOL_GAP[0]:g} s (σ "
                   f"{LONG_TOOL_GAP[1]:g}) when the recorded command runs tests/installs/builds, else "
                   f"{SHORT_TOOL_GAP[0]:g} s (σ {SHORT_TOOL_GAP[1]:g}); before {APPROVAL_FRACTION:.0%} of the turns an "
                   f"approval wait, median {APPROVAL_GAP[0]:g} s (σ {APPROVAL_GAP[1]:g}); sessions start "
@@ -553,8 +590,8 @@ def main() -> int:
                f"hints: a pause hint when each turn's tools start (demoted, host priority 80, counts until the "
                f"resume hint, at most {HINT_S:g} s), the blocks brought back from (pause − 2 × modelled copy − 0.25 s) "
                f"on and kept until the resume (`hints`: the tool time that follows; `hints, estimated pause`: the "
-               f"harness's estimate, an early quantile of what the same program took before in the session, no hint "
-               f"under {MIN_PAUSE_MS} ms) and at the resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; an "
+               f"harness's estimate, an early quantile of what the same command took before in the session, no hint "
+               f"under {MIN_PAUSE_MS} ms unless the tools outrun it: then a late one, expecting them back at once) and at the resume hint {ASSEMBLE_S * 1e3:g} ms before the next request; an "
                f"approval wait is a pause of unknown length, its decision starts the tools' own pause (or resumes "
                f"at once when they are short); a hint's copies (brought back, and evicted for their room) occupy "
                f"the host link from when they are made",
@@ -564,7 +601,8 @@ def main() -> int:
             "![kv tiers](kv_tiers.png)"]
     md = provenance.write_markdown(args.out, "kv_tiers", "KV eviction policies and the host tier", header, body)
     out_json = Path(args.out) / "kv_tiers.json"
-    out_json.write_text(json.dumps({"modes": summary}, indent=2) + "\n")
+    by_draw = {"after_gap_over_same_turn_warm_p90_by_draw": {m.label: p90_by_draw[m.label] for m in modes}}
+    out_json.write_text(json.dumps({"modes": summary, **(by_draw if draws > 1 else {})}, indent=2) + "\n")
     console.print(f"wrote {provenance.rel(png)}, {provenance.rel(md)} and {provenance.rel(out_json)}")
     return 0
 

@@ -24,6 +24,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 from loopwire.common import json_limits
+from loopwire.harness.command_keys import command_keys
 from loopwire.harness.conversation import GatewayError
 from loopwire.v1 import common_pb2
 
@@ -42,26 +43,22 @@ EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
 COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
 
 
-def command_key(call: common_pb2.FunctionCall) -> str:
-    """What a call's duration is remembered by: the program a shell command runs (``pytest``,
-    ``npm``), else the tool's name (other tools' arguments are never parsed here: an edit's can be
-    megabytes)."""
+def call_keys(call: common_pb2.FunctionCall) -> list[str]:
+    """What a call's duration is remembered by, most specific first: for a shell command, what its
+    line runs (``command_keys``: ``pip install``, then ``pip``; the tool's name when it names no
+    program); other tools by their name alone (their arguments are never parsed here: an edit's can be megabytes)."""
     if call.name not in COMMAND_TOOLS:
-        return call.name
+        return [call.name]
     try:
         args = json_limits.loads(call.arguments or "{}")
     except ValueError:
-        return call.name
+        return [call.name]
     cmd = args.get("cmd") or args.get("command") if isinstance(args, dict) else None
     if isinstance(cmd, list):
-        cmd = " ".join(str(c) for c in cmd)
+        cmd = shlex.join(str(c) for c in cmd)
     if not isinstance(cmd, str):
-        return call.name
-    try:
-        words = shlex.split(cmd)
-    except ValueError:
-        words = cmd.split()
-    return f"{call.name}:{words[0]}" if words else call.name
+        return [call.name]
+    return [f"{call.name}:{key}" for key in command_keys(cmd)] or [call.name]
 
 
 class PauseEstimate:
@@ -69,7 +66,7 @@ class PauseEstimate:
     bringing the blocks back then, so the estimate errs early. Tool times spread several-fold
     (the same ``pytest`` takes 3 s or 60 s), so a mean would be late about half the time and a
     late prefetch costs the whole copy in the next TTFT, while an early one only keeps the blocks
-    on the device a while longer. From what the same command (``command_key``) took earlier in the
+    on the device a while longer. From what the same command (``call_keys``, the most specific key it was seen by) took earlier in the
     session: the low ``EARLY_QUANTILE_Z`` quantile of a lognormal fitted to its last runs (their
     own spread once there are ``MIN_SPREAD_RUNS``, else ``PRIOR_LOG_SPREAD``); never seen: the
     same quantile of ``DEFAULT_PAUSE_MS``. An exec call returns by its yield window at the
@@ -79,12 +76,13 @@ class PauseEstimate:
         self._log_s: dict[str, list[float]] = {}
 
     def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
-        runs = self._log_s.setdefault(command_key(call), [])
-        runs.append(math.log(max(seconds, 1e-3)))
-        del runs[:-RUNS_KEPT]
+        for key in call_keys(call):
+            runs = self._log_s.setdefault(key, [])
+            runs.append(math.log(max(seconds, 1e-3)))
+            del runs[:-RUNS_KEPT]
 
     def expected_ms(self, call: common_pb2.FunctionCall) -> int:
-        runs = self._log_s.get(command_key(call))
+        runs = next((r for key in call_keys(call) if (r := self._log_s.get(key))), None)
         if runs:
             spread = statistics.stdev(runs) if len(runs) >= MIN_SPREAD_RUNS else PRIOR_LOG_SPREAD
             early_s = math.exp(statistics.fmean(runs) - EARLY_QUANTILE_Z * spread)
@@ -124,11 +122,13 @@ class KvHints:
         if self.enabled:
             self.estimate.observe(call, seconds)
 
-    async def pause(self, calls: list[common_pb2.FunctionCall]) -> bool:
-        """The session pauses for the running ``calls``: say so when it is likely long enough
-        to matter. Whether a hint was accepted (a resume hint is then due)."""
-        expected = max((self.estimate.expected_ms(c) for c in calls), default=0)
-        if not self.enabled or expected < MIN_PAUSE_MS:
+    async def pause(self, calls: list[common_pb2.FunctionCall], late: bool = False) -> bool:
+        """The session pauses for the running ``calls``: say so when it is likely long enough to
+        matter, or ``late``, once they have outrun ``MIN_PAUSE_MS`` against their estimate (then
+        they are past it and expected back any moment: their blocks are kept, brought back at
+        once, and stay until the resume). Whether a hint was accepted (a resume hint is then due)."""
+        expected = 1 if late else max((self.estimate.expected_ms(c) for c in calls), default=0)
+        if not self.enabled or expected < (1 if late else MIN_PAUSE_MS):
             return False
         # It counts until the resume hint, which always follows: the tenant's ceiling only bounds
         # a pause whose harness went away (a shorter one let long tools' blocks lose their place).
@@ -145,15 +145,21 @@ class KvHints:
                after_approval: bool = False) -> asyncio.Task[None]:
         """In the background, so the turn never waits on the gateway for it: the pause hint for
         the running ``calls``, then, if it was accepted, the resume hint as soon as the last of
-        ``tasks`` ends (not after their outputs are stored). ``after_approval``: the session was
-        paused for an approval, now decided; the tools' pause replaces it, and when they are too
-        short for one the resume comes at once (the decision is the earliest sign the session is
-        back). Awaited before the next request uses the gateway stream."""
+        ``tasks`` ends (not after their outputs are stored). Calls expected to be short get no
+        pause hint unless they outrun ``MIN_PAUSE_MS`` (a late one: the estimate was wrong, and
+        without it their blocks would be neither kept nor brought back). ``after_approval``: the
+        session was paused for an approval, now decided; the tools' pause replaces it, and when
+        they are too short for one the resume comes at once (the decision is the earliest sign
+        the session is back). Awaited before the next request uses the gateway stream."""
         async def pause_then_resume() -> None:
-            if await self.pause(calls):
+            paused = await self.pause(calls)
+            if not paused:
+                if after_approval and self.enabled:
+                    await self.resume()
+                _, running = await asyncio.wait(tasks, timeout=MIN_PAUSE_MS / 1000)
+                paused = bool(running) and await self.pause(calls, late=True)
+            if paused:
                 await asyncio.wait(tasks)
-                await self.resume()
-            elif after_approval and self.enabled:
                 await self.resume()
         return asyncio.ensure_future(pause_then_resume())
 

@@ -95,11 +95,31 @@ async def test_decided_short_tools_end_the_approvals_pause_at_once() -> None:
     conversation = FakeConversation()
     tool_ends = asyncio.Event()
     task = asyncio.ensure_future(tool_ends.wait())
-    await hints_of(conversation).around([shell("ls")], [task], after_approval=True)
+    sent = hints_of(conversation).around([shell("ls")], [task], after_approval=True)
+    await asyncio.wait_for(conversation.sent.wait(), 30)
     assert [h.phase for _, h in conversation.hints] == [RESUME]  # before the tool ended
     assert not task.done()
     tool_ends.set()
-    await task
+    await sent
+
+
+async def test_a_short_tool_that_outruns_its_estimate_gets_a_late_pause_then_its_resume() -> None:
+    """Without the late hint a tool expected short but running for minutes had its blocks neither
+    kept nor brought back; the late one expects it back any moment (it is already past its estimate)."""
+    conversation = FakeConversation()
+    hints = hints_of(conversation)
+    hints.estimate.observe(shell("python -c 'print(1)'"), 0.2)
+    tool_ends = asyncio.Event()
+    task = asyncio.ensure_future(tool_ends.wait())
+    sent = hints.around([shell("python -c 'import time; time.sleep(60)'")], [task])
+    await asyncio.wait_for(conversation.sent.wait(), 30)
+    (seconds, pause), = conversation.hints
+    assert pause.phase == PAUSE and seconds == 600
+    assert pause.expected_pause_ms == 1  # past its estimate: back any moment
+    assert not task.done()
+    tool_ends.set()
+    await sent
+    assert [h.phase for _, h in conversation.hints] == [PAUSE, RESUME]
 
 
 async def test_decided_long_tools_pause_until_they_end() -> None:

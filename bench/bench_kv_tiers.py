@@ -27,8 +27,11 @@ knows when a human answers); the decision starts the tools, whose own pause hint
 when they are too short for one, a resume at once). ``hints`` gives the tool's run time as it
 will be; ``hints, resume only`` gives no expected pause: only the resume hint (and the decision)
 brings the blocks back. ``hints, estimated pause`` gives the pause the harness would expect
-(``kv_hints.PauseEstimate``: an early quantile of what the same program took before in the
-session; no hint under 1 s), not the one that follows. A hint's copies (the blocks it brings back
+(``kv_hints.PauseEstimate``: an early quantile of what the same command took before in the
+session; no hint under 1 s, unless the tools outrun it: then a late one that expects them back at
+once, as the harness sends it; ``..., no late hint``: without it), not the one that follows.
+``--draws N`` replays N draws of the gap model and pools their turns: one draw's tail is a handful
+of tools, and its p90 moves several-fold from one seed to the next. A hint's copies (the blocks it brings back
 and those it evicts for them) occupy the host link (``CostModelExecutor.prefetch``): a step that
 starts before they are done waits for them.
 
@@ -124,6 +127,7 @@ class Mode:
     # harness's estimate of it (``PauseEstimate``); "resume": without an expected pause
     hints: str = ""
     device_holds_all: bool = False  # the reference: device KV for the whole working set, nothing evicted
+    late: bool = True  # "estimated": tools expected short that outrun MIN_PAUSE_MS get a late pause hint
 
 
 MODES = [
@@ -135,6 +139,7 @@ MODES = [
     Mode("hints, resume only", "priority", "prefix", True, "resume"),
     Mode("hints", "priority", "prefix", True, "expected"),
     Mode("hints, estimated pause", "priority", "prefix", True, "estimated"),
+    Mode("hints, estimated pause, no late hint", "priority", "prefix", True, "estimated", late=False),
 ]
 # Every run replays this one too: each turn's TTFT with its whole reusable prefix on the device (the
 # same turn warm), against which a mode's turns after a gap are compared turn by turn.
@@ -351,7 +356,7 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
         if mode.hints == "estimated" and expected_s * 1000 < MIN_PAUSE_MS:  # the harness sends no pause hint
             if p.holds[j]:
                 blocks.resume(str(i), hashes, ROOT_BLOCK_HASH, now)  # decided, and the tools are short: back now
-            if p.tool_s[j] * 1000 > MIN_PAUSE_MS:  # unless they outrun it: a late one, expecting them back at once
+            if mode.late and p.tool_s[j] * 1000 > MIN_PAUSE_MS:  # unless they outrun it: a late one, expecting them back at once
                 heapq.heappush(hints, (now + MIN_PAUSE_MS / 1000, i, "late", hashes, j))
             return
         start = math.inf

@@ -80,9 +80,12 @@ class Engine(Protocol):
 
     async def hold_prefix(self, key: str, block_hashes: list[int], seconds: float) -> int: ...
 
-    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint,
+                          cache_salt: str = "") -> int:
         """A tool-pause hint on a session's prefix (``kv_cache.BlockManager.pause``/``resume``);
-        returns the blocks a pause covers or a resume brought back."""
+        returns the blocks a pause covers or a resume brought back. ``root`` is
+        ``salted_root(cache_salt)``; the salt itself is for an engine that re-submits the prefix
+        (TensorRT-LLM's warm-ups run under the tenant's salt)."""
         ...
 
     def hint_counters(self) -> tuple[int, int]:
@@ -242,8 +245,9 @@ class AsyncEngine:
             self._publish()
             return added
 
-    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
-        async with self._lock:
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint,
+                          cache_salt: str = "") -> int:
+        async with self._lock:  # the block pool reads the tenant from ``root``: the salt is not needed
             blocks, now = self.core.blocks, self.core.clock.now()
             if hint.resume:
                 n = blocks.resume(key, block_hashes, root, now)

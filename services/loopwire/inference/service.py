@@ -362,11 +362,12 @@ class InferenceServicer(DisaggregationRpcs, inference_pb2_grpc.InferenceServiceS
                 hint_key, list(request.block_hashes), salted_root(request.cache_salt),
                 KvHint(resume=hint.phase == common_pb2.KV_HINT_PHASE_RESUME,
                        seconds=float(request.retention_seconds), expected_pause_s=hint.expected_pause_ms / 1000,
-                       priority=hint.priority or PAUSE_PRIORITY))
+                       priority=hint.priority or PAUSE_PRIORITY), cache_salt=request.cache_salt)
             return inference_pb2.HoldPrefixResponse(hinted_blocks=n)
         if request.retention_seconds == 0:  # a release (a session cancelled) also ends its pause, if any:
             # an empty pause replaces it, so its blocks are ordinary again instead of kept to the ceiling
-            await self.engine.hint_prefix(hint_key, [], salted_root(request.cache_salt), KvHint(resume=False, seconds=0.0))
+            await self.engine.hint_prefix(hint_key, [], salted_root(request.cache_salt), KvHint(resume=False, seconds=0.0),
+                                          cache_salt=request.cache_salt)
         key = f"hold/{request.cache_salt}/{request.hold_id}"
         held = await self.engine.hold_prefix(key, list(request.block_hashes), float(request.retention_seconds))
         return inference_pb2.HoldPrefixResponse(held_blocks=held)

@@ -5,10 +5,12 @@ work on machines without it. What maps to what:
 
 * ``generate`` → ``LLM.generate_async(prompt, SamplingParams, streaming=True)``; each streamed
   result carries the cumulative output, of which we forward the new tail.
+* cache salt (the tenant) → ``generate_async(cache_salt=...)`` where the release takes it, so
+  tenants never share TensorRT-LLM's prefix cache; a release without it is warned about at start.
 * prefix caching → ``KvCacheConfig(enable_block_reuse=True, event_buffer_max_size=...)``;
   ``cache_events`` polls ``LLM.get_kv_cache_events`` and re-keys every stored block with
-  ``loopwire.common.hashing`` (from its tokens and its parent), so routers predict hits with
-  the same hashes for every engine.
+  ``loopwire.common.hashing`` from the salted roots of those that submitted its first block
+  (``trtllm_events``), so routers predict hits with the same hashes for every engine.
 * host-memory KV tier → ``KvCacheConfig(host_cache_size=--host-kv-bytes, onboard_blocks=True,
   secondary_offload_min_priority=1)``: every evicted block a retention priority ranked above
   the lowest goes to the host tier, as on the reference engine (TensorRT-LLM's default, 30,
@@ -58,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -67,7 +70,6 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from loopwire.common.hashing import ROOT_BLOCK_HASH, block_hash
 from loopwire.common.model_def import ModelDefinition, check_vocabulary
 from loopwire.inference.config import EngineConfig, model_preset
 from loopwire.inference.cost_model import kv_bytes_per_token, slowest_host_link_bytes_per_s
@@ -82,6 +84,7 @@ from loopwire.inference.sequence import (
     Timings,
     Usage,
 )
+from loopwire.inference.trtllm_events import TrtEventKeys
 from loopwire.inference.trtllm_kv_hints import StoredBlocks, TrtPauseHints
 from loopwire.inference.trtllm_requests import (
     OracleLogitsProcessor,
@@ -161,7 +164,6 @@ class TrtLlmEngine:
         self._missing_stats_logged = False
         self._handles: dict[str, Any] = {}
         self._cache_feed = CacheEventFeed()
-        self._trt_to_ours: dict[int, int] = {}
         self._poller: asyncio.Task[None] | None = None
         self._running = 0
         self._waiting = 0
@@ -177,6 +179,11 @@ class TrtLlmEngine:
         # A warm-up's lead is priced over the slowest host link: started early it costs little, late a stall.
         self._hints = TrtPauseHints(StoredBlocks(self._block_capacity()), self._warm_up,
                                     kv_block_bytes / slowest_host_link_bytes_per_s())
+        self._events = TrtEventKeys(self._hints)
+        self._takes_salt = _takes_cache_salt(llm)
+        if not self._takes_salt:
+            log.warning("this TensorRT-LLM release's generate_async takes no cache_salt: tenants share its prefix "
+                        "cache (a timing side channel between them)")
         self._pause_timer: asyncio.TimerHandle | None = None
         self._warm_ups: set[asyncio.Task[None]] = set()
 
@@ -263,8 +270,8 @@ class TrtLlmEngine:
         first_token: float | None = None
         sent = 0
         self._running += 1
-        result = self.llm.generate_async({"prompt_token_ids": req.prompt}, sampling_params=params, streaming=True,
-                                         kv_cache_retention_config=retention, disaggregated_params=disagg)
+        result = self._submit(req.prompt, req.cache_salt, sampling_params=params, streaming=True,
+                              kv_cache_retention_config=retention, disaggregated_params=disagg)
         self._handles[req.request_id] = result
         finished = False
         try:
@@ -338,7 +345,7 @@ class TrtLlmEngine:
 
     async def cache_events(self, include_existing: bool) -> AsyncIterator[list[CacheEvent]]:
         await self.start()
-        initial = [CacheEvent(CacheEventKind.STORED, list(self._trt_to_ours.values()))] if include_existing else None
+        initial = [CacheEvent(CacheEventKind.STORED, self._events.cached())] if include_existing else None
         async for events in self._cache_feed.subscribe(initial):
             yield events
 
@@ -356,14 +363,16 @@ class TrtLlmEngine:
         already cached: nothing is held after the fact (0 tells the gateway so)."""
         return 0
 
-    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint) -> int:
+    async def hint_prefix(self, key: str, block_hashes: list[int], root: int, hint: KvHint,
+                          cache_salt: str = "") -> int:
         """A pause is remembered (and warms the prefix up ahead of its expected end), a resume
-        warms it up at once (``trtllm_kv_hints``). Returns the blocks covered."""
+        warms it up at once (``trtllm_kv_hints``), under the tenant's ``cache_salt``. Returns the
+        blocks covered."""
         if hint.resume:
-            n = self._hints.resume(key, block_hashes, root, hint.priority)
+            n = self._hints.resume(key, block_hashes, root, hint.priority, cache_salt)
         else:
             n = self._hints.pause(key, block_hashes, root, time.monotonic(), hint.seconds, hint.expected_pause_s,
-                                  hint.priority)
+                                  hint.priority, cache_salt)
         self._arm_pause_timer()
         return n
 
@@ -372,25 +381,32 @@ class TrtLlmEngine:
         warm-ups covered)."""
         return self._hints.demoted_blocks, self._hints.onloaded_blocks
 
-    def _warm_up(self, tokens: list[int], priority: int, seconds: float) -> None:
-        """Submit the prefix as a one-token request: its block reuse onloads the host-tier
-        blocks, its retention keeps them at ``priority`` for ``seconds``. A repeat of the last
-        token follows the prefix so every block of it is matched whole; that scratch block is
-        ranked lowest (dropped, not offloaded). Submitted now, ahead of the session's next
-        request; its output is read off in the background and goes nowhere."""
+    def _warm_up(self, tokens: list[int], priority: int, seconds: float, salt: str) -> None:
+        """Submit the prefix as a one-token request under the hinting tenant's ``salt`` (so it
+        reuses only that tenant's blocks): its block reuse onloads the host-tier blocks, its
+        retention keeps them at ``priority`` for ``seconds``. A repeat of the last token follows
+        the prefix so every block of it is matched whole; that scratch block is ranked lowest
+        (dropped, not offloaded). Submitted now, ahead of the session's next request; its output
+        is read off in the background and goes nowhere."""
         stops = self.definition.stop_token_ids
         params = self.api.SamplingParams(max_tokens=1, end_id=stops[0] if stops else -1)
         try:
-            result = self.llm.generate_async({"prompt_token_ids": tokens + tokens[-1:]}, sampling_params=params,
-                                             streaming=True,
-                                             kv_cache_retention_config=warm_up_retention(self.api, len(tokens), priority,
-                                                                                         seconds))
+            result = self._submit(tokens + tokens[-1:], salt, sampling_params=params, streaming=True,
+                                  kv_cache_retention_config=warm_up_retention(self.api, len(tokens), priority, seconds))
         except Exception:  # a hint is advice: the session's request runs without it
             log.warning("TensorRT-LLM refused a KV warm-up request", exc_info=True)
             return
         task = asyncio.get_running_loop().create_task(self._discard(result))
         self._warm_ups.add(task)
         task.add_done_callback(self._warm_ups.discard)
+
+    def _submit(self, prompt: list[int], salt: str, **kwargs: Any) -> Any:
+        """``LLM.generate_async`` under the tenant's salt where the release takes one; the salt
+        is remembered for the prompt's first block, to re-key the blocks TensorRT-LLM stores."""
+        self._events.salts.submitted(prompt[:self.config.block_size], salt)
+        if self._takes_salt:
+            kwargs["cache_salt"] = salt or None
+        return self.llm.generate_async({"prompt_token_ids": prompt}, **kwargs)
 
     @staticmethod
     async def _discard(result: Any) -> None:
@@ -457,41 +473,20 @@ class TrtLlmEngine:
                 self._kv_stats = kv
                 if int(kv.get("maxNumBlocks", 0)) > 0:
                     self._device_blocks = int(kv["maxNumBlocks"])
-                    self._hints.blocks.capacity = self._block_capacity()
-                    self._hints.blocks.shrink()
+                    self._events.resize(self._block_capacity())
                 return
         if stats and not self._missing_stats_logged:
             self._missing_stats_logged = True
             log.warning("TensorRT-LLM iteration stats carry no kvCacheStats: KV block counts are not reported")
 
     def translate_events(self, raw: list[dict]) -> list[CacheEvent]:
-        """TensorRT-LLM event dicts → events keyed by loopwire's chained block hashes."""
-        out: list[CacheEvent] = []
-        for event in raw:
-            data = event.get("data", {})
-            kind = data.get("type")
-            if kind == "stored":
-                parent_trt = data.get("parent_hash")
-                parent = self._trt_to_ours.get(parent_trt, ROOT_BLOCK_HASH) if parent_trt is not None else ROOT_BLOCK_HASH
-                hashes = []
-                for block in data.get("blocks", []):
-                    tokens = [int(t["token_id"]) if isinstance(t, dict) else int(t) for t in block.get("tokens", [])]
-                    ours = block_hash(parent, tokens)
-                    self._trt_to_ours[block["block_hash"]] = ours
-                    self._hints.blocks.stored(ours, parent, tokens, on_host=bool(block.get("cache_level") or 0))
-                    hashes.append(ours)
-                    parent = ours
-                if hashes:
-                    out.append(CacheEvent(CacheEventKind.STORED, hashes))
-            elif kind == "removed":
-                gone = [self._trt_to_ours.pop(h) for h in data.get("block_hashes", []) if h in self._trt_to_ours]
-                for h in gone:
-                    self._hints.blocks.removed(h)
-                if gone:
-                    out.append(CacheEvent(CacheEventKind.REMOVED, gone))
-            elif kind == "updated":
-                level = data.get("cache_level")
-                moved = self._trt_to_ours.get(data.get("block_hash"))
-                if isinstance(level, dict) and moved is not None:  # 0: the device, 1: the host tier
-                    self._hints.moved(moved, bool(level.get("new_value") or 0))
-        return out
+        """TensorRT-LLM event dicts → events keyed by loopwire's chained block hashes (``trtllm_events``)."""
+        return self._events.translate(raw)
+
+
+def _takes_cache_salt(llm: Any) -> bool:
+    """Whether this release's ``generate_async`` takes ``cache_salt`` (recent ones do)."""
+    try:
+        return "cache_salt" in inspect.signature(llm.generate_async).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False

@@ -20,7 +20,9 @@ it by itself. So the hints map to requests:
 The prefix's tokens come from TensorRT-LLM's KV cache events, which the engine re-keys with
 loopwire's hashes: ``StoredBlocks`` keeps each stored block's parent, tokens and tier, and a
 hint's chain is read from its root while each block's parent is the hash before it, so a chain
-that does not start at the caller's salted root (another tenant's) touches nothing.
+that does not start at the caller's salted root (another tenant's) touches nothing. A warm-up
+runs under the hinting tenant's salt (a pause remembers it), so it only ever reuses that
+tenant's own blocks.
 """
 
 from __future__ import annotations
@@ -82,8 +84,16 @@ class StoredBlocks:
         return held_chain(hashes, root, lambda h: (b.parent, b) if (b := self._blocks.get(h)) is not None else None)
 
 
-# Submits a warm-up: the prefix's token ids, kept at this retention priority for these seconds.
-WarmUp = Callable[[list[int], int, float], None]
+# Submits a warm-up: the prefix's token ids, kept at this retention priority for these seconds,
+# under this cache salt (the hinting tenant's).
+WarmUp = Callable[[list[int], int, float, str], None]
+
+
+@dataclass
+class SaltedPause(Pause):
+    """A pause and the tenant's salt its timed warm-up runs under."""
+
+    salt: str
 
 
 class TrtPauseHints:
@@ -95,7 +105,7 @@ class TrtPauseHints:
         self.blocks = blocks
         self._warm_up = warm_up
         self.seconds_per_host_block = seconds_per_host_block
-        self._paused: dict[str, Pause] = {}
+        self._paused: dict[str, SaltedPause] = {}
         self._paused_blocks: dict[int, int] = {}  # hash -> pauses naming it
         self.demoted_blocks = 0
         self.onloaded_blocks = 0
@@ -105,7 +115,7 @@ class TrtPauseHints:
         return len(self._paused)
 
     def pause(self, key: str, hashes: Sequence[int], root: int, now: float, seconds: float,
-              expected_pause_s: float, priority: int) -> int:
+              expected_pause_s: float, priority: int, salt: str) -> int:
         """Remember that the session ``key`` is away: when to warm its prefix up (ahead of the
         expected end) and until when the pause counts. Returns the blocks covered."""
         self._end_pause(key)
@@ -114,22 +124,22 @@ class TrtPauseHints:
             return 0
         until = now + seconds
         start = prefetch_at(now, expected_pause_s, seconds, len(chain), self.seconds_per_host_block)
-        self._paused[key] = Pause(chain, root, until, min(start, until), priority)
+        self._paused[key] = SaltedPause(chain, root, until, min(start, until), priority, salt)
         for h in chain:
             self._paused_blocks[h] = self._paused_blocks.get(h, 0) + 1
         return len(chain)
 
-    def resume(self, key: str, hashes: Sequence[int], root: int, priority: int) -> int:
+    def resume(self, key: str, hashes: Sequence[int], root: int, priority: int, salt: str) -> int:
         """The session is back: one warm-up over its cached prefix, at the pause's priority (the
         hint's when no pause is remembered). Returns the blocks covered."""
         pause = self._end_pause(key)
-        return self._warm(hashes, root, pause.priority if pause is not None else priority, RESUME_GRACE_S)
+        return self._warm(hashes, root, pause.priority if pause is not None else priority, RESUME_GRACE_S, salt)
 
-    def _warm(self, hashes: Sequence[int], root: int, priority: int, seconds: float) -> int:
+    def _warm(self, hashes: Sequence[int], root: int, priority: int, seconds: float, salt: str) -> int:
         chain = self.blocks.chain(hashes, root)
         if not chain:
             return 0
-        self._warm_up([t for _, block in chain for t in block.token_ids], priority, seconds)
+        self._warm_up([t for _, block in chain for t in block.token_ids], priority, seconds, salt)
         self.onloaded_blocks += sum(block.on_host for _, block in chain)
         return len(chain)
 
@@ -148,12 +158,13 @@ class TrtPauseHints:
         resume comes); forget those that stopped counting."""
         for key, pause in [(k, p) for k, p in self._paused.items() if min(p.prefetch_at, p.until) <= now]:
             if pause.prefetch_at <= now and pause.prefetch_at < pause.until:
-                self._warm(pause.hashes, pause.root, max(MIN_PRIORITY, pause.priority - 1), pause.until - now)
+                self._warm(pause.hashes, pause.root, max(MIN_PRIORITY, pause.priority - 1), pause.until - now,
+                           pause.salt)
                 pause.prefetch_at = math.inf
             else:
                 self._end_pause(key)
 
-    def _end_pause(self, key: str) -> Pause | None:
+    def _end_pause(self, key: str) -> SaltedPause | None:
         pause = self._paused.pop(key, None)
         if pause is not None:
             for h in pause.hashes:

@@ -15,6 +15,7 @@ from loopwire.inference.trtllm_engine import TrtLlmEngine
 def test_stored_and_removed_events_use_router_hashes() -> None:
     engine = TrtLlmEngine(llm=None, config=EngineConfig(block_size=4), definition=dummy_definition())
     tokens = list(range(12))
+    engine._events.salts.submitted(tokens[:4], "")  # an unsalted request: the root's chain
     raw = [
         {"event_id": 0, "data": {"type": "stored", "parent_hash": None, "blocks": [
             {"type": "stored_block", "block_hash": 901, "tokens": [{"token_id": t} for t in tokens[:4]]},

@@ -53,8 +53,10 @@ class WatchedLLM(FakeLLM):
 
 
 def cached(llm: FakeLLM, **options: Any) -> TrtLlmEngine:
-    """An engine whose events reported TOKENS cached as TensorRT-LLM blocks 901-903, in two events."""
+    """An engine whose events reported TOKENS, submitted unsalted, cached as TensorRT-LLM blocks
+    901-903, in two events."""
     e = engine(llm, block_size=BS, **options)
+    e._events.salts.submitted(TOKENS[:BS], "")
     e.translate_events([stored([901, 902], TOKENS[:8]), stored([903], TOKENS[8:], parent=902)])
     return e
 
@@ -139,18 +141,18 @@ def test_pauses_end_or_warm_up_when_due() -> None:
     for h, i in zip(HASHES, range(0, 12, BS), strict=True):
         blocks.stored(h, parent, TOKENS[i:i + BS])
         parent = h
-    warmed: list[tuple[list[int], int, float]] = []
-    hints = TrtPauseHints(blocks, lambda tokens, priority, seconds: warmed.append((tokens, priority, seconds)), 0.01)
-    hints.pause("a", HASHES, ROOT_BLOCK_HASH, now=0.0, seconds=100, expected_pause_s=10, priority=80)
-    hints.pause("b", HASHES[:1], ROOT_BLOCK_HASH, now=0.0, seconds=5, expected_pause_s=0, priority=80)
+    warmed: list[tuple[list[int], int, float, str]] = []
+    hints = TrtPauseHints(blocks, lambda *warm_up: warmed.append(warm_up), 0.01)
+    hints.pause("a", HASHES, ROOT_BLOCK_HASH, now=0.0, seconds=100, expected_pause_s=10, priority=80, salt="t")
+    hints.pause("b", HASHES[:1], ROOT_BLOCK_HASH, now=0.0, seconds=5, expected_pause_s=0, priority=80, salt="t")
     assert hints.next_event() == 5.0  # b's end (no expected pause: no warm-up)
     hints.run_due(5.0)
     assert warmed == [] and hints.num_paused == 1
     assert hints.next_event() == 10 - (2 * 3 * 0.01 + 0.25)  # a's expected end less the copy's lead
     hints.run_due(10.0)
-    assert warmed == [(TOKENS, 79, 90.0)] and hints.num_paused == 1 and hints.next_event() == 100.0
-    assert hints.resume("a", HASHES, ROOT_BLOCK_HASH, priority=50) == 3
-    assert warmed[1:] == [(TOKENS, 80, 30.0)] and hints.num_paused == 0  # the pause's priority, for the grace
+    assert warmed == [(TOKENS, 79, 90.0, "t")] and hints.num_paused == 1 and hints.next_event() == 100.0
+    assert hints.resume("a", HASHES, ROOT_BLOCK_HASH, priority=50, salt="t") == 3
+    assert warmed[1:] == [(TOKENS, 80, 30.0, "t")] and hints.num_paused == 0  # the pause's priority, for the grace
 
 
 async def test_the_block_map_stays_within_what_tensorrt_llm_holds() -> None:
@@ -165,10 +167,11 @@ async def test_the_block_map_stays_within_what_tensorrt_llm_holds() -> None:
     assert big._hints.blocks.capacity == 65536 + 10 * 1024 // block_bytes  # device count not reported yet
     big.read_iteration_stats([{"kvCacheStats": {"maxNumBlocks": 1, "usedNumBlocks": 1, "freeNumBlocks": 0}}])
     assert big._hints.blocks.capacity == 1 + 10 * 1024 // block_bytes
+    big._events.salts.submitted(list(range(BS)), "")
     big.translate_events([stored(list(range(1, 40)), list(range(39 * BS)))])
-    assert len(big._hints.blocks) == big._hints.blocks.capacity
+    assert len(big._hints.blocks) == len(big._events.cached()) == big._hints.blocks.capacity  # both maps bounded
     big.translate_events([{"event_id": 1, "data": {"type": "removed", "block_hashes": list(range(1, 40))}}])
-    assert len(big._hints.blocks) == 0
+    assert len(big._hints.blocks) == len(big._events.cached()) == 0
 
 
 async def test_counters_count_paused_blocks_sent_to_the_host_and_the_host_blocks_warm_ups_cover() -> None:

@@ -156,8 +156,9 @@ class KvHints:
             if not paused:
                 if after_approval and self.enabled:
                     await self.resume()
-                _, running = await asyncio.wait(tasks, timeout=MIN_PAUSE_MS / 1000)
-                paused = bool(running) and await self.pause(calls, late=True)
+                if tasks and self.enabled:  # (an approval may have denied them all: nothing runs)
+                    _, running = await asyncio.wait(tasks, timeout=MIN_PAUSE_MS / 1000)
+                    paused = bool(running) and await self.pause(calls, late=True)
             if paused:
                 await asyncio.wait(tasks)
                 await self.resume()

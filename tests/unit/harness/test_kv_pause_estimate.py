@@ -103,6 +103,12 @@ async def test_decided_short_tools_end_the_approvals_pause_at_once() -> None:
     await sent
 
 
+async def test_an_approval_that_denied_every_call_ends_its_pause_at_once() -> None:
+    conversation = FakeConversation()
+    await hints_of(conversation).around([], [], after_approval=True)
+    assert [h.phase for _, h in conversation.hints] == [RESUME]
+
+
 async def test_a_short_tool_that_outruns_its_estimate_gets_a_late_pause_then_its_resume() -> None:
     """Without the late hint a tool expected short but running for minutes had its blocks neither
     kept nor brought back; the late one expects it back any moment (it is already past its estimate)."""

@@ -24,7 +24,7 @@ WRAPPERS = frozenset({"sudo", "env", "time", "nice", "nohup", "command", "exec",
 SEPARATORS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")"})
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 FD_BEFORE_REDIRECT = re.compile(r"(?<!\S)\d+(?=[<>])")
-HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")  # not a here-string (<<<)
 
 
 def without_heredoc_bodies(line: str) -> str:

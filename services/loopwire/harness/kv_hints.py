@@ -21,6 +21,7 @@ import logging
 import math
 import shlex
 import statistics
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from loopwire.common import json_limits
@@ -38,6 +39,7 @@ DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session: i
 PRIOR_LOG_SPREAD = 1.0  # the spread (σ of the log) of a command's run times, until its own is known
 MIN_SPREAD_RUNS = 3  # runs of a command before their own spread is used
 RUNS_KEPT = 8  # the last runs of each command an estimate is fitted to
+KEYS_KEPT = 512  # commands a session's estimate remembers (a bound, whatever the session runs)
 EARLY_QUANTILE_Z = 2.0  # the estimate is the 2.3% quantile: about 39 pauses in 40 last at least that long
 EXEC_TOOLS = ("exec_command", "write_stdin")  # wait at most their yield window
 COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program they run
@@ -46,7 +48,8 @@ COMMAND_TOOLS = ("shell", "exec_command")  # their arguments name the program th
 def call_keys(call: common_pb2.FunctionCall) -> list[str]:
     """What a call's duration is remembered by, most specific first: for a shell command, what its
     line runs (``command_keys``: ``pip install``, then ``pip``; the tool's name when it names no
-    program); other tools by their name alone (their arguments are never parsed here: an edit's can be megabytes)."""
+    program); other tools by their name alone (their arguments are never parsed here: an edit's
+    can be megabytes)."""
     if call.name not in COMMAND_TOOLS:
         return [call.name]
     try:
@@ -66,20 +69,24 @@ class PauseEstimate:
     bringing the blocks back then, so the estimate errs early. Tool times spread several-fold
     (the same ``pytest`` takes 3 s or 60 s), so a mean would be late about half the time and a
     late prefetch costs the whole copy in the next TTFT, while an early one only keeps the blocks
-    on the device a while longer. From what the same command (``call_keys``, the most specific key it was seen by) took earlier in the
-    session: the low ``EARLY_QUANTILE_Z`` quantile of a lognormal fitted to its last runs (their
-    own spread once there are ``MIN_SPREAD_RUNS``, else ``PRIOR_LOG_SPREAD``); never seen: the
-    same quantile of ``DEFAULT_PAUSE_MS``. An exec call returns by its yield window at the
-    latest, so the window caps it."""
+    on the device a while longer. From what the same command took earlier in the session (by the
+    most specific of its ``call_keys`` seen before): the low ``EARLY_QUANTILE_Z`` quantile of a
+    lognormal fitted to its last runs (their own spread once there are ``MIN_SPREAD_RUNS``, else
+    ``PRIOR_LOG_SPREAD``); never seen: the same quantile of ``DEFAULT_PAUSE_MS``. An exec call
+    returns by its yield window at the latest, so the window caps it. At most ``KEYS_KEPT`` keys
+    are remembered, the least recently run forgotten first."""
 
     def __init__(self) -> None:
-        self._log_s: dict[str, list[float]] = {}
+        self._log_s: OrderedDict[str, list[float]] = OrderedDict()
 
     def observe(self, call: common_pb2.FunctionCall, seconds: float) -> None:
         for key in call_keys(call):
-            runs = self._log_s.setdefault(key, [])
+            runs = self._log_s.pop(key, [])
             runs.append(math.log(max(seconds, 1e-3)))
             del runs[:-RUNS_KEPT]
+            self._log_s[key] = runs
+        while len(self._log_s) > KEYS_KEPT:
+            self._log_s.popitem(last=False)
 
     def expected_ms(self, call: common_pb2.FunctionCall) -> int:
         runs = next((r for key in call_keys(call) if (r := self._log_s.get(key))), None)

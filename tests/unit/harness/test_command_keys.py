@@ -23,6 +23,7 @@ from loopwire.harness.command_keys import MAX_NAMED, MAX_OPERAND_CHARS, command_
     ("ls 2>/dev/null", ["ls"]),
     ("/usr/bin/git checkout -- a.py", ["git checkout", "git"]),
     ("echo \"unclosed", ["echo"]),
+    ("grep -c x <<< \"v\"\npytest -q", ["grep x ; pytest", "grep ; pytest"]),
 ])
 def test_keys_name_what_a_line_runs(line: str, keys: list[str]) -> None:
     assert command_keys(line) == keys

@@ -65,6 +65,15 @@ def test_on_spread_out_tool_times_few_pauses_end_before_their_estimate() -> None
     assert late / (early + late) < 0.1
 
 
+def test_a_session_remembers_a_bounded_number_of_commands_the_latest_run() -> None:
+    estimate = PauseEstimate()
+    for n in range(kv_hints.KEYS_KEPT + 50):
+        estimate.observe(common_pb2.FunctionCall(name=f"tool{n}"), 30.0)
+    assert len(estimate._log_s) == kv_hints.KEYS_KEPT
+    assert estimate.expected_ms(common_pb2.FunctionCall(name=f"tool{kv_hints.KEYS_KEPT + 49}")) > 1000
+    assert estimate.expected_ms(common_pb2.FunctionCall(name="tool0")) < 1000  # forgotten: unseen again
+
+
 def test_an_exec_calls_yield_window_caps_the_estimate() -> None:
     estimate = PauseEstimate()
     call = common_pb2.FunctionCall(name="exec_command", arguments=json.dumps({"cmd": "sleep 100", "yield_time_ms": 1500}))

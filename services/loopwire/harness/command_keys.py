@@ -16,7 +16,10 @@ from __future__ import annotations
 import re
 import shlex
 
-MAX_COMMAND_CHARS = 16_384  # a longer line (its heredoc bodies left out) is keyed by its first part
+# A longer line (its heredoc bodies left out) is keyed by its first part: the commands a key names
+# are its first few, and the lexer runs in Python on the harness's shared event loop (~1 ms a KiB).
+MAX_COMMAND_CHARS = 2048
+MAX_HEREDOCS = 16  # heredoc bodies skipped in a line (each is one regex of its own)
 MAX_NAMED = 8  # commands a key names (a session's keys stay small whatever its lines)
 MAX_OPERAND_CHARS = 64
 SETUP = frozenset({"cd", "pushd", "popd", "export", "set", "unset", "shopt", "source", ".", "true", ":", "alias"})
@@ -28,22 +31,31 @@ HEREDOC = re.compile(r"(?<!<)<<-?(?!<)\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")  #
 
 
 def without_heredoc_bodies(line: str) -> str:
-    """``line`` with each heredoc's body (the lines up to its delimiter) removed."""
+    """The first ``MAX_COMMAND_CHARS`` of ``line`` with each heredoc's body (the lines up to its
+    delimiter) left out, up to ``MAX_HEREDOCS`` of them (the line is cut before the next). A body
+    is skipped by a regex search for its delimiter's line, not line by line in Python, so a
+    megabyte of heredoc costs one scan, and the lines kept stop at the bound."""
     out: list[str] = []
-    delimiters: list[str] = []
-    for text in line.split("\n"):
-        if delimiters:
-            if text.strip() == delimiters[0]:
-                delimiters.pop(0)
-            continue
+    kept = pos = heredocs = 0
+    while pos < len(line) and kept < MAX_COMMAND_CHARS:
+        end = line.find("\n", pos)
+        end = len(line) if end < 0 else end
+        text = line[pos:min(end, pos + MAX_COMMAND_CHARS - kept)]
         out.append(text)
-        delimiters.extend(m.group(2) for m in HEREDOC.finditer(text))
+        kept += len(text) + 1
+        pos = end + 1
+        for m in HEREDOC.finditer(text):  # their bodies follow in order
+            heredocs += 1
+            if heredocs > MAX_HEREDOCS:
+                return "\n".join(out)
+            body_end = re.compile(rf"^[^\S\n]*{re.escape(m.group(2))}[^\S\n]*$", re.M).search(line, pos)
+            pos = body_end.end() + 1 if body_end else len(line)
     return "\n".join(out)
 
 
 def simple_commands(line: str) -> list[list[str]]:
     """The words of each simple command of ``line``, redirections left out."""
-    text = without_heredoc_bodies(line)[:MAX_COMMAND_CHARS].replace("\n", " ; ")
+    text = without_heredoc_bodies(line).replace("\n", " ; ")
     text = FD_BEFORE_REDIRECT.sub("", text)  # ``2>&1``: the 2 is no operand
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True

@@ -84,7 +84,7 @@ from loopwire.common.model_def import dummy_definition  # noqa: E402
 from loopwire.common.prompt import ChatPrompt  # noqa: E402
 from loopwire.common.recorded import load_session  # noqa: E402
 from loopwire.gateway.conversation import Conversation  # noqa: E402
-from loopwire.harness.kv_hints import MIN_PAUSE_MS, PauseEstimate  # noqa: E402
+from loopwire.harness.kv_hints import LATE_PAUSE_MS, MIN_PAUSE_MS, PauseEstimate  # noqa: E402
 from loopwire.inference.config import EngineConfig, model_preset  # noqa: E402
 from loopwire.inference.cost_model import CostModel  # noqa: E402
 from loopwire.inference.kv_pause_hints import prefetch_at  # noqa: E402
@@ -388,7 +388,7 @@ def run(mode: Mode, plans: list[SessionPlan], progress: Progress, task: object, 
             if kind == "tool":
                 tool_pause(i, j, hashes)
             elif kind == "late":
-                start = prefetch_at(clock.now(), 0.001, HINT_S, len(hashes), executor.seconds_per_host_block)
+                start = prefetch_at(clock.now(), LATE_PAUSE_MS / 1000, HINT_S, len(hashes), executor.seconds_per_host_block)
                 blocks.pause(str(i), hashes, ROOT_BLOCK_HASH, clock.now() + HINT_S, start)
                 resume_at = clock.now() - MIN_PAUSE_MS / 1000 + max(0.0, plans[i].tool_s[j] - ASSEMBLE_S)
                 heapq.heappush(hints, (resume_at, i, "resume", hashes, j))

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("loopwire.harness")
 
 MIN_PAUSE_MS = 1000  # a shorter pause is not worth a round trip: the blocks would not move
+LATE_PAUSE_MS = 1  # a late pause hint's expected pause: its tools are past their estimate, back any moment
 DEFAULT_PAUSE_MS = 5000  # a command or tool never seen before in the session: its likely length
 PRIOR_LOG_SPREAD = 1.0  # the spread (σ of the log) of a command's run times, until its own is known
 MIN_SPREAD_RUNS = 3  # runs of a command before their own spread is used
@@ -134,8 +135,8 @@ class KvHints:
         matter, or ``late``, once they have outrun ``MIN_PAUSE_MS`` against their estimate (then
         they are past it and expected back any moment: their blocks are kept, brought back at
         once, and stay until the resume). Whether a hint was accepted (a resume hint is then due)."""
-        expected = 1 if late else max((self.estimate.expected_ms(c) for c in calls), default=0)
-        if not self.enabled or expected < (1 if late else MIN_PAUSE_MS):
+        expected = LATE_PAUSE_MS if late else max((self.estimate.expected_ms(c) for c in calls), default=0)
+        if not self.enabled or (not late and expected < MIN_PAUSE_MS):
             return False
         # It counts until the resume hint, which always follows: the tenant's ceiling only bounds
         # a pause whose harness went away (a shorter one let long tools' blocks lose their place).

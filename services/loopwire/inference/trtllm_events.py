@@ -73,7 +73,11 @@ class TrtEventKeys:
         """TensorRT-LLM holds this many blocks (device and host tier)."""
         self._hints.blocks.capacity = capacity
         self._hints.blocks.shrink()
-        while len(self._ours) > capacity:
+        self._shrink()
+
+    def _shrink(self) -> None:
+        """Forget the least recently stored TensorRT-LLM blocks beyond the capacity."""
+        while len(self._ours) > self._hints.blocks.capacity:
             self._forget(next(iter(self._ours)))
 
     def translate(self, raw: list[dict]) -> list[CacheEvent]:
@@ -124,8 +128,7 @@ class TrtEventKeys:
                     new.append(h)
             self._ours[trt] = ours
             parents = ours
-        while len(self._ours) > self._hints.blocks.capacity:
-            self._forget(next(iter(self._ours)))
+        self._shrink()
         return new
 
     def _forget(self, trt: int) -> list[int]:

@@ -156,5 +156,6 @@ async def test_decided_long_tools_pause_until_they_end() -> None:
 async def test_short_tools_outside_an_approval_send_nothing() -> None:
     conversation = FakeConversation()
     task = asyncio.ensure_future(asyncio.sleep(0))
+    await task  # ended before the hint looks: no wait on the late hint's window decides this
     await hints_of(conversation).around([shell("ls")], [task])
     assert conversation.hints == []

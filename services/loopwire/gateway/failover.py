@@ -98,7 +98,9 @@ class Placement:
             raise RequestError(common_pb2.ERROR_CODE_UNAVAILABLE, down.message, "", retryable=True, retry_after_ms=500)
         self.attempt += 1
         self.ports.counters.add("failovers", self.model)
-        log.warning("response %s: %s; failing over", self.response_id, down.message)
+        log.warning("response %s (session %s): %s; failing over", self.response_id, self.stream_id, down.message)
+        self.link = None  # a failover, not a relink: route() must not count it as one
+        await link.close()
         return await self.route()
 
     async def abandon(self) -> None:

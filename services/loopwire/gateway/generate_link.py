@@ -25,9 +25,10 @@ CLOSE_WAIT_S = 5.0
 
 @dataclass
 class LinkDown:
-    """The stream to the replica broke (replica died or stopped)."""
+    """The stream to the replica broke (replica died or stopped) under the generation ``request_id``."""
 
     message: str
+    request_id: str
 
 
 class Waiter(Protocol):
@@ -60,13 +61,17 @@ class GenerateLink:
         self.held_hash = 0
 
     async def start(self, start: inference_pb2.GenerationStart, queue: Waiter) -> None:
-        self._waiters[start.request_id] = queue
+        rid = start.request_id
+        self._waiters[rid] = queue
         try:
             await self.call.write(inference_pb2.GenerateRequest(start=start))
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-            self._waiters.pop(start.request_id, None)
+            # The reader may have seen the break first and told this waiter already: a second
+            # LinkDown would fail the generation over twice, two attempts feeding one response.
+            told = self._waiters.pop(rid, None) is None
             self._down(f"cannot send to replica {self.replica.name}: {e}")
-            queue.put_nowait(LinkDown(f"cannot send to replica {self.replica.name}"))
+            if not told:
+                queue.put_nowait(LinkDown(f"cannot send to replica {self.replica.name}", rid))
 
     async def cancel(self, request_id: str) -> None:
         if self.alive:
@@ -108,6 +113,6 @@ class GenerateLink:
 
     def _down(self, message: str) -> None:
         self.alive = False
-        for queue in self._waiters.values():
-            queue.put_nowait(LinkDown(message))
+        for rid, queue in self._waiters.items():
+            queue.put_nowait(LinkDown(message, rid))
         self._waiters.clear()

@@ -80,6 +80,8 @@ class Inbox:
         self._held: object = None  # a message taken while joining token batches, handled next
 
     def put_nowait(self, message: object) -> None:
+        if type(message) is inference_pb2.GenerateResponse and message.request_id != self.run.placement.request_id:
+            return  # an attempt this response already failed over from
         if not self.run.take_at_once(message):
             self.queue.put_nowait(message)
 
@@ -295,8 +297,8 @@ class ResponseRun:
 
     async def _on_link_down(self, down: LinkDown) -> list[gateway_pb2.ConverseResponse]:
         """The replica died: continue on another (the output so far is kept), unless it already finished."""
-        if self.phase is not Phase.GENERATING:
-            return []
+        if self.phase is not Phase.GENERATING or down.request_id != self.placement.request_id:
+            return []  # finished already, or an attempt already failed over from
         try:
             link = await self.placement.fail_over(down)
         except RequestError as e:

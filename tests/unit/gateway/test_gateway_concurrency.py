@@ -9,6 +9,7 @@ import time
 
 from loopwire.gateway import prepare
 from loopwire.gateway.config import BaselineSwitches, GatewayConfig
+from loopwire.gateway.generate_link import GenerateLink, LinkDown
 from loopwire.gateway.safety import INPUT, Verdict
 from loopwire.v1 import common_pb2, gateway_pb2
 
@@ -160,6 +161,38 @@ async def test_failover_completes_the_response_on_another_replica(make_mesh):
     events = await conv.send(previous_response_id=events[0].response_id, input=[user("again")], replay=replay("ok"))
     assert kinds(events)[-1] == "completed" and [r.kind for r in other.received] == ["full", "append"]
     assert all(r.in_flight == 0 and r.pending_prefill_tokens == 0 for r in mesh.servicer.router.replicas)
+
+
+async def test_a_break_told_twice_fails_over_once_and_feeds_the_output_once(make_mesh, monkeypatch):
+    """A second LinkDown for an attempt already failed over from (the reader and a start's write
+    both saw one break) is ignored: before, it failed over again and two attempts fed one output."""
+    original = GenerateLink._down
+
+    def told_twice(self: GenerateLink, message: str) -> None:
+        waiters = list(self._waiters.items())
+        original(self, message)
+        for rid, queue in waiters:
+            queue.put_nowait(LinkDown(message, rid))
+
+    monkeypatch.setattr(GenerateLink, "_down", told_twice)
+    replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
+    mesh = await make_mesh(replicas, routing="round-robin",
+                           config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
+    conv = mesh.open()
+    text = "one two three four five six seven eight nine ten " * 4
+    await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
+        input=[user("count")], replay=replay(text), safety_mode=gateway_pb2.SAFETY_MODE_OFF)))
+    await conv.call.read()  # created
+    while not any(r.received for r in replicas):
+        await asyncio.sleep(0.005)
+    serving = next(i for i, r in enumerate(replicas) if r.received)
+    await wait_for_tokens(replicas[serving], 10)
+    await mesh.servers[1 + serving].stop(0)
+    events = await conv.until_end()
+    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    assert released == text
+    assert last(events, "completed").output[0].message.content[0].text == text
+    assert mesh.servicer.metrics.failovers == 1 and len(replicas[1 - serving].received) == 1
 
 
 async def test_losing_the_only_replica_fails_cleanly_and_retryably(make_mesh):

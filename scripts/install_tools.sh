@@ -11,6 +11,7 @@
 #           iproute2 (`ip netns`/veth/bridge for the multi-host test)
 #   go      buf, grpcurl, protoc-gen-go, protoc-gen-go-grpc (~/go/bin), Jaeger v2
 #   clients scripts/clients.sh build: go build, npm ci + tsc, cargo build, mvn package
+#   vocabs  llama.cpp's deepseek-llm and qwen35 vocab GGUFs from the llama-cpp-python sdist (.state/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/go/bin:$HOME/.cargo/bin:$PATH"
@@ -90,6 +91,21 @@ fi
 if ! cmp -s tests/ai_sdk/package-lock.json tests/ai_sdk/node_modules/.installed-lock.json; then
   log "npm ci tests/ai_sdk"
   (cd tests/ai_sdk && npm ci --no-audit --no-fund --silent && cp package-lock.json node_modules/.installed-lock.json)
+fi
+
+# llama.cpp's two vocab-only GGUFs too large to commit (tests/unit/common/test_gguf_tokenizers.py
+# checks the full vocabs against llama.cpp's own ids), from the pinned llama-cpp-python sdist
+# (pip's download cache keeps it).
+VOCABS=.state/llama-cpp-vocabs
+if [ ! -f "$VOCABS/ggml-vocab-deepseek-llm.gguf" ] || [ ! -f "$VOCABS/ggml-vocab-qwen35.gguf" ]; then
+  log "llama.cpp vocabs (llama-cpp-python 0.3.36 sdist)"
+  sdist=$(mktemp -d)
+  python3 -m pip download -q --no-deps --no-binary :all: -d "$sdist" llama-cpp-python==0.3.36
+  mkdir -p "$VOCABS"
+  tar -xzf "$sdist"/llama_cpp_python-0.3.36.tar.gz -C "$VOCABS" --strip-components=4 \
+    llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-deepseek-llm.gguf \
+    llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-qwen35.gguf
+  rm -rf "$sdist"
 fi
 
 log "tools ready"

@@ -11,8 +11,8 @@ script checks that llama.cpp's ids on the trimmed file are the full vocab's, ren
 How much the strings tell pre-tokenizers apart is recorded (``differs_from``): qwen35 vs
 qwen2 on 2 strings, deepseek-llm vs deepseek-coder on 5; deepseek-v3 vs deepseek-llm on
 none (this vocab has no merges across the places where their patterns differ). The shipped .out of the full large
-vocabs is checked too when LOOPWIRE_LLAMA_CPP_VOCABS names a directory holding them (for
-instance the sdist's vendor/llama.cpp/models).
+vocabs is checked too, from the directory LOOPWIRE_LLAMA_CPP_VOCABS names, else
+.state/llama-cpp-vocabs (`make tools` extracts them there from the sdist).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from required import missing
 
 from loopwire.common.gguf_tokenizer import tokenizer_from_gguf
 from loopwire.common.model_def import read_gguf_fields
@@ -32,7 +33,7 @@ from loopwire.common.tokenizer import HfTokenizer
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "llama_cpp_vocab"
 SEP = "\n__ggml_vocab_test__\n"
-FULL_VOCABS = os.environ.get("LOOPWIRE_LLAMA_CPP_VOCABS", "")
+FULL_VOCABS = Path(os.environ.get("LOOPWIRE_LLAMA_CPP_VOCABS") or Path(__file__).parents[3] / ".state" / "llama-cpp-vocabs")
 
 
 @functools.lru_cache(maxsize=4)
@@ -85,10 +86,10 @@ def test_more_strings_match_llama_cpp(name: str) -> None:
 
 @pytest.mark.parametrize("name", ["deepseek-llm", "qwen35"])
 def test_full_vocab_matches_llama_cpp(name: str) -> None:
-    path = Path(FULL_VOCABS) / f"ggml-vocab-{name}.gguf"
-    if not FULL_VOCABS or not path.is_file():
-        pytest.skip(f"ggml-vocab-{name}.gguf is too large to commit (4-6 MB); set LOOPWIRE_LLAMA_CPP_VOCABS to "
-                    "a directory holding it (the llama-cpp-python sdist's vendor/llama.cpp/models)")
+    path = FULL_VOCABS / f"ggml-vocab-{name}.gguf"
+    if not path.is_file():
+        missing(f"{path} is missing (too large to commit, 4-6 MB): `make tools` extracts it from the "
+                "llama-cpp-python sdist, or set LOOPWIRE_LLAMA_CPP_VOCABS to a directory holding it")
     tok = tokenizer_from_gguf(read_gguf_fields(path), name)
     cases = _shipped_cases(name)
     assert _mismatches(tok, cases) == []

@@ -223,6 +223,11 @@ def kinds(events: list[gateway_pb2.ConverseResponse]) -> list[str]:
     return [e.WhichOneof("event") for e in events]
 
 
+def streamed_text(events: list[gateway_pb2.ConverseResponse]) -> str:
+    """The text the events released, their text deltas joined."""
+    return "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+
+
 @dataclass
 class Mesh:
     servicer: GatewayServicer

@@ -13,7 +13,7 @@ from loopwire.gateway.generate_link import GenerateLink, LinkDown
 from loopwire.gateway.safety import INPUT, Verdict
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import FakeReplica, kinds, last, start_replica, user
+from .gateway_fakes import FakeReplica, kinds, last, start_replica, streamed_text, user
 
 
 class SlowClassifier:
@@ -86,7 +86,7 @@ async def test_stream_mode_cuts_the_stream_on_a_violation(make_mesh):
                            config=GatewayConfig(allow_replay=True, safety_chunk_chars=32, safety_overlap_chars=16))
     conv = mesh.open()
     events = await conv.send(input=[user("q")], replay=replay(text))
-    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    released = streamed_text(events)
     assert released and len(released) < len(text)
     assert kinds(events)[-2:] == ["safety", "failed"]
     assert last(events, "failed").error.code == common_pb2.ERROR_CODE_SAFETY_VIOLATION
@@ -128,7 +128,7 @@ async def test_buffer_mode_releases_everything_once_it_passes(make_mesh):
     mesh = await make_mesh(classifier=SlowClassifier(0.0), config=GatewayConfig(allow_replay=True,
         safety_mode=gateway_pb2.SAFETY_MODE_BUFFER_UNTIL_PASS, safety_chunk_chars=40))
     events = await mesh.open().send(input=[user("q")], replay=replay(text))
-    assert "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta") == text
+    assert streamed_text(events) == text
     assert last(events, "safety").checked_chars == len(text)
 
 
@@ -137,23 +137,30 @@ async def wait_for_tokens(replica: FakeReplica, n: int) -> None:
         await asyncio.sleep(0.005)
 
 
-async def test_failover_completes_the_response_on_another_replica(make_mesh):
+COUNTED = "one two three four five six seven eight nine ten " * 4
+
+
+async def killed_mid_answer(make_mesh):
+    """Two replicas; the one serving a counted answer is stopped after its tenth token. The mesh,
+    the stream, the replicas, the index of the one stopped, and the response's events to its end."""
     replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
     mesh = await make_mesh(replicas, routing="round-robin",
                            config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
     conv = mesh.open()
-    text = "one two three four five six seven eight nine ten " * 4
     await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
-        input=[user("count")], replay=replay(text), safety_mode=gateway_pb2.SAFETY_MODE_OFF)))
+        input=[user("count")], replay=replay(COUNTED), safety_mode=gateway_pb2.SAFETY_MODE_OFF)))
     await conv.call.read()  # created
     while not any(r.received for r in replicas):
         await asyncio.sleep(0.005)
     serving = next(i for i, r in enumerate(replicas) if r.received)
     await wait_for_tokens(replicas[serving], 10)
     await mesh.servers[1 + serving].stop(0)
-    events = await conv.until_end()
-    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
-    assert released == text
+    return mesh, conv, replicas, serving, await conv.until_end()
+
+
+async def test_failover_completes_the_response_on_another_replica(make_mesh):
+    mesh, conv, replicas, serving, events = await killed_mid_answer(make_mesh)
+    assert streamed_text(events) == COUNTED
     other = replicas[1 - serving]
     assert other.received and other.received[0].kind == "full"
     assert mesh.servicer.metrics.failovers == 1
@@ -175,23 +182,9 @@ async def test_a_break_told_twice_fails_over_once_and_feeds_the_output_once(make
             queue.put_nowait(LinkDown(message, rid))
 
     monkeypatch.setattr(GenerateLink, "_down", told_twice)
-    replicas = [FakeReplica("fake-0", token_delay_s=0.01, batch=2), FakeReplica("fake-1", token_delay_s=0.01, batch=2)]
-    mesh = await make_mesh(replicas, routing="round-robin",
-                           config=GatewayConfig(allow_replay=True, safety_mode=gateway_pb2.SAFETY_MODE_OFF))
-    conv = mesh.open()
-    text = "one two three four five six seven eight nine ten " * 4
-    await conv.call.write(gateway_pb2.ConverseRequest(create_response=gateway_pb2.CreateResponse(
-        input=[user("count")], replay=replay(text), safety_mode=gateway_pb2.SAFETY_MODE_OFF)))
-    await conv.call.read()  # created
-    while not any(r.received for r in replicas):
-        await asyncio.sleep(0.005)
-    serving = next(i for i, r in enumerate(replicas) if r.received)
-    await wait_for_tokens(replicas[serving], 10)
-    await mesh.servers[1 + serving].stop(0)
-    events = await conv.until_end()
-    released = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
-    assert released == text
-    assert last(events, "completed").output[0].message.content[0].text == text
+    mesh, _, replicas, serving, events = await killed_mid_answer(make_mesh)
+    assert streamed_text(events) == COUNTED
+    assert last(events, "completed").output[0].message.content[0].text == COUNTED
     assert mesh.servicer.metrics.failovers == 1 and len(replicas[1 - serving].received) == 1
 
 

@@ -13,7 +13,7 @@ from loopwire.common.auth import Authenticator, hash_key
 from loopwire.gateway.config import BaselineSwitches, GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2
 
-from .gateway_fakes import BASH, MODEL, PROMPT, FakeReplica, call_output, kinds, last, user
+from .gateway_fakes import BASH, MODEL, PROMPT, FakeReplica, call_output, kinds, last, streamed_text, user
 
 OFF = gateway_pb2.SAFETY_MODE_OFF
 
@@ -44,7 +44,7 @@ async def test_deltas_forward_only_new_tokens_and_match_a_full_render(make_mesh)
     assert [i.WhichOneof("item") for i in done.output] == ["message", "function_call"]
     rid = first[0].response_id
     second = await conv.send(previous_response_id=rid, input=[call_output("call_a", "a.txt\nb.txt")], replay=replay("Two files."))
-    assert "".join(e.text_delta.text for e in second if e.WhichOneof("event") == "text_delta") == "Two files."
+    assert streamed_text(second) == "Two files."
     assert [r.kind for r in replica.received] == ["full", "append"]
     # The replica holds the first prompt and the ids it generated; the append is only what follows them.
     generated = PROMPT.output_ids("Looking.", [common_pb2.FunctionCall(name="bash", arguments='{"command": "ls"}')])
@@ -192,7 +192,7 @@ async def test_stop_strings_cut_the_text_and_cancel_generation(make_mesh):
     conv = mesh.open()
     events = await conv.send(input=[user("q")], replay=replay("answer: 42\nEND\nmore text after the end"),
                              sampling=common_pb2.SamplingParams(stop=["END"]))
-    text = "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+    text = streamed_text(events)
     assert text == "answer: 42\n"
     assert last(events, "completed").finish_reason == common_pb2.FINISH_REASON_STOP
     # The stored turn is the output the client got, not what the model generated past the stop string.
@@ -314,7 +314,7 @@ async def test_parallel_streams_do_not_mix(make_mesh):
             events = await conv.send(previous_response_id=rid, input=[user(f"s{i} t{turn}")] if not rid else [user("next")],
                                      replay=replay(f"session {i} turn {turn}. "))
             rid = events[0].response_id
-            text += "".join(e.text_delta.text for e in events if e.WhichOneof("event") == "text_delta")
+            text += streamed_text(events)
         return text
 
     texts = await asyncio.gather(*(session(i) for i in range(8)))

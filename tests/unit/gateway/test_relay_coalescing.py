@@ -28,7 +28,7 @@ from loopwire.gateway.output_parser import (
 from loopwire.gateway.service import GatewayConfig
 from loopwire.v1 import common_pb2, gateway_pb2, inference_pb2
 
-from .gateway_fakes import MODEL, FakeReplica, start_replica, user
+from .gateway_fakes import MODEL, FakeReplica, start_replica, streamed_text, user
 
 DUMMY = dummy_definition()
 STOP_ID = DUMMY.stop_token_ids[0]
@@ -292,4 +292,4 @@ def test_a_batch_that_fails_to_parse_in_the_links_reader_fails_its_response_and_
     assert bad[-1].WhichOneof("event") == "failed"
     assert bad[-1].failed.error.code == common_pb2.ERROR_CODE_INTERNAL and "parser bug" in bad[-1].failed.error.message
     assert good[-1].WhichOneof("event") == "completed"
-    assert "".join(e.text_delta.text for e in good if e.WhichOneof("event") == "text_delta") == "fine words"
+    assert streamed_text(good) == "fine words"
